@@ -1,0 +1,79 @@
+"""Scaled dot-product and multi-head attention (paper section 3.2).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+The fast path is `F.scaled_dot_product_attention`; `attention_with_weights` is the same
+equation written out, used only when the weights are wanted (heatmaps, alignments).
+Shapes: batch, heads, q_len (queries), k_len (keys), head_dim = d_model / heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def attention_with_weights(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+    is_causal: bool = False, dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T / sqrt(d_k)) v, also returning the weights (batch, heads, q_len, k_len).
+
+    mask: bool, True = may attend, broadcastable to (batch, heads, q_len, k_len).
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))       # (batch, heads, q_len, k_len)
+    if is_causal:
+        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    output = F.dropout(weights, p=dropout) @ v                      # (batch, heads, q_len, head_dim)
+    return output, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """One module for self- and cross-attention: keys/values are projected by `project_kv`,
+    so the decoder can cache them (self-attention: appended per step; cross: once per sentence)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.n_heads, self.head_dim, self.dropout = n_heads, d_model // n_heads, dropout
+        self.q_proj = nn.Linear(d_model, d_model)        # W^Q for all heads
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)   # W^K and W^V for all heads, one matmul
+        self.out_proj = nn.Linear(d_model, d_model)      # W^O
+        for linear in (self.q_proj, self.kv_proj, self.out_proj):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)  # (batch, heads, len, head_dim)
+
+    def project_kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch, k_len, d_model) -> keys, values, each (batch, heads, k_len, head_dim)."""
+        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return self._split_heads(k), self._split_heads(v)
+
+    def forward(
+        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+        is_causal: bool = False, need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Queries from x (batch, q_len, d_model) attend over projected k, v.
+
+        Returns (batch, q_len, d_model) and, if need_weights, (batch, heads, q_len, k_len).
+        """
+        q = self._split_heads(self.q_proj(x))                  # (batch, heads, q_len, head_dim)
+        dropout = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights:
+            out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        batch, _, q_len, _ = out.shape
+        out = out.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.head_dim)  # (batch, q_len, d_model)
+        return self.out_proj(out), weights

@@ -1,0 +1,106 @@
+"""Token-budget batches (fairseq's `max_tokens`) and padding them into tensors.
+
+Sentences are sorted by length after a seeded shuffle (so equal lengths are mixed), cut into
+batches whose padded size stays within the budget, and the batch order is shuffled every epoch
+with a generator seeded by (seed, epoch): the same seed gives the same epochs on every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def token_batches(
+    src_lens: np.ndarray,
+    tgt_lens: np.ndarray,
+    max_tokens: int,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+) -> list[np.ndarray]:
+    """Group example indices into batches of at most `max_tokens` padded tokens.
+
+    A batch's size is `count * longest`, where `longest` counts the EOS (source) or BOS (target)
+    that collation adds. Every index appears in exactly one batch. An example longer than the
+    budget on its own raises ValueError.
+    """
+    src_lens = np.asarray(src_lens, dtype=np.int64) + 1
+    tgt_lens = np.asarray(tgt_lens, dtype=np.int64) + 1
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(src_lens)) if shuffle else np.arange(len(src_lens))
+    # stable sort by (target length, source length) keeps the shuffle among equal lengths
+    order = order[np.lexsort((src_lens[order], tgt_lens[order]))]
+    sizes = np.maximum(src_lens, tgt_lens)[order]
+    if len(sizes) and sizes.max() > max_tokens:
+        raise ValueError(f"an example of {int(sizes.max())} tokens exceeds max_tokens={max_tokens}")
+
+    batches, start, longest = [], 0, 0
+    for position, size in enumerate(sizes.tolist()):
+        longest_with = max(longest, size)
+        if longest_with * (position - start + 1) > max_tokens:
+            batches.append(order[start:position])
+            start, longest_with = position, size
+        longest = longest_with
+    if start < len(order):
+        batches.append(order[start:])
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor      # (batch, src_len): subwords + EOS, padded
+    tgt_in: torch.Tensor   # (batch, tgt_len): BOS + subwords, padded
+    tgt_out: torch.Tensor  # (batch, tgt_len): subwords + EOS, padded
+
+    @property
+    def target_tokens(self) -> int:
+        return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device) -> "Batch":
+        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in, self.tgt_out)))
+
+    def pin_memory(self) -> "Batch":
+        return Batch(*(t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out)))
+
+
+def pad(sequences: list[list[int]], prefix: list[int] = (), suffix: list[int] = ()) -> torch.Tensor:
+    """Right-pad token lists into a (batch, longest) tensor, adding prefix/suffix tokens."""
+    longest = max(len(s) for s in sequences) + len(prefix) + len(suffix)
+    out = torch.full((len(sequences), longest), PAD_ID, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        tokens = list(prefix) + list(sequence) + list(suffix)
+        out[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return out
+
+
+def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
+    return Batch(src=pad(src_ids, suffix=[EOS_ID]), tgt_in=pad(tgt_ids, prefix=[BOS_ID]),
+                 tgt_out=pad(tgt_ids, suffix=[EOS_ID]))
+
+
+class BatchedDataset(torch.utils.data.Dataset):
+    """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers."""
+
+    def __init__(self, dataset, batches: list[np.ndarray]):
+        self.dataset, self.batches = dataset, batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> Batch:
+        rows = self.dataset[self.batches[i].tolist()]
+        return collate(rows["src_ids"], rows["tgt_ids"])
+
+
+def batch_loader(dataset, batches: list[np.ndarray], num_workers: int = 0, pin_memory: bool = False):
+    return torch.utils.data.DataLoader(
+        BatchedDataset(dataset, batches), batch_size=None, shuffle=False,
+        num_workers=num_workers, pin_memory=pin_memory, persistent_workers=False,
+    )

@@ -1,0 +1,96 @@
+"""Batched beam search with the GNMT length penalty and the decoder's key/value cache.
+
+Rows are flat (sentence * beam). At step 0 only beam 0 of each sentence is alive. Each step
+takes the top 2*beam candidates over (beam, vocab): an EOS among the first `beam` ends a
+hypothesis, and the best `beam` others continue. A sentence is done once it has `beam`
+finished hypotheses (fairseq's rule) or reaches its length limit, where EOS is forced; done
+sentences leave the batch so later steps run on fewer rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float       # log_prob / length_penalty
+    log_prob: float    # sum of token log-probabilities, EOS included
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT (Wu et al., 2016): lp(Y) = ((5 + |Y|) / 6) ^ alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def forbid_all_but_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
+    """In the given rows (bool, (n,)), keep only EOS possible: used at the length limit."""
+    eos = log_probs[:, eos_id].clone()
+    log_probs.masked_fill_(rows[:, None], float("-inf"))
+    log_probs[:, eos_id] = torch.where(rows, eos, log_probs[:, eos_id])
+
+
+@torch.inference_mode()
+def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch.Tensor,
+                bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
+                n_best: int = 1) -> list[list[Hypothesis]]:
+    """Return the n_best hypotheses of each sentence, best first.
+
+    src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
+    """
+    batch, device, beam = src.size(0), src.device, beam_size
+    memory = model.encode(src, src_mask).repeat_interleave(beam, dim=0)    # (batch*beam, src_len, d_model)
+    src_mask = src_mask.repeat_interleave(beam, dim=0)                     # (batch*beam, 1, 1, src_len)
+    cache = model.new_cache()
+    sentence = torch.arange(batch, device=device)                          # original index of each live sentence
+    max_len = max_len.to(device)
+    tokens = torch.full((batch * beam, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.full((batch, beam), float("-inf"), device=device)       # cumulative log-probs
+    scores[:, 0] = 0.0
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+
+    for step in range(int(max_len.max()) + 1):
+        live, owners = sentence.numel(), sentence.tolist()
+        logits, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)      # (live*beam, vocab)
+        vocab = log_probs.size(-1)
+        at_limit = (max_len <= step).repeat_interleave(beam)
+        forbid_all_but_eos(log_probs, at_limit, eos_id)
+
+        candidates = scores[:, :, None] + log_probs.view(live, beam, vocab)   # (live, beam, vocab)
+        top_scores, top_index = candidates.view(live, -1).topk(2 * beam, dim=1)  # (live, 2*beam)
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        is_eos = top_token == eos_id
+
+        # EOS among the first `beam` candidates finishes a hypothesis (one host sync per step)
+        ends = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()
+        if ends:
+            for i, j in ends:
+                owner = owners[i]
+                if len(finished[owner]) < beam:
+                    row = i * beam + int(top_beam[i, j])
+                    log_prob = float(top_scores[i, j])
+                    finished[owner].append(Hypothesis(tokens[row, 1:].tolist(), log_prob / length_penalty(step + 1, alpha),
+                                                      log_prob))
+
+        # the best `beam` non-EOS candidates continue
+        scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=1)  # (live, beam)
+        rows = (torch.arange(live, device=device) * beam)[:, None] + top_beam.gather(1, order)  # (live, beam)
+        rows = rows.view(-1)
+        tokens = torch.cat([tokens.index_select(0, rows), top_token.gather(1, order).view(-1, 1)], dim=1)
+        cache.select(rows, cross=False)
+
+        done = torch.tensor([len(finished[s]) >= beam for s in owners], device=device) | (max_len <= step)
+        if bool(done.all()):
+            break
+        if bool(done.any()):
+            keep = (~done).nonzero().view(-1)                              # (still_live,)
+            keep_rows = (keep[:, None] * beam + torch.arange(beam, device=device)).view(-1)
+            sentence, max_len, scores = sentence[keep], max_len[keep], scores[keep]
+            tokens, memory, src_mask = tokens[keep_rows], memory[keep_rows], src_mask[keep_rows]
+            cache.select(keep_rows, cross=True)
+
+    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]

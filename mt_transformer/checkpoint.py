@@ -1,0 +1,141 @@
+"""Checkpoints: one directory per save, self-contained and safe to load.
+
+    checkpoints/step_00001000/
+        model.safetensors   weights (no pickle)
+        config.json         the run's config, vocabulary sizes, step
+        trainer.pt          optimizer, scheduler, scaler, data position, RNG states
+                            (tensors and plain containers, loaded with weights_only=True)
+        spm*.model          the tokenizer, so the directory translates on its own
+    checkpoints/best.json   which checkpoint has the best valid BLEU
+
+A directory is written under a temporary name and renamed into place, so a crash leaves the
+previous checkpoints intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import tempfile
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+
+from .config import UserError
+from .files import replace_dir, write_text
+
+MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
+STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def checkpoint_root(run_dir: str) -> str:
+    return os.path.join(run_dir, "checkpoints")
+
+
+def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: dict, trainer_state: dict,
+                    tokenizer_dir: str, tokenizer_files: list[str]) -> str:
+    """Write checkpoint `step` atomically; returns its directory."""
+    root = checkpoint_root(run_dir)
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, f"step_{step:08d}")
+    tmp = tempfile.mkdtemp(prefix=f".step_{step:08d}.", dir=root)
+    try:
+        save_model(model, os.path.join(tmp, MODEL_FILE))
+        with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump({**metadata, "step": step}, f, indent=2)
+        torch.save(trainer_state, os.path.join(tmp, TRAINER_FILE))
+        for name in tokenizer_files:
+            shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))
+        replace_dir(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
+    """Complete checkpoints of a run, oldest first, as (step, directory)."""
+    root = checkpoint_root(run_dir)
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        match = STEP_DIR.match(name)
+        path = os.path.join(root, name)
+        if match and all(os.path.isfile(os.path.join(path, f)) for f in (MODEL_FILE, CONFIG_FILE, TRAINER_FILE)):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def read_best(run_dir: str) -> dict | None:
+    path = os.path.join(checkpoint_root(run_dir), BEST_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_best(run_dir: str, step: int, bleu: float) -> None:
+    write_text(os.path.join(checkpoint_root(run_dir), BEST_FILE),
+               json.dumps({"step": step, "bleu": bleu, "dir": f"step_{step:08d}"}))
+
+
+def prune(run_dir: str, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` checkpoints, always keeping the best (0 keeps all)."""
+    if keep_last <= 0:
+        return
+    best = read_best(run_dir)
+    for step, path in list_checkpoints(run_dir)[:-keep_last]:
+        if best is None or step != best["step"]:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def resolve(path: str) -> str:
+    """A checkpoint directory from a checkpoint directory or a run directory (its best, else its last)."""
+    if os.path.isfile(os.path.join(path, MODEL_FILE)):
+        return path
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: no such checkpoint or run directory")
+    best = read_best(path)
+    if best is not None and os.path.isdir(os.path.join(checkpoint_root(path), best["dir"])):
+        return os.path.join(checkpoint_root(path), best["dir"])
+    found = list_checkpoints(path)
+    if not found:
+        raise UserError(f"{path}: no checkpoint found (expected {MODEL_FILE} or a run directory with checkpoints/)")
+    return found[-1][1]
+
+
+def read_metadata(directory: str) -> dict:
+    path = os.path.join(directory, CONFIG_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing from the checkpoint") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserError(f"{path}: not valid JSON") from None
+
+
+def load_weights(model: torch.nn.Module, directory: str) -> None:
+    path = os.path.join(directory, MODEL_FILE)
+    try:
+        missing, unexpected = load_model(model, path, strict=False, device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise UserError(f"{path}: not a readable safetensors file ({error})") from None
+    if missing or unexpected:
+        what = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(unexpected)[:3]}"
+        raise UserError(f"{path}: weights do not match the model ({what})")
+
+
+def load_trainer_state(directory: str) -> dict:
+    path = os.path.join(directory, TRAINER_FILE)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "unsafe content"
+        raise UserError(f"{path}: refused, it holds more than tensors and plain data ({first})") from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise UserError(f"{path}: not a readable trainer state ({type(error).__name__})") from None

@@ -1,0 +1,167 @@
+"""Command-line entry points: mt-train, mt-translate, mt-eval.
+
+Each parses its arguments, calls into the package, and turns a UserError into one line on
+stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import sys
+
+from .config import UserError
+
+log = logging.getLogger("mt_transformer")
+
+
+def _entry_point(function):
+    """Logging to stderr; user errors become `error: ...` and exit code 2, Ctrl-C exit code 130."""
+
+    @functools.wraps(function)
+    def main(argv=None) -> int:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S",
+                            stream=sys.stderr)
+        try:
+            return function(argv) or 0
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+
+    return lambda argv=None: sys.exit(main(argv))
+
+
+def _device(name: str):
+    from .train import select_device
+
+    return select_device(name)
+
+
+@_entry_point
+def train_main(argv=None):
+    parser = argparse.ArgumentParser(prog="mt-train", description="Train a Transformer translation model.")
+    parser.add_argument("--config", required=True, help="YAML config file")
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override config keys, e.g. --set train.max_steps=100 model.dropout=0.3")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then stop")
+    args = parser.parse_args(argv)
+
+    from .config import load_config, to_yaml
+    from .train import dry_run, train
+
+    config = load_config(args.config, args.set)
+    if args.dry_run:
+        print(to_yaml(config), end="")
+        print(f"parameters: {dry_run(config)}")
+        return 0
+    metrics = train(config)
+    if "valid_bleu" in metrics:
+        print(f"valid BLEU {metrics['valid_bleu']:.2f} at step {metrics['step']}")
+
+
+def _read_input(path: str | None) -> list[str]:
+    from .evaluate import read_lines
+
+    if path is None or path == "-":
+        return [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]
+    return read_lines(path)
+
+
+def _decode_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="a run directory (its best checkpoint) or one checkpoint")
+    parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
+    parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
+    parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: decode.max_tokens)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+
+
+def _translate(args, lines: list[str], n_best: int = 1):
+    from .translate import load_translator, translate_lines
+
+    device = _device(args.device)
+    model, tokenizer, metadata = load_translator(args.checkpoint, device)
+    decode, model_config = metadata["config"]["decode"], metadata["config"]["model"]
+    beam = args.beam if args.beam is not None else decode["beam_size"]
+    if beam < 1:
+        raise UserError(f"--beam: must be at least 1, got {beam}")
+    if n_best > beam:
+        raise UserError(f"--nbest: {n_best} exceeds the beam size ({beam})")
+    max_tokens = args.max_tokens or decode["max_tokens"]
+    return translate_lines(
+        model, tokenizer, lines, device, beam_size=beam,
+        alpha=args.alpha if args.alpha is not None else decode["alpha"],
+        max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"], n_best=n_best, max_tokens=max_tokens,
+        max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
+        progress=True,
+    )
+
+
+def _write_output(path: str | None, text: str) -> None:
+    from .files import write_text
+
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_text(path, text)
+
+
+@_entry_point
+def translate_main(argv=None):
+    parser = argparse.ArgumentParser(prog="mt-translate", description="Translate a text file, one sentence per line.")
+    _decode_options(parser)
+    parser.add_argument("-i", "--input", help="input file (default: stdin)")
+    parser.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    parser.add_argument("--nbest", type=int, default=1,
+                        help="K best translations per line, printed as INDEX<TAB>SCORE<TAB>TEXT")
+    args = parser.parse_args(argv)
+    if args.nbest < 1:
+        raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
+    lines = _read_input(args.input)
+    results = _translate(args, lines, n_best=args.nbest)
+    if args.nbest == 1:
+        text = "".join(r[0].text + "\n" for r in results)
+    else:
+        text = "".join(f"{i}\t{t.score:.4f}\t{t.text}\n" for i, r in enumerate(results) for t in r)
+    _write_output(args.output, text)
+
+
+@_entry_point
+def eval_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-eval", description="Score translations with sacreBLEU (BLEU, chrF, TER), or translate and score.")
+    parser.add_argument("--hyp", help="hypothesis file (detokenized)")
+    parser.add_argument("--ref", required=True, help="reference file")
+    parser.add_argument("--src", help="with --checkpoint: source file to translate")
+    parser.add_argument("--checkpoint", help="translate --src with this run or checkpoint, then score")
+    parser.add_argument("--beam", type=int)
+    parser.add_argument("--alpha", type=float)
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("-o", "--output", help="with --checkpoint: also write the translations here")
+    parser.add_argument("--metrics", nargs="+", default=["bleu", "chrf"], choices=["bleu", "chrf", "ter"])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+
+    from .evaluate import format_scores, read_lines, score
+
+    references = read_lines(args.ref)
+    if args.checkpoint:
+        if not args.src:
+            raise UserError("--src: required with --checkpoint")
+        hypotheses = [r[0].text for r in _translate(args, read_lines(args.src))]
+        if args.output:
+            _write_output(args.output, "".join(h + "\n" for h in hypotheses))
+    elif args.hyp:
+        hypotheses = read_lines(args.hyp)
+    else:
+        raise UserError("--hyp: required (or --checkpoint with --src)")
+    if len(hypotheses) != len(references):
+        raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+    result = score(hypotheses, references, args.metrics)
+    print(json.dumps(result) if args.json else format_scores(result))

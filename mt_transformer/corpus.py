@@ -1,0 +1,130 @@
+"""Loading parallel text through HuggingFace `datasets` and cleaning it.
+
+Every source becomes a `datasets.Dataset` with two string columns, `src` and `tgt`, so it is
+memory-mapped Arrow on disk and cached by `datasets`:
+
+- text:  line-aligned files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`
+- tsv:   one pair per line, `source<TAB>target`
+- jsonl: rows `{"translation": {src_lang: .., tgt_lang: ..}}` or named columns
+- hub:   any `datasets` dataset by name and config, with the same two row shapes
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+
+import datasets
+
+from .config import UserError
+
+log = logging.getLogger(__name__)
+
+datasets.disable_progress_bars()
+datasets.logging.set_verbosity_error()
+
+
+def normalize(line: str) -> str:
+    """Strip surrounding whitespace and apply Unicode NFC, the same for training and translation."""
+    return unicodedata.normalize("NFC", line.strip())
+
+
+def _read_text(path: str) -> datasets.Dataset:
+    try:
+        return datasets.load_dataset("text", data_files={"lines": path}, split="lines")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not valid UTF-8 ({error.reason})") from None
+
+
+def _text_pairs(src_path: str, tgt_path: str, key: str) -> datasets.Dataset:
+    src, tgt = _read_text(src_path), _read_text(tgt_path)
+    if len(src) != len(tgt):
+        raise UserError(f"{key}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
+    return datasets.concatenate_datasets(
+        [src.rename_column("text", "src"), tgt.rename_column("text", "tgt")], axis=1
+    )
+
+
+def _split_tsv(batch: dict, indices: list[int], path: str) -> dict:
+    src, tgt = [], []
+    for line, index in zip(batch["text"], indices):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise UserError(f"{path}: line {index + 1} has {len(fields)} tab-separated fields, expected 2")
+        src.append(fields[0])
+        tgt.append(fields[1])
+    return {"src": src, "tgt": tgt}
+
+
+def _row_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str, src_column, tgt_column, key: str):
+    """Map jsonl/hub rows (a `translation` dict or named columns) to `src`/`tgt` columns."""
+    columns = dataset.column_names
+    if src_column or tgt_column:
+        wanted = [src_column or src_lang, tgt_column or tgt_lang]
+    elif "translation" in columns:
+        def pick(batch):
+            pairs = batch["translation"]
+            try:
+                return {"src": [p[src_lang] for p in pairs], "tgt": [p[tgt_lang] for p in pairs]}
+            except (KeyError, TypeError):
+                raise UserError(
+                    f"{key}: rows' translation field lacks {src_lang!r} or {tgt_lang!r} "
+                    f"(set data.src_lang and data.tgt_lang)"
+                ) from None
+        return dataset.map(pick, batched=True, remove_columns=columns)
+    else:
+        wanted = [src_lang, tgt_lang]
+    missing = [c for c in wanted if c not in columns]
+    if missing:
+        raise UserError(f"{key}: no column {missing[0]!r} in rows with columns {columns}")
+    dataset = dataset.select_columns(wanted)
+    if wanted[0] == "tgt" or wanted[1] == "src":  # avoid clashing renames
+        dataset = dataset.rename_columns({wanted[0]: "__src", wanted[1]: "__tgt"})
+        wanted = ["__src", "__tgt"]
+    return dataset.rename_columns({wanted[0]: "src", wanted[1]: "tgt"})
+
+
+def load_pairs(
+    format: str,
+    location: str,
+    src_lang: str,
+    tgt_lang: str,
+    key: str,
+    hub_name: str | None = None,
+    hub_config: str | None = None,
+    src_column: str | None = None,
+    tgt_column: str | None = None,
+) -> datasets.Dataset:
+    """Load one split as a Dataset with normalized string columns `src` and `tgt`.
+
+    `key` names the config entry (e.g. `data.train`) in error messages.
+    """
+    if format == "text":
+        dataset = _text_pairs(f"{location}.{src_lang}", f"{location}.{tgt_lang}", key)
+    elif format == "tsv":
+        lines = _read_text(location)
+        dataset = lines.map(_split_tsv, batched=True, with_indices=True, remove_columns=["text"],
+                            fn_kwargs={"path": location})
+    elif format == "jsonl":
+        try:
+            rows = datasets.load_dataset("json", data_files={"rows": location}, split="rows")
+        except Exception as error:  # the json builder wraps parse errors in several types
+            raise UserError(f"{location}: not valid JSON lines ({type(error).__name__})") from None
+        dataset = _row_pairs(rows, src_lang, tgt_lang, src_column, tgt_column, key)
+    elif format == "hub":
+        rows = datasets.load_dataset(hub_name, hub_config, split=location)
+        dataset = _row_pairs(rows, src_lang, tgt_lang, src_column, tgt_column, key)
+    else:
+        raise UserError(f"data.format: unknown format {format!r}")
+
+    def clean(batch):
+        return {"src": [normalize(s or "") for s in batch["src"]], "tgt": [normalize(t or "") for t in batch["tgt"]]}
+
+    return dataset.map(clean, batched=True)
+
+
+def drop_empty(dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:
+    """Drop pairs with an empty side (training data only). Returns the dataset and the count dropped."""
+    kept = dataset.filter(lambda batch: [bool(s) and bool(t) for s, t in zip(batch["src"], batch["tgt"])],
+                          batched=True)
+    return kept, len(dataset) - len(kept)

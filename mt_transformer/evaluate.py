@@ -1,0 +1,50 @@
+"""Corpus scores with sacreBLEU on detokenized text, with the signatures sacreBLEU prints."""
+
+from __future__ import annotations
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+from .config import UserError
+
+METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 file without their line endings (a final newline adds no line)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except UnicodeDecodeError as error:
+        line = text_line_of(path, error.start)
+        raise UserError(f"{path}: line {line} is not valid UTF-8") from None
+    text = text.removeprefix("\ufeff")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def text_line_of(path: str, byte_offset: int) -> int:
+    with open(path, "rb") as f:
+        return f.read(byte_offset).count(b"\n") + 1
+
+
+def score(hypotheses: list[str], references: list[str], metrics=("bleu", "chrf")) -> dict:
+    """{"bleu": 34.1, "chrf": ..., "signature": {"bleu": "nrefs:1|case:mixed|...", ...}}."""
+    if len(hypotheses) != len(references):
+        raise UserError(f"hypotheses have {len(hypotheses)} lines but references have {len(references)}")
+    result, signatures = {}, {}
+    for name in metrics:
+        metric = METRICS[name]()
+        result[name] = round(metric.corpus_score(hypotheses, [references]).score, 2)
+        signatures[name] = str(metric.get_signature())
+    result["signature"] = signatures
+    return result
+
+
+def format_scores(result: dict) -> str:
+    """One line per metric: `BLEU = 34.10  (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0)`."""
+    return "\n".join(f"{name.upper()} = {result[name]:.2f}  ({result['signature'][name]})"
+                     for name in result if name != "signature")

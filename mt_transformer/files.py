@@ -1,0 +1,80 @@
+"""Atomic file writing: write a temporary file beside the target, fsync, then rename.
+
+A crash at any moment leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yield a temporary path in the target's directory; on success it replaces `path`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_text(path: str, text: str) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+
+def append_line(path: str, line: str) -> None:
+    """Append one line and fsync (metrics logs: a crash loses at most the line being written)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line.rstrip("\n") + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def replace_dir(tmp_dir: str, final_dir: str) -> None:
+    """Move a fully written directory into place, replacing any old one of the same name."""
+    for name in os.listdir(tmp_dir):
+        path = os.path.join(tmp_dir, name)
+        if os.path.isfile(path):
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+    if os.path.exists(final_dir):
+        trash = f"{final_dir}.old"
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(final_dir, trash)
+        os.replace(tmp_dir, final_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp_dir, final_dir)
+    _fsync_dir(os.path.dirname(os.path.abspath(final_dir)))

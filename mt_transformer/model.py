@@ -1,0 +1,129 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+Shape notation used throughout the model code:
+    batch      sentences in the batch (times beam size while decoding)
+    src_len    source positions, tgt_len target positions
+    d_model    model width, heads attention heads, head_dim = d_model / heads
+    vocab      target vocabulary size
+
+encode(src) -> memory; decode(tgt_in, memory) -> logits; forward = decode(encode(src)).
+The loss lives in train.py and search in greedy.py / beam_search.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
+from .layers import DecoderLayer, EncoderLayer, LayerCache
+from .masks import padding_mask
+from .tokenizer import PAD_ID
+
+
+@dataclass
+class DecoderCache:
+    """Keys/values of every decoder layer plus how many target positions they hold."""
+    layers: list[LayerCache]
+    length: int = 0
+
+    def select(self, rows: torch.Tensor, cross: bool = True) -> None:
+        """Keep/reorder batch rows (beam reordering, dropping finished sentences).
+
+        Cross-attention keys/values are the same for all beams of a sentence, so beam reordering
+        within sentences can skip them (cross=False).
+        """
+        names = ("self_k", "self_v", "cross_k", "cross_v") if cross else ("self_k", "self_v")
+        for layer in self.layers:
+            for name in names:
+                value = getattr(layer, name)
+                if value is not None:
+                    setattr(layer, name, value.index_select(0, rows))
+
+
+class Transformer(nn.Module):
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        d_ff: int = 2048,
+        encoder_layers: int = 6,
+        decoder_layers: int = 6,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        norm: str = "post",
+        positions: str = "sinusoidal",
+        max_positions: int = 1024,
+        tie_embeddings: bool = True,
+        share_vocab: bool = True,
+    ):
+        super().__init__()
+        pre_norm = norm == "pre"
+        self.src_embed = TokenEmbedding(src_vocab_size, d_model, PAD_ID)
+        # three-way tying (section 3.4) when source and target share one vocabulary
+        share_embeddings = tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
+        self.tgt_embed = self.src_embed if share_embeddings else TokenEmbedding(tgt_vocab_size, d_model, PAD_ID)
+        position_class = SinusoidalPositions if positions == "sinusoidal" else LearnedPositions
+        self.src_positions = position_class(d_model, max_positions)
+        self.tgt_positions = self.src_positions if positions == "sinusoidal" else position_class(d_model, max_positions)
+        self.dropout = nn.Dropout(dropout)
+        layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, pre_norm)
+        self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
+        # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
+        self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        if tie_embeddings:
+            self.output.weight = self.tgt_embed.weight
+        else:
+            nn.init.normal_(self.output.weight, mean=0.0, std=d_model ** -0.5)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len). Returns memory (batch, src_len, d_model)."""
+        x = self.dropout(self.src_embed(src) + self.src_positions(src.size(1)))
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache([LayerCache() for _ in self.decoder])
+
+    def decode(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+        cache: DecoderCache | None = None, need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """tgt_in: (batch, tgt_len) ids (with a cache: only the new positions).
+
+        Returns logits (batch, tgt_len, vocab) and per layer the cross-attention weights
+        (batch, heads, tgt_len, src_len), or None unless need_weights.
+        """
+        offset = cache.length if cache is not None else 0
+        x = self.dropout(self.tgt_embed(tgt_in) + self.tgt_positions(tgt_in.size(1), offset))
+        weights = []
+        for i, layer in enumerate(self.decoder):
+            x, layer_weights = layer(x, memory, src_mask, cache.layers[i] if cache else None, need_weights)
+            weights.append(layer_weights)
+        if cache is not None:
+            cache.length += tgt_in.size(1)
+        return self.output(self.decoder_norm(x)), weights  # (batch, tgt_len, vocab)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits (batch, tgt_len, vocab)."""
+        src_mask = padding_mask(src, PAD_ID)
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)[0]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct parameters (tied matrices counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def log_probs_of_last(logits: torch.Tensor) -> torch.Tensor:
+    """(batch, tgt_len, vocab) -> log-probabilities of the last position, float32 (batch, vocab)."""
+    return F.log_softmax(logits[:, -1].float(), dim=-1)

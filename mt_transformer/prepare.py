@@ -1,0 +1,183 @@
+"""Encoding a split into subword ids with `datasets.map`, cached on disk.
+
+The cache key hashes the data (file contents for local files; name, config and split for hub
+data), the tokenizer model files and the cleaning settings, so a second run with the same
+inputs loads the encoded Arrow files instead of encoding again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+
+import datasets
+
+from .files import replace_dir, write_text
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = "1"
+
+
+def _hash_file(path: str, digest) -> None:
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+
+
+def cache_key(source: dict, data_files: list[str], tokenizer_files: list[str], settings: dict) -> str:
+    digest = hashlib.sha256(CACHE_VERSION.encode())
+    digest.update(json.dumps([source, settings], sort_keys=True).encode())
+    for path in list(data_files) + list(tokenizer_files):
+        _hash_file(path, digest)
+    return digest.hexdigest()[:24]
+
+
+class SubwordEncoder:
+    """A picklable batch function for `datasets.map`: loads sentencepiece lazily in each worker."""
+
+    def __init__(self, src_model: str, tgt_model: str):
+        self.src_model, self.tgt_model = src_model, tgt_model
+        self._processors = None
+
+    def __getstate__(self):
+        return {"src_model": self.src_model, "tgt_model": self.tgt_model, "_processors": None}
+
+    def __call__(self, batch: dict) -> dict:
+        if self._processors is None:
+            import sentencepiece as spm
+
+            self._processors = (spm.SentencePieceProcessor(model_file=self.src_model),
+                                spm.SentencePieceProcessor(model_file=self.tgt_model))
+        src_sp, tgt_sp = self._processors
+        src = src_sp.encode(batch["src"], out_type=int)
+        tgt = tgt_sp.encode(batch["tgt"], out_type=int)
+        return {"src_ids": src, "tgt_ids": tgt,
+                "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
+
+
+FEATURES = datasets.Features({
+    "src_ids": datasets.Sequence(datasets.Value("int32")),
+    "tgt_ids": datasets.Sequence(datasets.Value("int32")),
+    "src_len": datasets.Value("int32"),
+    "tgt_len": datasets.Value("int32"),
+})
+
+
+def encode_split(
+    load,
+    cache_dir: str,
+    key: str,
+    src_model: str,
+    tgt_model: str,
+    training: bool,
+    max_len: int,
+    max_ratio: float,
+    num_proc: int,
+) -> tuple[datasets.Dataset, dict]:
+    """Return the encoded split and its cleaning counts, from the cache when it is there.
+
+    `load()` returns the normalized `src`/`tgt` Dataset; it is only called on a cache miss.
+    Training data loses empty pairs, pairs longer than `max_len` subwords on either side and
+    pairs whose length ratio exceeds `max_ratio`; other splits keep every line.
+    """
+    path = os.path.join(cache_dir, key)
+    if os.path.isfile(os.path.join(path, "stats.json")):
+        with open(os.path.join(path, "stats.json"), encoding="utf-8") as f:
+            stats = json.load(f)
+        return datasets.load_from_disk(path), {**stats, "cached": True}
+
+    from .corpus import drop_empty
+
+    pairs = load()
+    stats = {"pairs": len(pairs), "empty": 0, "too_long": 0, "bad_ratio": 0}
+    if training:
+        pairs, stats["empty"] = drop_empty(pairs)
+    # other splits keep their text: validation translates it and scores against it
+    features = FEATURES if training else datasets.Features({**pairs.features, **FEATURES})
+    encoded = pairs.map(SubwordEncoder(src_model, tgt_model), batched=True, num_proc=num_proc if num_proc > 1 else None,
+                        remove_columns=pairs.column_names if training else None, features=features)
+    if training:
+        before = len(encoded)
+        encoded = encoded.filter(
+            lambda b: [0 < s <= max_len and 0 < t <= max_len for s, t in zip(b["src_len"], b["tgt_len"])],
+            batched=True)
+        stats["too_long"] = before - len(encoded)
+        before = len(encoded)
+        encoded = encoded.filter(
+            lambda b: [max(s, t) <= max_ratio * min(s, t) for s, t in zip(b["src_len"], b["tgt_len"])],
+            batched=True)
+        stats["bad_ratio"] = before - len(encoded)
+    stats["kept"] = len(encoded)
+
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir)
+    try:
+        encoded.save_to_disk(tmp)
+        write_text(os.path.join(tmp, "stats.json"), json.dumps(stats))
+        replace_dir(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return datasets.load_from_disk(path), {**stats, "cached": False}
+
+
+TOKENIZER_SETTINGS = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
+
+
+def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
+    """Train (or reuse) the run's tokenizer and encode the splits.
+
+    `data` is the DataConfig section. Returns (tokenizer, {split: encoded Dataset}).
+    """
+    from .config import UserError, data_files
+    from .corpus import drop_empty, load_pairs
+    from .tokenizer import Tokenizer, train_tokenizer
+
+    def loader(split):
+        return lambda: load_pairs(data.format, getattr(data, split), data.src_lang, data.tgt_lang, f"data.{split}",
+                                  data.hub_name, data.hub_config, data.src_column, data.tgt_column)
+
+    settings = {name: getattr(data, name) for name in TOKENIZER_SETTINGS}
+    settings_path = os.path.join(run_dir, "tokenizer.json")
+    if Tokenizer.exists(run_dir) and os.path.isfile(settings_path):
+        with open(settings_path, encoding="utf-8") as f:
+            saved = json.load(f)
+        for name in TOKENIZER_SETTINGS:
+            if saved.get(name) != settings[name]:
+                raise UserError(f"data.{name}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
+                                f"({saved.get(name)!r}); use a new train.output_dir")
+        tokenizer = Tokenizer(run_dir)
+    else:
+        pairs, _ = drop_empty(loader("train")())
+        log.info("training sentencepiece (%s, vocab %d, %s) on %d pairs", data.spm_type, data.vocab_size,
+                 "joint" if data.joint_vocab else "one per side", len(pairs))
+        tokenizer = train_tokenizer(run_dir, (s for s in pairs["src"]), (t for t in pairs["tgt"]), data.joint_vocab,
+                                    data.vocab_size, data.spm_type, data.character_coverage, data.spm_max_sentences, seed)
+        write_text(settings_path, json.dumps(settings, indent=2))
+
+    cache_dir = data.cache_dir or os.path.join(run_dir, "cache")
+    model_files = [os.path.join(run_dir, name) for name in tokenizer.files]
+    src_model, tgt_model = model_files[0], model_files[-1]
+    encoded = {}
+    for split in splits:
+        if getattr(data, split) is None:
+            continue
+        training = split == "train"
+        source = {"format": data.format, "location": getattr(data, split), "hub": [data.hub_name, data.hub_config],
+                  "columns": [data.src_column, data.tgt_column], "langs": [data.src_lang, data.tgt_lang]}
+        key = cache_key(source, data_files(data, split), model_files,
+                        {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio})
+        encoded[split], stats = encode_split(loader(split), cache_dir, key, src_model, tgt_model, training,
+                                             data.max_len, data.max_ratio, data.num_proc)
+        origin = "cache" if stats["cached"] else "encoded"
+        if training:
+            log.info("train: %d pairs (%s), dropped %d empty, %d longer than %d subwords, %d with length ratio over %g",
+                     stats["kept"], origin, stats["empty"], stats["too_long"], data.max_len, stats["bad_ratio"],
+                     data.max_ratio)
+        else:
+            log.info("%s: %d pairs (%s)", split, stats["kept"], origin)
+    return tokenizer, encoded

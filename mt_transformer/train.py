@@ -1,0 +1,320 @@
+"""Training: label-smoothed cross entropy, Adam with the Noam schedule, gradient accumulation
+and clipping, mixed precision, validation (loss, perplexity, BLEU), checkpoints and resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from . import checkpoint
+from .batching import batch_loader, token_batches
+from .config import Config, UserError, check_data_files, to_yaml
+from .evaluate import score
+from .files import append_line, write_text
+from .model import Transformer, count_parameters
+from .prepare import prepare_data
+from .schedule import noam_scheduler
+from .tokenizer import PAD_ID, Tokenizer
+from .translate import translate_lines
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Sum over non-pad target tokens of the cross entropy against a label-smoothed target:
+    (1 - smoothing) on the reference token plus smoothing / vocab on every token (section 5.4).
+
+    logits: (batch, tgt_len, vocab); target: (batch, tgt_len).
+    """
+    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=smoothing, reduction="sum")
+
+
+def select_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"train.device: {name} asked for, but CUDA is not available")
+    return torch.device(name)
+
+
+def build_model(model_config: dict, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool) -> Transformer:
+    return Transformer(src_vocab_size, tgt_vocab_size, share_vocab=share_vocab, **model_config)
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    numpy_state = np.random.get_state()
+    state["numpy"] = [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]]
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def checkpoint_metadata(config: Config, tokenizer: Tokenizer) -> dict:
+    return {"config": config.to_dict(), "src_vocab_size": tokenizer.src_vocab_size,
+            "tgt_vocab_size": tokenizer.tgt_vocab_size, "joint_vocab": tokenizer.joint,
+            "tokenizer_files": tokenizer.files}
+
+
+def check_compatible(saved: dict, config: Config, where: str) -> None:
+    """Refuse to resume when the model or tokenizer settings changed since the checkpoint."""
+    current = config.to_dict()
+    for section, names in (("model", list(current["model"])),
+                           ("data", ["src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type"])):
+        for name in names:
+            old, new = saved["config"][section].get(name), current[section][name]
+            if old != new:
+                raise UserError(f"{section}.{name}: {new!r} in the config but {old!r} in {where}; "
+                                f"use a new train.output_dir or restore the setting")
+
+
+@torch.no_grad()
+def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: float, device, autocast) -> dict:
+    """Label-smoothed loss and NLL per target token over valid pairs within max_len subwords."""
+    model.eval()
+    src_lens, tgt_lens = np.asarray(dataset["src_len"]), np.asarray(dataset["tgt_len"])
+    keep = np.nonzero((src_lens <= max_len) & (tgt_lens <= max_len))[0]
+    batches = [keep[b] for b in token_batches(src_lens[keep], tgt_lens[keep], max_tokens, shuffle=False)]
+    total_loss = total_nll = 0.0
+    tokens = 0
+    for batch in batch_loader(dataset.select_columns(["src_ids", "tgt_ids"]), batches):
+        batch = batch.to(device)
+        with autocast:
+            logits = model(batch.src, batch.tgt_in)
+        total_loss += float(label_smoothed_loss(logits, batch.tgt_out, smoothing))
+        total_nll += float(label_smoothed_loss(logits, batch.tgt_out, 0.0))
+        tokens += batch.target_tokens
+    model.train()
+    tokens = max(tokens, 1)
+    return {"valid_loss": total_loss / tokens, "valid_nll": total_nll / tokens,
+            "valid_ppl": math.exp(min(total_nll / tokens, 100.0))}
+
+
+def validation_bleu(model, tokenizer, dataset, max_sentences: int, decode: dict, device) -> float:
+    if max_sentences:
+        dataset = dataset.select(range(min(max_sentences, len(dataset))))
+    sources, references = list(dataset["src"]), list(dataset["tgt"])
+    translations = translate_lines(model, tokenizer, sources, device, beam_size=1,
+                                   max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"],
+                                   max_tokens=decode["max_tokens"])
+    model.train()
+    return score([t[0].text for t in translations], references, metrics=("bleu",))["bleu"]
+
+
+def check_output_dir(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".write-test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise UserError(f"train.output_dir: cannot write to {path} ({error.strerror})") from None
+
+
+def dry_run(config: Config) -> int:
+    """Build the model and return its parameter count, writing nothing."""
+    run_dir = config.train.output_dir
+    if Tokenizer.exists(run_dir):
+        tokenizer = Tokenizer(run_dir)
+        src_vocab, tgt_vocab, joint = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+    else:
+        src_vocab = tgt_vocab = config.data.vocab_size
+        joint = config.data.joint_vocab
+    model = build_model(dataclasses.asdict(config.model), src_vocab, tgt_vocab, joint)
+    return count_parameters(model)
+
+
+def train(config: Config) -> dict:
+    """Run (or resume) training as configured. Returns the last validation metrics."""
+    check_data_files(config.data)
+    t, run_dir = config.train, config.train.output_dir
+    check_output_dir(run_dir)
+    device = select_device(t.device)
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    random.seed(t.seed)
+    np.random.seed(t.seed)
+    torch.manual_seed(t.seed)
+
+    found = checkpoint.list_checkpoints(run_dir)
+    if found:
+        check_compatible(checkpoint.read_metadata(found[-1][1]), config, found[-1][1])
+    tokenizer, data = prepare_data(config.data, run_dir, t.seed)
+    write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
+
+    model = build_model(dataclasses.asdict(config.model), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
+                        tokenizer.joint).to(device)
+    log.info("model: %d parameters, %s on %s", count_parameters(model), t.precision, device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=t.lr_scale, betas=t.adam_betas, eps=t.adam_eps,
+                                 weight_decay=t.weight_decay, fused=device.type == "cuda")
+    scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
+    scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "elapsed": 0.0, "skipped": 0}
+    if found:
+        step_dir = found[-1][1]
+        checkpoint.load_weights(model, step_dir)
+        saved = checkpoint.load_trainer_state(step_dir)
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        scaler.load_state_dict(saved["scaler"])
+        set_rng_state(saved["rng"])
+        state.update({k: saved[k] for k in state})
+        log.info("resuming from %s (step %d, epoch %d)", step_dir, state["step"], state["epoch"] + 1)
+
+    loop = TrainingLoop(config, model, optimizer, scheduler, scaler, tokenizer, data, device, state)
+    with logging_redirect_tqdm():
+        return loop.run()
+
+
+class TrainingLoop:
+    """The update loop and the checkpoint/validation bookkeeping around it."""
+
+    def __init__(self, config, model, optimizer, scheduler, scaler, tokenizer, data, device, state):
+        self.config, self.model, self.optimizer, self.scheduler, self.scaler = config, model, optimizer, scheduler, scaler
+        self.tokenizer, self.data, self.device, self.state = tokenizer, data, device, state
+        self.run_dir = config.train.output_dir
+        self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
+        precision = config.train.precision
+        self.autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
+        self.metadata = checkpoint_metadata(config, tokenizer)
+
+    def run(self) -> dict:
+        t, state, model = self.config.train, self.state, self.model
+        train_set = self.data["train"].select_columns(["src_ids", "tgt_ids"])
+        src_lens = np.asarray(self.data["train"]["src_len"])
+        tgt_lens = np.asarray(self.data["train"]["tgt_len"])
+        start, started_at = time.monotonic(), state["elapsed"]
+        interval = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
+        last_metrics, validated_at = {}, None
+        micro, group_tokens = 0, 0
+        model.train()
+        bar = tqdm(total=t.max_steps, initial=state["step"], unit="step", dynamic_ncols=True, disable=None)
+
+        def finished() -> bool:
+            over_time = t.max_minutes and started_at + time.monotonic() - start >= 60 * t.max_minutes
+            return state["step"] >= t.max_steps or bool(over_time) or (t.max_epochs and state["epoch"] >= t.max_epochs)
+
+        while not finished():
+            batches = token_batches(src_lens, tgt_lens, t.max_tokens, t.seed, state["epoch"])
+            loader = batch_loader(train_set, batches[state["batch_in_epoch"]:], t.num_workers,
+                                  pin_memory=self.device.type == "cuda")
+            for batch in loader:
+                state["batch_in_epoch"] += 1
+                tokens = batch.target_tokens
+                batch = batch.to(self.device)
+                with self.autocast:
+                    logits = model(batch.src, batch.tgt_in)                  # (batch, tgt_len, vocab)
+                loss = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
+                self.scaler.scale(loss).backward()
+                interval["loss"] += loss.detach()
+                micro, group_tokens = micro + 1, group_tokens + tokens
+                if micro < t.accumulate:
+                    continue
+                updated = self.update(group_tokens)
+                interval["tokens"] += group_tokens
+                micro, group_tokens = 0, 0
+                if not updated:
+                    continue
+                step = state["step"]
+                if step % t.log_every == 0:
+                    self.log_train(interval, bar, started_at + time.monotonic() - start)
+                    interval = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
+                bar.update(1)
+                if step % t.valid_every == 0:
+                    state["elapsed"] = started_at + time.monotonic() - start
+                    last_metrics, validated_at = self.validate_and_save(), step
+                if finished():
+                    break
+            else:
+                state["epoch"], state["batch_in_epoch"] = state["epoch"] + 1, 0
+        bar.close()
+        if validated_at != state["step"]:
+            state["elapsed"] = started_at + time.monotonic() - start
+            last_metrics = self.validate_and_save()
+        log.info("training done: step %d, epoch %d, %.1f minutes", state["step"], state["epoch"] + 1,
+                 state["elapsed"] / 60)
+        return last_metrics
+
+    def update(self, tokens: int) -> bool:
+        """One optimizer step on gradients summed over `tokens` target tokens; False if skipped."""
+        t, params = self.config.train, [p for p in self.model.parameters() if p.grad is not None]
+        self.scaler.unscale_(self.optimizer)
+        for p in params:
+            p.grad.div_(max(tokens, 1))  # mean over the target tokens of the whole update
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, t.clip_norm if t.clip_norm > 0 else float("inf"))
+        finite = bool(torch.isfinite(grad_norm))
+        if finite:
+            self.scaler.step(self.optimizer)
+            self.scheduler.step()
+            self.state["step"] += 1
+        else:
+            self.state["skipped"] += 1
+            log.warning("non-finite gradient norm: update skipped (%d so far)", self.state["skipped"])
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return finite
+
+    def log_train(self, interval: dict, bar, elapsed: float) -> None:
+        seconds = max(time.monotonic() - interval["time"], 1e-9)
+        entry = {"step": self.state["step"], "epoch": self.state["epoch"] + 1,
+                 "loss": round(float(interval["loss"]) / max(interval["tokens"], 1), 4),
+                 "lr": self.scheduler.get_last_lr()[0], "tokens_per_s": round(interval["tokens"] / seconds, 1),
+                 "skipped": self.state["skipped"], "elapsed_s": round(elapsed, 1)}
+        append_line(self.metrics_path, json.dumps(entry))
+        bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}", tok_s=f"{entry['tokens_per_s']:.0f}")
+        if bar.disable:
+            log.info("step %d  loss %.3f  lr %.2e  %.0f tok/s", entry["step"], entry["loss"], entry["lr"],
+                     entry["tokens_per_s"])
+
+    def validate_and_save(self) -> dict:
+        t, d, state = self.config.train, self.config.data, self.state
+        metrics = {"step": state["step"]}
+        if "valid" in self.data:
+            metrics.update(validation_loss(self.model, self.data["valid"], t.max_tokens, d.max_len, t.label_smoothing,
+                                           self.device, self.autocast))
+            metrics["valid_bleu"] = validation_bleu(self.model, self.tokenizer, self.data["valid"],
+                                                    t.valid_max_sentences, dataclasses.asdict(self.config.decode),
+                                                    self.device)
+            log.info("step %d  valid loss %.3f  ppl %.2f  BLEU %.2f", state["step"], metrics["valid_loss"],
+                     metrics["valid_ppl"], metrics["valid_bleu"])
+        metrics["elapsed_s"] = round(state["elapsed"], 1)
+        append_line(self.metrics_path, json.dumps(metrics))
+        is_best = "valid_bleu" in metrics and (state["best_bleu"] is None or metrics["valid_bleu"] > state["best_bleu"])
+        if is_best:
+            state["best_bleu"] = metrics["valid_bleu"]
+        trainer_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                         "scaler": self.scaler.state_dict(), "rng": rng_state(), **state}
+        checkpoint.save_checkpoint(self.run_dir, state["step"], self.model, self.metadata, trainer_state,
+                                   self.run_dir, self.tokenizer.files)
+        if is_best:
+            checkpoint.write_best(self.run_dir, state["step"], metrics["valid_bleu"])
+        checkpoint.prune(self.run_dir, t.keep_last)
+        return metrics
