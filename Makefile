@@ -1,0 +1,31 @@
+# mt_transformer: make demo (train on the built-in data), make test (the test suite).
+PYTHON ?= python3
+PIP = $(PYTHON) -m pip
+DEMO_DATA = data/demo
+DEMO_RUN = runs/demo
+
+.PHONY: install demo test test-all bench clean
+
+# Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
+# first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels.
+install:
+	@$(PYTHON) -c "import torch" 2>/dev/null || { \
+	  if command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install "torch>=2.3"; \
+	  else $(PIP) install "torch==2.13.0" || $(PIP) install "torch>=2.3" --index-url https://download.pytorch.org/whl/cpu; fi; }
+	@$(PYTHON) -c "import mt_transformer, pytest, datasets, sentencepiece, sacrebleu, safetensors" 2>/dev/null \
+	  || $(PIP) install -e ".[dev]"
+
+demo: install
+	$(PYTHON) -m mt_transformer.demo_data $(DEMO_DATA)
+	mt-train --config configs/demo.yaml
+	mt-translate --checkpoint $(DEMO_RUN) -i $(DEMO_DATA)/test.en -o $(DEMO_RUN)/test.hyp.de
+	mt-eval --hyp $(DEMO_RUN)/test.hyp.de --ref $(DEMO_DATA)/test.de --metrics bleu chrf
+
+test: install
+	$(PYTHON) -m pytest -q
+
+bench: install
+	$(PYTHON) scripts/benchmark.py
+
+clean:
+	rm -rf $(DEMO_DATA) $(DEMO_RUN) .pytest_cache

@@ -1,0 +1,70 @@
+"""Shared fixtures: a small generated corpus, a tiny config and one tiny trained run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from mt_transformer.demo_data import generate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+torch.set_num_threads(2)
+
+
+@pytest.fixture(autouse=True)
+def _skip_gpu_without_cuda(request):
+    if request.node.get_closest_marker("gpu") and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> str:
+    """Prefix of a generated English-German corpus: {prefix}/train.en, ..."""
+    directory = tmp_path_factory.mktemp("corpus")
+    generate(str(directory), train=2000, valid=60, test=40, seed=7)
+    return str(directory)
+
+
+def tiny_config(corpus: str, output_dir: str, **sections) -> dict:
+    config = {
+        "data": {"src_lang": "en", "tgt_lang": "de", "train": f"{corpus}/train", "valid": f"{corpus}/valid",
+                 "vocab_size": 200, "spm_type": "bpe", "max_len": 48},
+        "model": {"d_model": 32, "n_heads": 4, "d_ff": 64, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0},
+        "train": {"output_dir": output_dir, "max_tokens": 1024, "max_steps": 40, "warmup": 20, "lr_scale": 1.0,
+                  "log_every": 10, "valid_every": 20, "valid_max_sentences": 20, "seed": 3},
+        "decode": {"beam_size": 2, "max_len_b": 10},
+    }
+    for section, values in sections.items():
+        config[section].update(values)
+    return config
+
+
+def write_config(path, config: dict) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(config, f)
+    return str(path)
+
+
+def run_cli(*args, input: str | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run one of the console scripts as a user would, through the installed module."""
+    name, *rest = args
+    module = {"mt-train": "train_main", "mt-translate": "translate_main", "mt-eval": "eval_main"}[name]
+    code = f"import sys; from mt_transformer.cli import {module}; sys.argv[0] = {name!r}; {module}()"
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "2"}
+    return subprocess.run([sys.executable, "-c", code, *rest], input=input, capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=env, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def trained_run(corpus, tmp_path_factory) -> str:
+    """A tiny model trained for a few dozen steps (shared by the CLI and decoding tests)."""
+    directory = tmp_path_factory.mktemp("run")
+    config = write_config(directory / "config.yaml", tiny_config(corpus, str(directory / "out")))
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    return str(directory / "out")

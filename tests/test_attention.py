@@ -1,0 +1,59 @@
+import math
+
+import torch
+
+from mt_transformer.attention import MultiHeadAttention, attention_with_weights
+from mt_transformer.masks import causal_mask, padding_mask
+
+
+def reference_attention(q, k, v, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V written with plain loops over batch and heads."""
+    out = torch.zeros_like(q)
+    for b in range(q.size(0)):
+        for h in range(q.size(1)):
+            scores = q[b, h] @ k[b, h].T / math.sqrt(q.size(-1))
+            if mask is not None:
+                m = mask.expand(q.size(0), q.size(1), q.size(2), k.size(2))[b, h]
+                scores = scores.masked_fill(~m, float("-inf"))
+            out[b, h] = torch.softmax(scores, dim=-1) @ v[b, h]
+    return out
+
+
+def test_explicit_path_matches_plain_softmax():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    mask = padding_mask(torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]]), 0)
+    out, weights = attention_with_weights(q, k, v, mask)
+    assert torch.allclose(out, reference_attention(q, k, v, mask), atol=1e-5)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 3, 4))
+    assert torch.all(weights[0, :, :, 4:] == 0)  # padded keys get no weight
+
+
+def test_sdpa_and_explicit_paths_agree_with_masks():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    src_mask = padding_mask(torch.tensor([[1] * 7, [1] * 4 + [0] * 3]), 0)
+    k, v = attention.project_kv(memory)
+    fast, none = attention(x, k, v, mask=src_mask)
+    slow, weights = attention(x, k, v, mask=src_mask, need_weights=True)
+    assert none is None and weights.shape == (2, 4, 5, 7)
+    assert torch.allclose(fast, slow, atol=1e-5)
+    assert torch.all(weights[1, :, :, 4:] == 0)
+
+
+def test_causal_attention_ignores_the_future():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(1, 6, 16)
+    k, v = attention.project_kv(x)
+    causal, weights = attention(x, k, v, is_causal=True, need_weights=True)
+    fast, _ = attention(x, k, v, is_causal=True)
+    assert torch.allclose(causal, fast, atol=1e-5)
+    assert torch.all(weights[0, :, ~causal_mask(6)[0, 0]] == 0)
+    # changing a later position leaves earlier outputs unchanged
+    x2 = x.clone()
+    x2[0, 4:] += 1.0
+    k2, v2 = attention.project_kv(x2)
+    changed, _ = attention(x2, k2, v2, is_causal=True)
+    assert torch.allclose(changed[0, :4], fast[0, :4], atol=1e-5)

@@ -1,0 +1,59 @@
+import numpy as np
+import pytest
+
+from mt_transformer.batching import collate, token_batches
+from mt_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def lengths(n=500, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, 60, n), rng.integers(1, 60, n)
+
+
+def padded_size(batch, src, tgt):
+    return len(batch) * max(src[batch].max() + 1, tgt[batch].max() + 1)
+
+
+def test_every_example_exactly_once_and_no_batch_over_budget():
+    src, tgt = lengths()
+    for epoch in range(3):
+        batches = token_batches(src, tgt, max_tokens=400, seed=1, epoch=epoch)
+        seen = np.concatenate(batches)
+        assert sorted(seen.tolist()) == list(range(len(src)))
+        assert all(padded_size(b, src, tgt) <= 400 for b in batches)
+
+
+def test_length_grouping_keeps_padding_low():
+    src, tgt = lengths(2000)
+    batches = token_batches(src, tgt, max_tokens=2000, seed=1)
+    real = sum(int(np.maximum(src[b] + 1, tgt[b] + 1).sum()) for b in batches)
+    padded = sum(padded_size(b, src, tgt) for b in batches)
+    assert 1 - real / padded < 0.1
+
+
+def test_seeded_epochs_are_reproducible_and_differ():
+    src, tgt = lengths()
+    first = token_batches(src, tgt, 400, seed=5, epoch=0)
+    again = token_batches(src, tgt, 400, seed=5, epoch=0)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    other = token_batches(src, tgt, 400, seed=5, epoch=1)
+    assert [a.tolist() for a in first] != [b.tolist() for b in other]
+
+
+def test_unshuffled_batches_are_sorted_by_length():
+    src, tgt = lengths()
+    order = np.concatenate(token_batches(src, tgt, 400, shuffle=False))
+    assert np.all(np.diff(tgt[order]) >= 0)
+
+
+def test_an_example_over_the_budget_is_an_error():
+    with pytest.raises(ValueError, match="exceeds max_tokens"):
+        token_batches(np.array([10, 500]), np.array([10, 20]), 100)
+
+
+def test_collate_adds_specials_and_pads():
+    batch = collate([[5, 6], [7]], [[8], [9, 10, 11]])
+    assert batch.src.tolist() == [[5, 6, EOS_ID], [7, EOS_ID, PAD_ID]]
+    assert batch.tgt_in.tolist() == [[BOS_ID, 8, PAD_ID, PAD_ID], [BOS_ID, 9, 10, 11]]
+    assert batch.tgt_out.tolist() == [[8, EOS_ID, PAD_ID, PAD_ID], [9, 10, 11, EOS_ID]]
+    assert batch.target_tokens == 6

@@ -1,0 +1,125 @@
+"""Beam search against a scripted decoder whose distributions depend only on the prefix,
+so every expected hypothesis and score below is worked out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from mt_transformer.beam_search import beam_search, length_penalty
+from mt_transformer.greedy import greedy_search
+from mt_transformer.masks import padding_mask
+from mt_transformer.model import Transformer
+from mt_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+A, B = 4, 5
+TINY = 1e-6
+# next-token probabilities given the prefix (after BOS); anything unlisted ends with EOS
+SCRIPT = {
+    (): {A: 0.6, B: 0.4},
+    (A,): {EOS_ID: 0.7, A: 0.2, B: 0.1},
+    (B,): {EOS_ID: 0.1, A: 0.9},
+}
+
+
+class ScriptedCache:
+    def __init__(self):
+        self.prefixes, self.length = None, 0
+
+    def select(self, rows, cross=True):
+        self.prefixes = self.prefixes.index_select(0, rows)
+
+
+class ScriptedDecoder:
+    vocab = 6
+
+    def encode(self, src, src_mask):
+        return torch.zeros(src.size(0), src.size(1), 1)
+
+    def new_cache(self):
+        return ScriptedCache()
+
+    def decode(self, tokens, memory, src_mask, cache):
+        cache.prefixes = tokens if cache.prefixes is None else torch.cat([cache.prefixes, tokens], dim=1)
+        cache.length += 1
+        probs = torch.full((tokens.size(0), self.vocab), TINY)
+        for row, prefix in enumerate(cache.prefixes.tolist()):
+            for token, p in SCRIPT.get(tuple(prefix[1:]), {EOS_ID: 1.0}).items():
+                probs[row, token] = p
+        return probs.log()[:, None, :], None
+
+
+def search(beam, alpha=0.0, max_len=10, n_best=None, sentences=1):
+    src = torch.tensor([[7, EOS_ID]] * sentences)
+    limits = torch.tensor([max_len] * sentences) if isinstance(max_len, int) else torch.tensor(max_len)
+    return beam_search(ScriptedDecoder(), src, padding_mask(src, PAD_ID), limits, BOS_ID, EOS_ID, beam, alpha,
+                       n_best or beam)
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-4)
+
+
+def test_beam_two_finds_the_hand_computed_hypotheses():
+    hypotheses = search(beam=2)[0]
+    # step 1: "a EOS" (.6*.7 = .42) finishes; "b a" (.36) and "a a" (.12) continue
+    # step 2: "b a EOS" (.36) finishes; the sentence has 2 finished hypotheses and stops
+    assert [h.tokens for h in hypotheses] == [[A], [B, A]]
+    assert close(hypotheses[0].log_prob, math.log(0.42)) and close(hypotheses[1].log_prob, math.log(0.36))
+    assert close(hypotheses[0].score, hypotheses[0].log_prob)  # alpha 0: no length penalty
+
+
+def test_length_penalty_can_change_the_winner():
+    assert close(length_penalty(2, 1.0), 7 / 6)
+    with_alpha_1 = search(beam=2, alpha=1.0)[0]
+    assert with_alpha_1[0].tokens == [A]
+    assert close(with_alpha_1[0].score, math.log(0.42) / (7 / 6))
+    with_alpha_2 = search(beam=2, alpha=2.0)[0]
+    # log(.36) / (8/6)^2 = -0.575 beats log(.42) / (7/6)^2 = -0.637
+    assert with_alpha_2[0].tokens == [B, A]
+    assert close(with_alpha_2[0].score, math.log(0.36) / (8 / 6) ** 2)
+
+
+def test_beam_one_is_greedy():
+    hypotheses = search(beam=1)[0]
+    assert len(hypotheses) == 1 and hypotheses[0].tokens == [A]
+    src = torch.tensor([[7, EOS_ID]])
+    greedy = greedy_search(ScriptedDecoder(), src, padding_mask(src, PAD_ID), torch.tensor([10]), BOS_ID, EOS_ID)
+    assert greedy[0].tokens == [A] and close(greedy[0].log_prob, hypotheses[0].log_prob)
+
+
+def test_length_limit_forces_eos():
+    hypotheses = search(beam=2, max_len=1)[0]
+    # at step 1 only EOS may follow: "a EOS" (.42) and "b EOS" (.04)
+    assert [h.tokens for h in hypotheses] == [[A], [B]]
+    assert close(hypotheses[1].log_prob, math.log(0.04))
+    empty = search(beam=2, max_len=0)[0]
+    assert [h.tokens for h in empty] == [[]]
+
+
+def test_sentences_finish_independently_in_one_batch():
+    together = search(beam=2, max_len=[1, 10, 0], sentences=3)
+    alone = [search(beam=2, max_len=n)[0] for n in (1, 10, 0)]
+    for batch_result, single in zip(together, alone):
+        assert [h.tokens for h in batch_result] == [h.tokens for h in single]
+        assert all(close(a.score, b.score) for a, b in zip(batch_result, single))
+
+
+def test_n_best_is_sorted_and_limited():
+    hypotheses = search(beam=3, n_best=2)[0]
+    assert len(hypotheses) == 2
+    assert hypotheses[0].score >= hypotheses[1].score
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_one_equals_greedy_on_a_random_model(seed):
+    torch.manual_seed(seed)
+    model = Transformer(30, 30, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2).eval()
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID], [11, 12, 13, EOS_ID, PAD_ID]])
+    mask = padding_mask(src, PAD_ID)
+    limits = torch.tensor([6, 3, 8])
+    greedy = greedy_search(model, src, mask, limits, BOS_ID, EOS_ID)
+    beam = beam_search(model, src, mask, limits, BOS_ID, EOS_ID, beam_size=1, alpha=0.0)
+    for g, b in zip(greedy, beam):
+        assert g.tokens == b[0].tokens
+        assert math.isclose(g.log_prob, b[0].log_prob, rel_tol=1e-4, abs_tol=1e-4)

@@ -1,0 +1,79 @@
+import os
+
+import pytest
+
+from conftest import run_cli, tiny_config, write_config
+from mt_transformer.config import ConfigError, load_config
+
+
+def test_loads_and_applies_overrides(corpus, tmp_path):
+    path = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "out")))
+    config = load_config(path, ["model.dropout=0.3", "train.adam_betas=[0.9, 0.99]", "data.joint_vocab=false"])
+    assert config.model.dropout == 0.3
+    assert config.train.adam_betas == (0.9, 0.99)
+    assert config.data.joint_vocab is False
+    assert config.train.lr_scale == 1.0 and isinstance(config.train.lr_scale, float)  # int coerced to float
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.colour=red", "model.colour: unknown key"),
+    ("optimizer.lr=1", "optimizer: unknown section"),
+    ("model.d_model=abc", "model.d_model: expected an integer"),
+    ("model.d_model=100", "model.d_model: 100 is not divisible by model.n_heads (8)"),
+    ("model.d_ff=0", "model.d_ff: must be positive"),
+    ("model.encoder_layers=-1", "model.encoder_layers: must be positive"),
+    ("train.warmup=0", "train.warmup: must be positive"),
+    ("decode.beam_size=0", "decode.beam_size: must be positive"),
+    ("decode.n_best=5", "decode.n_best: 5 exceeds decode.beam_size (4)"),
+    ("model.norm=middle", "model.norm: 'middle' is not one of post | pre"),
+    ("train.precision=fp8", "train.precision: 'fp8' is not one of fp32 | bf16 | fp16"),
+    ("data.joint_vocab=maybe", "data.joint_vocab: expected true or false"),
+    ("model.dropout=1.5", "model.dropout: must be in [0, 1)"),
+    ("train.adam_betas=[0.9]", "train.adam_betas: expected a list of 2 values"),
+    ("nodot=1", "--set nodot=1: expected section.key=value"),
+])
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(ConfigError) as error:
+        load_config("configs/base.yaml", [override])
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_key_in_file(tmp_path):
+    path = write_config(tmp_path / "c.yaml", {"model": {"d_modle": 512}})
+    with pytest.raises(ConfigError, match=r"model.d_modle: unknown key \(valid keys: .*d_model"):
+        load_config(path)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
+        load_config("nope.yaml")
+
+
+def test_cli_errors_exit_2_and_write_nothing(corpus, tmp_path):
+    out = tmp_path / "out"
+    path = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(out)))
+    for args in (["--set", "model.n_heads=3"], ["--set", "train.bogus=1"],
+                 ["--set", f"data.train={tmp_path}/missing"]):
+        result = run_cli("mt-train", "--config", path, *args)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+        assert "Traceback" not in result.stderr
+    assert "data.train: file not found" in result.stderr and f"{tmp_path}/missing.en" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("config, paper", [("configs/base.yaml", 65e6), ("configs/big.yaml", 213e6)])
+def test_dry_run_matches_paper_parameter_counts(config, paper):
+    result = run_cli("mt-train", "--config", config, "--dry-run", "--set", "data.vocab_size=37000")
+    assert result.returncode == 0, result.stderr
+    count = int(result.stdout.strip().splitlines()[-1].removeprefix("parameters: "))
+    assert abs(count - paper) / paper < 0.05, count
+    assert "d_model:" in result.stdout  # the resolved config is printed too
+
+
+def test_all_shipped_configs_load():
+    for name in os.listdir("configs"):
+        if name.endswith(".yaml"):
+            load_config(os.path.join("configs", name))

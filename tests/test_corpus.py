@@ -1,0 +1,75 @@
+import json
+
+import datasets
+import pytest
+
+from mt_transformer.config import UserError
+from mt_transformer.corpus import drop_empty, load_pairs
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_text_files_are_normalized(tmp_path):
+    write(tmp_path / "train.de", "\ufeffEin Haus\r\n  Zwei  \n\nKa\u0308se\n")
+    write(tmp_path / "train.en", "A house\r\nTwo\nempty\ncheese\n")
+    pairs = load_pairs("text", str(tmp_path / "train"), "de", "en", "data.train")
+    assert pairs["src"][:] == ["Ein Haus", "Zwei", "", "K\u00e4se"]  # BOM/CRLF/space stripped, NFC
+    assert pairs["tgt"][:] == ["A house", "Two", "empty", "cheese"]
+    kept, dropped = drop_empty(pairs)
+    assert dropped == 1 and len(kept) == 3
+
+
+def test_line_count_mismatch_names_both_files(tmp_path):
+    write(tmp_path / "t.de", "a\nb\n")
+    write(tmp_path / "t.en", "a\n")
+    with pytest.raises(UserError, match=r"data.train: .*t.de has 2 lines but .*t.en has 1"):
+        load_pairs("text", str(tmp_path / "t"), "de", "en", "data.train")
+
+
+def test_tsv(tmp_path):
+    path = write(tmp_path / "pairs.tsv", "Hallo\tHello\nJa\tYes\n")
+    pairs = load_pairs("tsv", path, "de", "en", "data.train")
+    assert pairs["src"][:] == ["Hallo", "Ja"] and pairs["tgt"][:] == ["Hello", "Yes"]
+    bad = write(tmp_path / "bad.tsv", "Hallo\tHello\nkein tab\n")
+    with pytest.raises(UserError, match="bad.tsv: line 2 has 1 tab-separated fields"):
+        load_pairs("tsv", bad, "de", "en", "data.train")
+
+
+def test_jsonl_translation_rows_and_named_columns(tmp_path):
+    rows = [{"translation": {"de": "Hallo", "en": "Hello"}}, {"translation": {"de": "Ja", "en": "Yes"}}]
+    path = write(tmp_path / "t.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    pairs = load_pairs("jsonl", path, "de", "en", "data.train")
+    assert pairs["src"][:] == ["Hallo", "Ja"] and pairs["tgt"][:] == ["Hello", "Yes"]
+    reverse = load_pairs("jsonl", path, "en", "de", "data.train")
+    assert reverse["src"][:] == ["Hello", "Yes"]
+    named = write(tmp_path / "n.jsonl", json.dumps({"german": "Haus", "english": "house"}) + "\n")
+    pairs = load_pairs("jsonl", named, "de", "en", "data.train", src_column="german", tgt_column="english")
+    assert pairs["src"][:] == ["Haus"] and pairs["tgt"][:] == ["house"]
+    with pytest.raises(UserError, match="no column 'de'"):
+        load_pairs("jsonl", named, "de", "en", "data.train")
+
+
+def test_hub_shaped_dataset_with_configs_and_splits(tmp_path):
+    """A local dataset laid out like the hub's wmt14: one config per pair, parquet splits,
+    rows {"translation": {"de": .., "en": ..}}, loaded through the same hub code path."""
+    repo = tmp_path / "wmt_like"
+    (repo / "de-en").mkdir(parents=True)
+    for split, n in (("train", 3), ("validation", 2)):
+        rows = {"translation": [{"de": f"Satz {i}", "en": f"Sentence {i}"} for i in range(n)]}
+        datasets.Dataset.from_dict(rows).to_parquet(str(repo / "de-en" / f"{split}-00000-of-00001.parquet"))
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: de-en\n  data_files:\n"
+        "  - split: train\n    path: de-en/train-*\n  - split: validation\n    path: de-en/validation-*\n---\n")
+    pairs = load_pairs("hub", "validation", "en", "de", "data.valid", hub_name=str(repo), hub_config="de-en")
+    assert pairs["src"][:] == ["Sentence 0", "Sentence 1"] and pairs["tgt"][:] == ["Satz 0", "Satz 1"]
+    assert len(load_pairs("hub", "train", "de", "en", "data.train", hub_name=str(repo), hub_config="de-en")) == 3
+
+
+def test_invalid_utf8_is_a_user_error(tmp_path):
+    (tmp_path / "x.de").write_bytes(b"gut\n\xff\xfe kaputt\n")
+    write(tmp_path / "x.en", "good\nbroken\n")
+    with pytest.raises(UserError, match="x.de: not valid UTF-8"):
+        load_pairs("text", str(tmp_path / "x"), "de", "en", "data.train")

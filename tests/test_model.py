@@ -1,0 +1,113 @@
+import torch
+
+from mt_transformer.masks import padding_mask
+from mt_transformer.model import Transformer, count_parameters
+from mt_transformer.tokenizer import BOS_ID, PAD_ID
+
+
+def tiny(**kwargs):
+    torch.manual_seed(0)
+    args = dict(d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    args.update(kwargs)
+    return Transformer(40, 40, **args).eval()
+
+
+def test_three_way_tying_with_a_shared_vocabulary():
+    model = tiny()
+    assert model.src_embed.weight is model.tgt_embed.weight is model.output.weight
+    untied = Transformer(40, 50, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1,
+                         share_vocab=False)
+    assert untied.src_embed.weight is not untied.tgt_embed.weight
+    assert untied.output.weight is untied.tgt_embed.weight  # decoder input/output still tied
+    assert count_parameters(model) < count_parameters(tiny(tie_embeddings=False))
+
+
+def test_source_padding_does_not_change_the_output():
+    model = tiny()
+    src = torch.tensor([[5, 6, 7, 3]])
+    padded = torch.tensor([[5, 6, 7, 3, PAD_ID, PAD_ID]])
+    tgt = torch.tensor([[BOS_ID, 9, 10]])
+    assert torch.allclose(model(src, tgt), model(padded, tgt), atol=1e-5)
+
+
+def decode_incrementally(model, src, tgt_in, rows=None):
+    src_mask = padding_mask(src, PAD_ID)
+    memory = model.encode(src, src_mask)
+    cache = model.new_cache()
+    steps = []
+    for t in range(tgt_in.size(1)):
+        logits, _ = model.decode(tgt_in[:, t: t + 1], memory, src_mask, cache)
+        steps.append(logits)
+    return torch.cat(steps, dim=1), cache
+
+
+def test_kv_cache_equals_full_recompute():
+    for norm in ("post", "pre"):
+        for positions in ("sinusoidal", "learned"):
+            model = tiny(norm=norm, positions=positions, max_positions=64)
+            src = torch.tensor([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]])
+            tgt_in = torch.tensor([[BOS_ID, 12, 13, 14], [BOS_ID, 15, 16, 17]])
+            full = model(src, tgt_in)
+            incremental, _ = decode_incrementally(model, src, tgt_in)
+            assert torch.allclose(full, incremental, atol=1e-5), (norm, positions)
+
+
+def _step_after_reorder(model, src, tgt_in, order, cross):
+    """Decode two positions, reorder the cache rows, decode the third."""
+    src_mask = padding_mask(src, PAD_ID)
+    memory = model.encode(src, src_mask)
+    cache = model.new_cache()
+    for t in range(2):
+        model.decode(tgt_in[:, t: t + 1], memory, src_mask, cache)
+    cache.select(order, cross=cross)
+    if cross:
+        memory, src_mask = memory[order], src_mask[order]
+    logits, _ = model.decode(tgt_in[order, 2:3], memory, src_mask, cache)
+    return logits
+
+
+def test_kv_cache_after_reordering_rows():
+    model = tiny()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 10, 3], [11, 12, 13, 3]])
+    tgt_in = torch.tensor([[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25]])
+    order = torch.tensor([2, 0, 0])
+    reordered = _step_after_reorder(model, src, tgt_in, order, cross=True)
+    assert torch.allclose(reordered, model(src[order], tgt_in[order])[:, 2:3], atol=1e-5)
+
+
+def test_beam_reordering_keeps_the_shared_cross_attention_cache():
+    model = tiny()
+    src = torch.tensor([[5, 6, 7, 3]] * 3)  # three beams of one sentence
+    tgt_in = torch.tensor([[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25]])
+    order = torch.tensor([1, 1, 2])
+    reordered = _step_after_reorder(model, src, tgt_in, order, cross=False)
+    assert torch.allclose(reordered, model(src, tgt_in[order])[:, 2:3], atol=1e-5)
+
+
+def test_overfits_one_batch():
+    from mt_transformer.batching import collate
+    from mt_transformer.train import label_smoothed_loss
+
+    torch.manual_seed(0)
+    model = tiny().train()
+    src = [[int(x) for x in torch.randint(4, 40, (n,))] for n in (3, 5, 6, 4)]
+    batch = collate(src, [list(reversed(s)) for s in src])
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.0) / batch.target_tokens
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05
+
+
+def test_decoder_attention_weights_are_returned():
+    model = tiny()
+    src = torch.tensor([[5, 6, 3, 0]])
+    src_mask = padding_mask(src, PAD_ID)
+    logits, weights = model.decode(torch.tensor([[BOS_ID, 7]]), model.encode(src, src_mask), src_mask,
+                                   need_weights=True)
+    plain, _ = model.decode(torch.tensor([[BOS_ID, 7]]), model.encode(src, src_mask), src_mask)
+    assert torch.allclose(logits, plain, atol=1e-5)
+    assert len(weights) == 2 and weights[0].shape == (1, 4, 2, 4)
+    assert torch.all(weights[0][..., 3] == 0)
