@@ -25,15 +25,30 @@ datasets.logging.set_verbosity_error()
 
 
 def normalize(line: str) -> str:
-    """Strip surrounding whitespace and apply Unicode NFC, the same for training and translation."""
-    return unicodedata.normalize("NFC", line.strip())
+    """Strip surrounding whitespace and a byte-order mark, and apply Unicode NFC, the same for
+    training and translation."""
+    return unicodedata.normalize("NFC", line.strip().lstrip("\ufeff").strip())
+
+
+def invalid_utf8_line(path: str) -> int | None:
+    """The 1-based number of the first line that is not valid UTF-8, or None."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return None
 
 
 def _read_text(path: str) -> datasets.Dataset:
     try:
         return datasets.load_dataset("text", data_files={"lines": path}, split="lines")
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not valid UTF-8 ({error.reason})") from None
+    except (UnicodeDecodeError, datasets.exceptions.DatasetGenerationError) as error:
+        line = invalid_utf8_line(path)
+        if line is None:
+            raise UserError(f"{path}: could not be read ({error})") from None
+        raise UserError(f"{path}: line {line} is not valid UTF-8") from None
 
 
 def _text_pairs(src_path: str, tgt_path: str, key: str) -> datasets.Dataset:

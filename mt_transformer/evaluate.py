@@ -5,6 +5,7 @@ from __future__ import annotations
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from .config import UserError
+from .corpus import invalid_utf8_line
 
 METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
 
@@ -16,19 +17,13 @@ def read_lines(path: str) -> list[str]:
             text = f.read()
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
-    except UnicodeDecodeError as error:
-        line = text_line_of(path, error.start)
-        raise UserError(f"{path}: line {line} is not valid UTF-8") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: line {invalid_utf8_line(path)} is not valid UTF-8") from None
     text = text.removeprefix("\ufeff")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
-
-
-def text_line_of(path: str, byte_offset: int) -> int:
-    with open(path, "rb") as f:
-        return f.read(byte_offset).count(b"\n") + 1
 
 
 def score(hypotheses: list[str], references: list[str], metrics=("bleu", "chrf")) -> dict:

@@ -6,8 +6,10 @@ from mt_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def lengths(n=500, seed=0):
+    """Source lengths and correlated target lengths, as in real parallel text."""
     rng = np.random.default_rng(seed)
-    return rng.integers(1, 60, n), rng.integers(1, 60, n)
+    src = rng.integers(1, 60, n)
+    return src, np.maximum(1, src + rng.integers(-3, 4, n))
 
 
 def padded_size(batch, src, tgt):

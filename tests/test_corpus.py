@@ -71,5 +71,5 @@ def test_hub_shaped_dataset_with_configs_and_splits(tmp_path):
 def test_invalid_utf8_is_a_user_error(tmp_path):
     (tmp_path / "x.de").write_bytes(b"gut\n\xff\xfe kaputt\n")
     write(tmp_path / "x.en", "good\nbroken\n")
-    with pytest.raises(UserError, match="x.de: not valid UTF-8"):
+    with pytest.raises(UserError, match="x.de: line 2 is not valid UTF-8"):
         load_pairs("text", str(tmp_path / "x"), "de", "en", "data.train")

@@ -1,0 +1,84 @@
+import os
+
+import pytest
+import torch
+
+from mt_transformer import checkpoint
+from mt_transformer.config import UserError
+from mt_transformer.model import Transformer
+from mt_transformer.translate import load_translator
+
+
+def small_model(seed=0):
+    torch.manual_seed(seed)
+    return Transformer(50, 50, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1).eval()
+
+
+def fake_run(tmp_path, steps=(10, 20, 30), keep_last=0):
+    run = str(tmp_path / "run")
+    os.makedirs(run, exist_ok=True)
+    (tmp_path / "run" / "spm.model").write_bytes(b"not used here")
+    model = small_model()
+    for step in steps:
+        checkpoint.save_checkpoint(run, step, model, {"step": step}, {"step": step}, run, ["spm.model"])
+        checkpoint.prune(run, keep_last)
+    return run, model
+
+
+def test_save_load_round_trip_gives_identical_logits(tmp_path):
+    run, model = fake_run(tmp_path, steps=(5,))
+    restored = small_model(seed=1)
+    checkpoint.load_weights(restored, checkpoint.resolve(run))
+    src, tgt = torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]])
+    assert torch.equal(model(src, tgt), restored(src, tgt))
+    assert restored.output.weight is restored.tgt_embed.weight  # tying survives loading
+
+
+def test_keep_last_prunes_but_keeps_best(tmp_path):
+    run, _ = fake_run(tmp_path, steps=(10,))
+    checkpoint.write_best(run, 10, 30.0)
+    model = small_model()
+    for step in (20, 30, 40):
+        checkpoint.save_checkpoint(run, step, model, {}, {"step": step}, run, ["spm.model"])
+        checkpoint.prune(run, keep_last=2)
+    assert [s for s, _ in checkpoint.list_checkpoints(run)] == [10, 30, 40]
+    assert checkpoint.resolve(run).endswith("step_00000010")  # the run directory means its best
+
+
+def test_resolve_falls_back_to_the_last_and_ignores_partial_saves(tmp_path):
+    run, _ = fake_run(tmp_path)
+    os.makedirs(os.path.join(run, "checkpoints", ".step_00000040.tmp"))   # a save that died
+    os.makedirs(os.path.join(run, "checkpoints", "step_00000050"))        # no files in it
+    assert checkpoint.resolve(run).endswith("step_00000030")
+    with pytest.raises(UserError, match="no such checkpoint or run directory"):
+        checkpoint.resolve(str(tmp_path / "missing"))
+
+
+def test_trainer_state_with_a_pickle_payload_is_refused(tmp_path):
+    run, _ = fake_run(tmp_path, steps=(10,))
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    torch.save({"step": 10, "x": Payload()}, os.path.join(checkpoint.resolve(run), checkpoint.TRAINER_FILE))
+    with pytest.raises(UserError, match="refused"):
+        checkpoint.load_trainer_state(checkpoint.resolve(run))
+    assert not marker.exists()
+
+
+def test_translator_refuses_a_mismatched_tokenizer(trained_run, tmp_path):
+    import shutil
+
+    directory = str(tmp_path / "ckpt")
+    shutil.copytree(checkpoint.resolve(trained_run), directory)
+    import json
+    path = os.path.join(directory, checkpoint.CONFIG_FILE)
+    with open(path) as f:
+        metadata = json.load(f)
+    metadata["src_vocab_size"] = metadata["tgt_vocab_size"] = 999
+    with open(path, "w") as f:
+        json.dump(metadata, f)
+    with pytest.raises(UserError, match="model was built for 999/999"):
+        load_translator(directory, torch.device("cpu"))
