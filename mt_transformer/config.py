@@ -178,7 +178,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         path, text = item.split("=", 1)
         section, key = path.split(".", 1)
         if section not in SECTIONS:
-            raise ConfigError(f"{path}: unknown section {section!r} (valid: {', '.join(SECTIONS)})")
+            raise ConfigError(f"{section}: unknown section in --set {path} (valid: {', '.join(SECTIONS)})")
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
