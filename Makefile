@@ -19,7 +19,10 @@ demo: install
 	$(PYTHON) -m mt_transformer.demo_data $(DEMO_DATA)
 	mt-train --config configs/demo.yaml
 	mt-translate --checkpoint $(DEMO_RUN) -i $(DEMO_DATA)/test.en -o $(DEMO_RUN)/test.hyp.de
+	@echo "== demo test set: the trained model"
 	mt-eval --hyp $(DEMO_RUN)/test.hyp.de --ref $(DEMO_DATA)/test.de --metrics bleu chrf
+	@echo "== the same test set when the English input is copied unchanged (a model that learned nothing)"
+	mt-eval --hyp $(DEMO_DATA)/test.en --ref $(DEMO_DATA)/test.de --metrics bleu chrf
 
 test: install
 	$(PYTHON) -m pytest -q

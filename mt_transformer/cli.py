@@ -52,14 +52,18 @@ def train_main(argv=None):
     args = parser.parse_args(argv)
 
     from .config import load_config, to_yaml
-    from .train import dry_run, train
+    from .train import TrainingStopped, dry_run, train
 
     config = load_config(args.config, args.set)
     if args.dry_run:
         print(to_yaml(config), end="")
         print(f"parameters: {dry_run(config)}")
         return 0
-    metrics = train(config)
+    try:
+        metrics = train(config)
+    except TrainingStopped as stopped:
+        print(stopped, file=sys.stderr)
+        return 128 + stopped.signum
     if "valid_bleu" in metrics:
         print(f"valid BLEU {metrics['valid_bleu']:.2f} at step {metrics['step']}")
 

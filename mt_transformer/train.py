@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import random
+import signal
 import time
 
 import numpy as np
@@ -136,6 +137,23 @@ def check_output_dir(path: str) -> None:
         raise UserError(f"train.output_dir: cannot write to {path} ({error.strerror})") from None
 
 
+def trim_metrics(path: str, step: int) -> None:
+    """Drop log lines written after the checkpoint a run resumes from; the resumed run writes them again."""
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.strip()]
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass  # a line cut short by a crash
+    if len(kept) != len(lines):
+        write_text(path, "".join(kept))
+
+
 def dry_run(config: Config) -> int:
     """Build the model and return its parameter count, writing nothing."""
     run_dir = config.train.output_dir
@@ -187,6 +205,7 @@ def train(config: Config) -> dict:
         scaler.load_state_dict(saved["scaler"])
         set_rng_state(saved["rng"])
         state.update({k: saved[k] for k in state})
+        trim_metrics(os.path.join(run_dir, "metrics.jsonl"), state["step"])
         log.info("resuming from %s (step %d, epoch %d)", step_dir, state["step"], state["epoch"] + 1)
 
     loop = TrainingLoop(config, model, optimizer, scheduler, scaler, tokenizer, data, device, state)
@@ -194,8 +213,21 @@ def train(config: Config) -> dict:
         return loop.run()
 
 
+class TrainingStopped(Exception):
+    """SIGTERM or SIGINT arrived: a checkpoint was saved at the next update boundary."""
+
+    def __init__(self, signum: int, step: int, directory: str):
+        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}: checkpoint saved in {directory}; "
+                         f"run the same command again to resume")
+        self.signum = signum
+
+
 class TrainingLoop:
-    """The update loop and the checkpoint/validation bookkeeping around it."""
+    """The update loop and the checkpoint/validation bookkeeping around it.
+
+    SIGTERM and SIGINT (what clusters send before preemption, and Ctrl-C) save a checkpoint
+    at the next update boundary and end the run with TrainingStopped.
+    """
 
     def __init__(self, config, model, optimizer, scheduler, scaler, tokenizer, data, device, state):
         self.config, self.model, self.optimizer, self.scheduler, self.scaler = config, model, optimizer, scheduler, scaler
@@ -205,8 +237,21 @@ class TrainingLoop:
         precision = config.train.precision
         self.autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
         self.metadata = checkpoint_metadata(config, tokenizer)
+        self.stop_signal = None
 
     def run(self) -> dict:
+        handled = (signal.SIGTERM, signal.SIGINT)
+        try:
+            previous = {s: signal.signal(s, self._on_signal) for s in handled}
+        except ValueError:  # not the main thread: leave signals alone
+            previous = {}
+        try:
+            return self._run()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _run(self) -> dict:
         t, state, model = self.config.train, self.state, self.model
         train_set = self.data["train"].select_columns(["src_ids", "tgt_ids"])
         src_lens = np.asarray(self.data["train"]["src_len"])
@@ -248,9 +293,10 @@ class TrainingLoop:
                     self.log_train(interval, bar, started_at + time.monotonic() - start)
                     interval = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
                 bar.update(1)
+                state["elapsed"] = started_at + time.monotonic() - start
                 if step % t.valid_every == 0:
-                    state["elapsed"] = started_at + time.monotonic() - start
                     last_metrics, validated_at = self.validate_and_save(), step
+                self._stop_if_signalled()
                 if finished():
                     break
             else:
@@ -310,11 +356,26 @@ class TrainingLoop:
         is_best = "valid_bleu" in metrics and (state["best_bleu"] is None or metrics["valid_bleu"] > state["best_bleu"])
         if is_best:
             state["best_bleu"] = metrics["valid_bleu"]
-        trainer_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                         "scaler": self.scaler.state_dict(), "rng": rng_state(), **state}
-        checkpoint.save_checkpoint(self.run_dir, state["step"], self.model, self.metadata, trainer_state,
-                                   self.run_dir, self.tokenizer.files)
+        self.save()
         if is_best:
             checkpoint.write_best(self.run_dir, state["step"], metrics["valid_bleu"])
         checkpoint.prune(self.run_dir, t.keep_last)
         return metrics
+
+    def save(self) -> str:
+        trainer_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                         "scaler": self.scaler.state_dict(), "rng": rng_state(), **self.state}
+        return checkpoint.save_checkpoint(self.run_dir, self.state["step"], self.model, self.metadata, trainer_state,
+                                          self.run_dir, self.tokenizer.files)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stop_signal is not None:  # a second signal: stop now, without saving
+            raise KeyboardInterrupt
+        self.stop_signal = signum
+        log.warning("%s received: saving a checkpoint after this update", signal.Signals(signum).name)
+
+    def _stop_if_signalled(self) -> None:
+        if self.stop_signal is None:
+            return
+        directory = self.save()
+        raise TrainingStopped(self.stop_signal, self.state["step"], directory)

@@ -32,3 +32,18 @@ def test_encoding_is_cached_and_filters_training_data(tmp_path):
     # changing the data changes the key
     (tmp_path / "t.en").write_text("changed\n" * 53, encoding="utf-8")
     assert cache_key({"x": 1}, [str(tmp_path / "t.de"), str(tmp_path / "t.en")], [model], {"max_len": 40}) != key
+
+
+def test_encoding_in_two_processes_matches_one(tmp_path):
+    lines = [f"Satz Nummer {i} ist hier" for i in range(400)]
+    (tmp_path / "p.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "p.en").write_text("\n".join(s.replace("Satz", "sentence") for s in lines) + "\n", encoding="utf-8")
+    tokenizer = train_tokenizer(str(tmp_path), lines, lines, True, 40, "bpe", 1.0, 1000, seed=1)
+    model = os.path.join(str(tmp_path), tokenizer.files[0])
+
+    def load():
+        return load_pairs("text", str(tmp_path / "p"), "de", "en", "data.train")
+
+    one, _ = encode_split(load, str(tmp_path / "c1"), "k", model, model, True, 64, 3.0, num_proc=1)
+    two, _ = encode_split(load, str(tmp_path / "c2"), "k", model, model, True, 64, 3.0, num_proc=2)
+    assert one["src_ids"][:] == two["src_ids"][:] and one["tgt_ids"][:] == two["tgt_ids"][:]

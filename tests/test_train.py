@@ -63,8 +63,60 @@ def test_resume_continues_from_the_saved_step_like_an_uninterrupted_run(corpus, 
     assert split_losses == whole_losses  # same batches, same dropout masks, same updates
 
 
+def test_trim_metrics_drops_lines_after_the_checkpoint(tmp_path):
+    from mt_transformer.train import trim_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 10, "loss": 1}\n{"step": 20, "valid_bleu": 3}\n{"step": 30, "loss": 0.5}\n{"step": 4',
+                    encoding="utf-8")
+    trim_metrics(str(path), 20)
+    assert path.read_text(encoding="utf-8") == '{"step": 10, "loss": 1}\n{"step": 20, "valid_bleu": 3}\n'
+
+
 def test_resume_refuses_a_changed_model(trained_run, corpus, tmp_path):
     config = write_config(tmp_path / "c.yaml", tiny_config(corpus, trained_run, model={"d_model": 64}))
     result = run_cli("mt-train", "--config", config)
     assert result.returncode == 2
     assert "model.d_model: 64 in the config but 32 in" in result.stderr
+
+
+def test_gradient_accumulation_consumes_batches_per_update(corpus, tmp_path):
+    out = str(tmp_path / "acc")
+    # 256-token batches: one epoch of the 2,000-pair corpus holds over 100 of them
+    config = write_config(tmp_path / "c.yaml", tiny_config(
+        corpus, out, train={"max_steps": 6, "accumulate": 3, "valid_every": 6, "log_every": 3, "max_tokens": 256}))
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    state = torch.load(os.path.join(out, "checkpoints", "step_00000006", "trainer.pt"), weights_only=True)
+    assert (state["step"], state["epoch"], state["batch_in_epoch"]) == (6, 0, 18)  # 3 batches per update
+
+
+def test_sigterm_saves_a_checkpoint_and_the_run_resumes(corpus, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", tiny_config(
+        corpus, str(out), train={"max_steps": 100000, "valid_every": 100000, "log_every": 1, "max_tokens": 256}))
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    process = subprocess.Popen([sys.executable, "-c", "from mt_transformer.cli import train_main; train_main()",
+                                "--config", config], stderr=subprocess.PIPE, text=True, env=env)
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM at step" in stderr and "run the same command again to resume" in stderr
+    assert "Traceback" not in stderr
+    saved = [name for name in os.listdir(out / "checkpoints") if name.startswith("step_")]
+    assert len(saved) == 1
+    step = int(saved[0].removeprefix("step_"))
+    resumed = run_cli("mt-train", "--config", config, "--set", f"train.max_steps={step + 2}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from" in resumed.stderr and f"(step {step}," in resumed.stderr
