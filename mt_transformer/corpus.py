@@ -74,29 +74,24 @@ def _split_tsv(batch: dict, indices: list[int], path: str) -> dict:
 def _row_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str, src_column, tgt_column, key: str):
     """Map jsonl/hub rows (a `translation` dict or named columns) to `src`/`tgt` columns."""
     columns = dataset.column_names
-    if src_column or tgt_column:
-        wanted = [src_column or src_lang, tgt_column or tgt_lang]
-    elif "translation" in columns:
+    if not (src_column or tgt_column) and "translation" in columns:
         def pick(batch):
-            pairs = batch["translation"]
             try:
-                return {"src": [p[src_lang] for p in pairs], "tgt": [p[tgt_lang] for p in pairs]}
+                return {"src": [p[src_lang] for p in batch["translation"]],
+                        "tgt": [p[tgt_lang] for p in batch["translation"]]}
             except (KeyError, TypeError):
-                raise UserError(
-                    f"{key}: rows' translation field lacks {src_lang!r} or {tgt_lang!r} "
-                    f"(set data.src_lang and data.tgt_lang)"
-                ) from None
-        return dataset.map(pick, batched=True, remove_columns=columns)
+                raise UserError(f"{key}: rows' translation field lacks {src_lang!r} or {tgt_lang!r} "
+                                f"(set data.src_lang and data.tgt_lang)") from None
     else:
-        wanted = [src_lang, tgt_lang]
-    missing = [c for c in wanted if c not in columns]
-    if missing:
-        raise UserError(f"{key}: no column {missing[0]!r} in rows with columns {columns}")
-    dataset = dataset.select_columns(wanted)
-    if wanted[0] == "tgt" or wanted[1] == "src":  # avoid clashing renames
-        dataset = dataset.rename_columns({wanted[0]: "__src", wanted[1]: "__tgt"})
-        wanted = ["__src", "__tgt"]
-    return dataset.rename_columns({wanted[0]: "src", wanted[1]: "tgt"})
+        src_name, tgt_name = src_column or src_lang, tgt_column or tgt_lang
+        missing = [c for c in (src_name, tgt_name) if c not in columns]
+        if missing:
+            raise UserError(f"{key}: no column {missing[0]!r} in rows with columns {columns}")
+
+        def pick(batch):
+            return {"src": batch[src_name], "tgt": batch[tgt_name]}
+    # the input columns are removed before the output is added, so "src"/"tgt" inputs cannot clash
+    return dataset.map(pick, batched=True, remove_columns=columns)
 
 
 def load_pairs(

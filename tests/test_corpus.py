@@ -50,6 +50,9 @@ def test_jsonl_translation_rows_and_named_columns(tmp_path):
     assert pairs["src"][:] == ["Haus"] and pairs["tgt"][:] == ["house"]
     with pytest.raises(UserError, match="no column 'de'"):
         load_pairs("jsonl", named, "de", "en", "data.train")
+    swapped = write(tmp_path / "s.jsonl", json.dumps({"src": "Quelle", "tgt": "target"}) + "\n")
+    pairs = load_pairs("jsonl", swapped, "de", "en", "data.train", src_column="tgt", tgt_column="src")
+    assert pairs["src"][:] == ["target"] and pairs["tgt"][:] == ["Quelle"]
 
 
 def test_hub_shaped_dataset_with_configs_and_splits(tmp_path):
