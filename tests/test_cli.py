@@ -1,6 +1,8 @@
 import json
 import os
 
+import pytest
+
 from conftest import ROOT, run_cli
 
 
@@ -48,6 +50,7 @@ def test_eval_translates_and_scores(trained_run, corpus, tmp_path):
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 40
 
 
+@pytest.mark.slow
 def test_demo_commands_run_as_in_the_makefile(tmp_path):
     """`make demo` in miniature: the same commands and config, with fewer steps and less data."""
     data, run = tmp_path / "demo", tmp_path / "run"

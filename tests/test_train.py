@@ -2,6 +2,8 @@ import json
 import math
 import os
 
+import pytest
+
 import torch
 
 from conftest import run_cli, tiny_config, write_config
@@ -48,6 +50,7 @@ def test_training_writes_metrics_checkpoints_and_learns(trained_run):
         ["config.json", "model.safetensors", "spm.model", "trainer.pt"]
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_saved_step_like_an_uninterrupted_run(corpus, tmp_path):
     whole_dir, split_dir = str(tmp_path / "whole"), str(tmp_path / "split")
     whole = write_config(tmp_path / "whole.yaml", tiny_config(corpus, whole_dir, train={"max_steps": 40}))
@@ -80,6 +83,7 @@ def test_resume_refuses_a_changed_model(trained_run, corpus, tmp_path):
     assert "model.d_model: 64 in the config but 32 in" in result.stderr
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_consumes_batches_per_update(corpus, tmp_path):
     out = str(tmp_path / "acc")
     # 256-token batches: one epoch of the 2,000-pair corpus holds over 100 of them
@@ -91,6 +95,7 @@ def test_gradient_accumulation_consumes_batches_per_update(corpus, tmp_path):
     assert (state["step"], state["epoch"], state["batch_in_epoch"]) == (6, 0, 18)  # 3 batches per update
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_run_resumes(corpus, tmp_path):
     import signal
     import subprocess
