@@ -3,7 +3,6 @@ import math
 import os
 
 import pytest
-
 import torch
 
 from conftest import run_cli, tiny_config, write_config
