@@ -287,6 +287,7 @@ class TrainingLoop:
                 interval["tokens"] += group_tokens
                 micro, group_tokens = 0, 0
                 if not updated:
+                    self._stop_if_signalled()
                     continue
                 step = state["step"]
                 if step % t.log_every == 0:
