@@ -84,6 +84,7 @@ class TrainConfig:
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0: no clipping
+    max_bad_updates: int = 20  # stop after this many non-finite updates in a row; 0: never
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     device: str = "auto"
     threads: int = 0  # CPU threads; 0: torch's default
@@ -236,7 +237,8 @@ def validate(config: Config) -> None:
         for name in names:
             value = getattr(getattr(config, section), name)
             _check(value > 0, f"{section}.{name}: must be positive, got {value}")
-    for name in ("max_epochs", "max_minutes", "keep_last", "num_workers", "threads", "valid_max_sentences"):
+    for name in ("max_epochs", "max_minutes", "keep_last", "num_workers", "threads", "valid_max_sentences",
+                 "max_bad_updates"):
         value = getattr(t, name)
         _check(value >= 0, f"train.{name}: must be zero or positive, got {value}")
     _check(d.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {d.vocab_size}")

@@ -195,7 +195,8 @@ def train(config: Config) -> dict:
                                  weight_decay=t.weight_decay, fused=device.type == "cuda")
     scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
-    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "elapsed": 0.0, "skipped": 0}
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "elapsed": 0.0, "skipped": 0,
+             "out_of_memory": 0}
     if found:
         step_dir = found[-1][1]
         checkpoint.load_weights(model, step_dir)
@@ -204,7 +205,7 @@ def train(config: Config) -> dict:
         scheduler.load_state_dict(saved["scheduler"])
         scaler.load_state_dict(saved["scaler"])
         set_rng_state(saved["rng"])
-        state.update({k: saved[k] for k in state})
+        state.update({k: saved.get(k, state[k]) for k in state})
         trim_metrics(os.path.join(run_dir, "metrics.jsonl"), state["step"])
         log.info("resuming from %s (step %d, epoch %d)", step_dir, state["step"], state["epoch"] + 1)
 
@@ -238,6 +239,7 @@ class TrainingLoop:
         self.autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
         self.metadata = checkpoint_metadata(config, tokenizer)
         self.stop_signal = None
+        self.bad_in_a_row = 0
 
     def run(self) -> dict:
         handled = (signal.SIGTERM, signal.SIGINT)
@@ -275,10 +277,16 @@ class TrainingLoop:
                 state["batch_in_epoch"] += 1
                 tokens = batch.target_tokens
                 batch = batch.to(self.device)
-                with self.autocast:
-                    logits = model(batch.src, batch.tgt_in)                  # (batch, tgt_len, vocab)
-                loss = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
-                self.scaler.scale(loss).backward()
+                try:
+                    with self.autocast:
+                        logits = model(batch.src, batch.tgt_in)              # (batch, tgt_len, vocab)
+                    loss = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
+                    self.scaler.scale(loss).backward()
+                except torch.OutOfMemoryError:
+                    logits = loss = None
+                    self.skip_out_of_memory(tuple(batch.src.shape), tuple(batch.tgt_in.shape))
+                    micro, group_tokens = 0, 0  # the update this batch belonged to is dropped
+                    continue
                 interval["loss"] += loss.detach()
                 micro, group_tokens = micro + 1, group_tokens + tokens
                 if micro < t.accumulate:
@@ -322,21 +330,48 @@ class TrainingLoop:
             self.scaler.step(self.optimizer)
             self.scheduler.step()
             self.state["step"] += 1
+            self.bad_in_a_row = 0
         else:
             self.state["skipped"] += 1
-            log.warning("non-finite gradient norm: update skipped (%d so far)", self.state["skipped"])
+            self.bad_in_a_row += 1
+            log.warning("non-finite loss or gradient: update skipped (%d so far)", self.state["skipped"])
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if t.max_bad_updates and self.bad_in_a_row >= t.max_bad_updates:
+            raise UserError(self.diverged_message())
         return finite
+
+    def diverged_message(self) -> str:
+        t = self.config.train
+        found = checkpoint.list_checkpoints(self.run_dir)
+        last_good = found[-1][1] if found else "none saved yet"
+        cause = ("fp16 overflowed although the loss scale was lowered (try train.precision: bf16) or "
+                 if t.precision == "fp16" else "")
+        return (f"training diverged: {self.bad_in_a_row} updates in a row had a non-finite loss or gradient "
+                f"(train.max_bad_updates: {t.max_bad_updates}); likely cause: {cause}a learning rate too high for "
+                f"this model (try a lower train.lr_scale, a longer train.warmup or train.clip_norm: 1.0); "
+                f"last good checkpoint: {last_good}")
+
+    def skip_out_of_memory(self, src_shape: tuple, tgt_shape: tuple) -> None:
+        """Drop the batch (and its partial update) instead of ending the run."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.state["out_of_memory"] += 1
+        log.warning("out of memory on a batch of source %s, target %s: skipped (%d so far); a lower "
+                    "train.max_tokens avoids this", src_shape, tgt_shape, self.state["out_of_memory"])
 
     def log_train(self, interval: dict, bar, elapsed: float) -> None:
         seconds = max(time.monotonic() - interval["time"], 1e-9)
         entry = {"step": self.state["step"], "epoch": self.state["epoch"] + 1,
                  "loss": round(float(interval["loss"]) / max(interval["tokens"], 1), 4),
                  "lr": self.scheduler.get_last_lr()[0], "tokens_per_s": round(interval["tokens"] / seconds, 1),
-                 "skipped": self.state["skipped"], "elapsed_s": round(elapsed, 1)}
+                 "skipped": self.state["skipped"], "out_of_memory": self.state["out_of_memory"],
+                 "elapsed_s": round(elapsed, 1)}
         append_line(self.metrics_path, json.dumps(entry))
-        bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}", tok_s=f"{entry['tokens_per_s']:.0f}")
+        skipped = {"skipped": entry["skipped"]} if entry["skipped"] else {}
+        bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}", tok_s=f"{entry['tokens_per_s']:.0f}",
+                        **skipped)
         if bar.disable:
             log.info("step %d  loss %.3f  lr %.2e  %.0f tok/s", entry["step"], entry["loss"], entry["lr"],
                      entry["tokens_per_s"])
