@@ -100,7 +100,10 @@ class BatchedDataset(torch.utils.data.Dataset):
 
 
 def batch_loader(dataset, batches: list[np.ndarray], num_workers: int = 0, pin_memory: bool = False):
+    # A loader of its own generator: every new iterator draws a base seed, and drawing it from
+    # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
         BatchedDataset(dataset, batches), batch_size=None, shuffle=False,
         num_workers=num_workers, pin_memory=pin_memory, persistent_workers=False,
+        generator=torch.Generator().manual_seed(0),
     )

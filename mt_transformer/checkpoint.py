@@ -20,6 +20,7 @@ import pickle
 import re
 import shutil
 import tempfile
+import time
 
 import torch
 from safetensors import SafetensorError
@@ -30,6 +31,7 @@ from .files import replace_dir, write_text
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
+SAVE_DELAY_ENV = "MT_TRANSFORMER_TEST_SAVE_DELAY"
 
 
 def checkpoint_root(run_dir: str) -> str:
@@ -41,10 +43,15 @@ def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: d
     """Write checkpoint `step` atomically; returns its directory."""
     root = checkpoint_root(run_dir)
     os.makedirs(root, exist_ok=True)
+    for name in os.listdir(root):  # what a killed save left behind
+        if name.startswith(".step_") or name.endswith(".old"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     final = os.path.join(root, f"step_{step:08d}")
     tmp = tempfile.mkdtemp(prefix=f".step_{step:08d}.", dir=root)
     try:
         save_model(model, os.path.join(tmp, MODEL_FILE))
+        if os.environ.get(SAVE_DELAY_ENV):  # test hook: widen the window for a kill inside a save
+            time.sleep(float(os.environ[SAVE_DELAY_ENV]))
         with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
             json.dump({**metadata, "step": step}, f, indent=2)
         torch.save(trainer_state, os.path.join(tmp, TRAINER_FILE))

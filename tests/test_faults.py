@@ -64,3 +64,93 @@ def test_out_of_memory_batch_is_skipped_and_counted(corpus, tmp_path, monkeypatc
 def test_max_bad_updates_must_not_be_negative(corpus, tmp_path):
     with pytest.raises(UserError, match="train.max_bad_updates: must be zero or positive"):
         config_for(corpus, tmp_path, max_bad_updates=-1)
+
+
+# --- killing the process: the restarted run must end exactly where an uninterrupted one does ---
+
+import random  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from safetensors.torch import load_file  # noqa: E402
+
+from conftest import ROOT, run_cli  # noqa: E402
+from mt_transformer import checkpoint  # noqa: E402
+from mt_transformer.translate import load_translator  # noqa: E402
+
+KILL_TRAIN = {"max_steps": 40, "valid_every": 10, "log_every": 1, "max_tokens": 512, "dropout": None}
+
+
+def kill_config(corpus, tmp_path, name):
+    train = {k: v for k, v in KILL_TRAIN.items() if v is not None}
+    config = tiny_config(corpus, str(tmp_path / name), train=train, model={"dropout": 0.1})
+    return write_config(tmp_path / f"{name}.yaml", config), tmp_path / name
+
+
+def losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [(m["step"], m["loss"]) for m in map(json.loads, f) if "loss" in m]
+
+
+def final_weights(run_dir):
+    return load_file(os.path.join(checkpoint.list_checkpoints(str(run_dir))[-1][1], checkpoint.MODEL_FILE))
+
+
+def assert_same_run(run_dir, reference_dir):
+    assert losses(run_dir) == losses(reference_dir)
+    ours, theirs = final_weights(run_dir), final_weights(reference_dir)
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours)  # bit for bit
+
+
+def start_training(config, **env):
+    return subprocess.Popen([sys.executable, "-c", "from mt_transformer.cli import train_main; train_main()",
+                             "--config", config], stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": ROOT, **env})
+
+
+def wait_for(condition, process, seconds=180):
+    deadline = time.monotonic() + seconds
+    while not condition() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert condition(), "the training process ended before the moment to kill it"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus, tmp_path_factory):
+    config, run_dir = kill_config(corpus, tmp_path_factory.mktemp("reference"), "run")
+    assert run_cli("mt-train", "--config", config).returncode == 0
+    return run_dir
+
+
+@pytest.mark.slow
+def test_sigkill_at_a_random_step_then_restart_matches_an_uninterrupted_run(corpus, tmp_path, uninterrupted):
+    kill_at = random.randint(12, 35)
+    config, run_dir = kill_config(corpus, tmp_path, "run")
+    process = start_training(config)
+    metrics = run_dir / "metrics.jsonl"
+    wait_for(lambda: metrics.exists() and any(s >= kill_at for s, _ in losses(run_dir)), process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    restarted = run_cli("mt-train", "--config", config)
+    assert restarted.returncode == 0, restarted.stderr
+    assert "resuming from" in restarted.stderr, f"killed at step {kill_at}"
+    assert_same_run(run_dir, uninterrupted)
+
+
+@pytest.mark.slow
+def test_kill_inside_a_save_keeps_the_previous_checkpoint(corpus, tmp_path, uninterrupted):
+    config, run_dir = kill_config(corpus, tmp_path, "run")
+    process = start_training(config, **{checkpoint.SAVE_DELAY_ENV: "60"})
+    root = run_dir / "checkpoints"
+    wait_for(lambda: root.exists() and any(n.startswith(".step_00000020") for n in os.listdir(root)), process)
+    process.send_signal(signal.SIGKILL)  # the save of step 20 is half-written
+    process.wait()
+    assert checkpoint.resolve(str(run_dir)).endswith("step_00000010")
+    load_translator(str(run_dir), torch.device("cpu"))  # the previous checkpoint loads
+    restarted = run_cli("mt-train", "--config", config)
+    assert restarted.returncode == 0, restarted.stderr
+    assert not [n for n in os.listdir(root) if n.startswith(".")]  # the half-written save was cleaned up
+    assert_same_run(run_dir, uninterrupted)
