@@ -12,7 +12,7 @@ The loss lives in train.py and search in greedy.py / beam_search.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F

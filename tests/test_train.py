@@ -123,4 +123,4 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(corpus, tmp_path):
     step = int(saved[0].removeprefix("step_"))
     resumed = run_cli("mt-train", "--config", config, "--set", f"train.max_steps={step + 2}")
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming from" in resumed.stderr and f"(step {step}," in resumed.stderr
+    assert "resuming from" in resumed.stderr and f"(step {step}," in resumed.stderr
