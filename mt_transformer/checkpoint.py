@@ -104,6 +104,9 @@ def resolve(path: str) -> str:
     """A checkpoint directory from a checkpoint directory or a run directory (its best, else its last)."""
     if os.path.isfile(os.path.join(path, MODEL_FILE)):
         return path
+    if os.path.isfile(path):
+        raise UserError(f"{path}: a file, not a checkpoint; mt_transformer checkpoints are directories holding "
+                        f"{MODEL_FILE} (pickled checkpoints are never loaded)")
     if not os.path.isdir(path):
         raise UserError(f"{path}: no such checkpoint or run directory")
     best = read_best(path)
@@ -141,8 +144,8 @@ def load_trainer_state(directory: str) -> dict:
     path = os.path.join(directory, TRAINER_FILE)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else "unsafe content"
-        raise UserError(f"{path}: refused, it holds more than tensors and plain data ({first})") from None
+    except pickle.UnpicklingError:
+        raise UserError(f"{path}: refused: it holds objects other than tensors and plain data, which could run "
+                        f"code when loaded") from None
     except (RuntimeError, EOFError, OSError) as error:
         raise UserError(f"{path}: not a readable trainer state ({type(error).__name__})") from None

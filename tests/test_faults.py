@@ -154,3 +154,54 @@ def test_kill_inside_a_save_keeps_the_previous_checkpoint(corpus, tmp_path, unin
     assert restarted.returncode == 0, restarted.stderr
     assert not [n for n in os.listdir(root) if n.startswith(".")]  # the half-written save was cleaned up
     assert_same_run(run_dir, uninterrupted)
+
+
+# --- checkpoints that would run code when unpickled ---
+
+import shutil  # noqa: E402
+
+PAYLOAD = """
+import sys, torch
+class Payload:
+    def __reduce__(self):
+        return (open, (sys.argv[2], "w"))
+torch.save({"step": 1, "payload": Payload()}, sys.argv[1])
+"""
+
+
+def write_payload(path, marker):
+    subprocess.run([sys.executable, "-c", PAYLOAD, str(path), str(marker)], check=True)
+
+
+def one_line_error(result, after_logs=False):
+    """Exit code 2, no traceback, and the error as the one last line (mt-train logs its progress before it)."""
+    lines = result.stderr.strip().splitlines()
+    return (result.returncode == 2 and (after_logs or len(lines) == 1) and lines[-1].startswith("error: ")
+            and "Traceback" not in result.stderr)
+
+
+def test_pickle_payloads_never_run_through_the_commands(trained_run, corpus, tmp_path):
+    marker = tmp_path / "payload-ran"
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    newest = checkpoint.list_checkpoints(str(run_dir))[-1][1]
+
+    # 1. a pickle passed to mt-translate as the checkpoint
+    write_payload(tmp_path / "model.pt", marker)
+    result = run_cli("mt-translate", "--checkpoint", str(tmp_path / "model.pt"), input="I saw a dog.\n")
+    assert one_line_error(result) and "pickled checkpoints are never loaded" in result.stderr
+
+    # 2. a pickle in place of the weights: mt-translate refuses it
+    write_payload(os.path.join(newest, checkpoint.MODEL_FILE), marker)
+    result = run_cli("mt-translate", "--checkpoint", newest, input="I saw a dog.\n")
+    assert one_line_error(result) and "not a readable safetensors file" in result.stderr
+
+    # 3. a pickle in the trainer state: mt-train (resuming) refuses it
+    shutil.copyfile(os.path.join(trained_run, "checkpoints", os.path.basename(newest), checkpoint.MODEL_FILE),
+                    os.path.join(newest, checkpoint.MODEL_FILE))
+    write_payload(os.path.join(newest, checkpoint.TRAINER_FILE), marker)
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(run_dir), train={"max_steps": 60}))
+    result = run_cli("mt-train", "--config", config)
+    assert one_line_error(result, after_logs=True) and "refused: it holds objects other than tensors" in result.stderr
+
+    assert not marker.exists()
