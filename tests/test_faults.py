@@ -205,3 +205,12 @@ def test_pickle_payloads_never_run_through_the_commands(trained_run, corpus, tmp
     assert one_line_error(result, after_logs=True) and "refused: it holds objects other than tensors" in result.stderr
 
     assert not marker.exists()
+
+
+def test_unwritable_output_directory_fails_before_any_work(corpus, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(blocker / "run")))
+    result = run_cli("mt-train", "--config", config)
+    assert one_line_error(result)
+    assert f"train.output_dir: cannot write to {blocker / 'run'}" in result.stderr
