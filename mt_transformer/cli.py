@@ -76,8 +76,9 @@ def _read_input(path: str | None) -> list[str]:
     return read_lines(path)
 
 
-def _decode_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="a run directory (its best checkpoint) or one checkpoint")
+def _decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = True) -> None:
+    parser.add_argument("--checkpoint", required=checkpoint_required,
+                        help="a run directory (its best checkpoint) or one checkpoint")
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: decode.max_tokens)")
@@ -141,12 +142,8 @@ def eval_main(argv=None):
         prog="mt-eval", description="Score translations with sacreBLEU (BLEU, chrF, TER), or translate and score.")
     parser.add_argument("--hyp", help="hypothesis file (detokenized)")
     parser.add_argument("--ref", required=True, help="reference file")
-    parser.add_argument("--src", help="with --checkpoint: source file to translate")
-    parser.add_argument("--checkpoint", help="translate --src with this run or checkpoint, then score")
-    parser.add_argument("--beam", type=int)
-    parser.add_argument("--alpha", type=float)
-    parser.add_argument("--max-tokens", type=int)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--src", help="with --checkpoint: source file to translate, then score")
+    _decode_options(parser, checkpoint_required=False)
     parser.add_argument("-o", "--output", help="with --checkpoint: also write the translations here")
     parser.add_argument("--metrics", nargs="+", default=["bleu", "chrf"], choices=["bleu", "chrf", "ter"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")

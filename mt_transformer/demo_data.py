@@ -136,12 +136,11 @@ def generate(out_dir: str, train: int = 30000, valid: int = 500, test: int = 100
         pairs = []
         while len(pairs) < size:
             pair = sentence_pair(rng)
-            if name == "train" or pair[0] not in seen:
-                if name != "train":
-                    seen.add(pair[0])
-                elif pair[0] in seen:
-                    continue
-                pairs.append(pair)
+            if pair[0] in seen:  # test and valid never repeat; train never holds one of theirs
+                continue
+            if name != "train":
+                seen.add(pair[0])
+            pairs.append(pair)
         splits[name] = pairs
     for name, pairs in splits.items():
         write_text(os.path.join(out_dir, f"{name}.en"), "".join(en + "\n" for en, _ in pairs))

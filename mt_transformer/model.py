@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
@@ -123,7 +122,3 @@ def count_parameters(model: nn.Module) -> int:
     """Distinct parameters (tied matrices counted once)."""
     return sum(p.numel() for p in model.parameters())
 
-
-def log_probs_of_last(logits: torch.Tensor) -> torch.Tensor:
-    """(batch, tgt_len, vocab) -> log-probabilities of the last position, float32 (batch, vocab)."""
-    return F.log_softmax(logits[:, -1].float(), dim=-1)
