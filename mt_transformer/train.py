@@ -25,7 +25,7 @@ from .config import Config, UserError, check_data_files, to_yaml
 from .evaluate import score
 from .files import append_line, write_text
 from .model import Transformer, count_parameters
-from .prepare import prepare_data
+from .prepare import TOKENIZER_SETTINGS, prepare_data
 from .schedule import noam_scheduler
 from .tokenizer import PAD_ID, Tokenizer
 from .translate import translate_lines
@@ -84,8 +84,7 @@ def checkpoint_metadata(config: Config, tokenizer: Tokenizer) -> dict:
 def check_compatible(saved: dict, config: Config, where: str) -> None:
     """Refuse to resume when the model or tokenizer settings changed since the checkpoint."""
     current = config.to_dict()
-    for section, names in (("model", list(current["model"])),
-                           ("data", ["src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type"])):
+    for section, names in (("model", list(current["model"])), ("data", TOKENIZER_SETTINGS)):
         for name in names:
             old, new = saved["config"][section].get(name), current[section][name]
             if old != new:
@@ -109,7 +108,6 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
         total_loss += float(label_smoothed_loss(logits, batch.tgt_out, smoothing))
         total_nll += float(label_smoothed_loss(logits, batch.tgt_out, 0.0))
         tokens += batch.target_tokens
-    model.train()
     tokens = max(tokens, 1)
     return {"valid_loss": total_loss / tokens, "valid_nll": total_nll / tokens,
             "valid_ppl": math.exp(min(total_nll / tokens, 100.0))}
@@ -122,7 +120,6 @@ def validation_bleu(model, tokenizer, dataset, max_sentences: int, decode: dict,
     translations = translate_lines(model, tokenizer, sources, device, beam_size=1,
                                    max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"],
                                    max_tokens=decode["max_tokens"])
-    model.train()
     return score([t[0].text for t in translations], references, metrics=("bleu",))["bleu"]
 
 
@@ -387,6 +384,7 @@ class TrainingLoop:
                                                     self.device)
             log.info("step %d  valid loss %.3f  ppl %.2f  BLEU %.2f", state["step"], metrics["valid_loss"],
                      metrics["valid_ppl"], metrics["valid_bleu"])
+            self.model.train()  # both validations leave the model in eval mode
         metrics["elapsed_s"] = round(state["elapsed"], 1)
         append_line(self.metrics_path, json.dumps(metrics))
         is_best = "valid_bleu" in metrics and (state["best_bleu"] is None or metrics["valid_bleu"] > state["best_bleu"])
