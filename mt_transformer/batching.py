@@ -69,6 +69,20 @@ class Batch:
     def pin_memory(self) -> "Batch":
         return Batch(*(t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out)))
 
+    @property
+    def size(self) -> int:
+        return self.src.size(0)
+
+    def split(self, pieces: int) -> list["Batch"]:
+        """Up to `pieces` batches of consecutive rows, each trimmed to its own longest sentence."""
+        rows = -(-self.size // pieces)  # ceiling division
+        parts = []
+        for start in range(0, self.size, rows):
+            src, tgt_in, tgt_out = (t[start:start + rows] for t in (self.src, self.tgt_in, self.tgt_out))
+            src_len, tgt_len = int((src != PAD_ID).sum(1).max()), int((tgt_out != PAD_ID).sum(1).max())
+            parts.append(Batch(src[:, :src_len], tgt_in[:, :tgt_len], tgt_out[:, :tgt_len]))
+        return parts
+
 
 def pad(sequences: list[list[int]], prefix: list[int] = (), suffix: list[int] = ()) -> torch.Tensor:
     """Right-pad token lists into a (batch, longest) tensor, adding prefix/suffix tokens."""

@@ -20,10 +20,11 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from . import checkpoint
-from .batching import batch_loader, token_batches
+from .batching import Batch, batch_loader, token_batches
 from .config import Config, UserError, check_data_files, to_yaml
 from .evaluate import score
 from .files import append_line, write_text
+from .memory import is_out_of_memory, release_memory
 from .model import Transformer, count_parameters
 from .prepare import TOKENIZER_SETTINGS, prepare_data
 from .schedule import noam_scheduler
@@ -193,7 +194,7 @@ def train(config: Config) -> dict:
     scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "elapsed": 0.0, "skipped": 0,
-             "out_of_memory": 0}
+             "out_of_memory": 0, "oom_dropped": 0}
     if found:
         step_dir = found[-1][1]
         checkpoint.load_weights(model, step_dir)
@@ -258,7 +259,8 @@ class TrainingLoop:
         start, started_at = time.monotonic(), state["elapsed"]
         interval = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
         last_metrics, validated_at = {}, None
-        micro, group_tokens = 0, 0
+        group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
+        batches_since_update = 0  # a whole epoch of them means the run cannot make progress
         model.train()
         bar = tqdm(total=t.max_steps, initial=state["step"], unit="step", dynamic_ncols=True, disable=None)
 
@@ -272,28 +274,22 @@ class TrainingLoop:
                                   pin_memory=self.device.type == "cuda")
             for batch in loader:
                 state["batch_in_epoch"] += 1
-                tokens = batch.target_tokens
-                batch = batch.to(self.device)
-                try:
-                    with self.autocast:
-                        logits = model(batch.src, batch.tgt_in)              # (batch, tgt_len, vocab)
-                    loss = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
-                    self.scaler.scale(loss).backward()
-                except torch.OutOfMemoryError:
-                    logits = loss = None
-                    self.skip_out_of_memory(tuple(batch.src.shape), tuple(batch.tgt_in.shape))
-                    micro, group_tokens = 0, 0  # the update this batch belonged to is dropped
+                batches_since_update += 1
+                group.append(batch)
+                if len(group) < t.accumulate:
                     continue
-                interval["loss"] += loss.detach()
-                micro, group_tokens = micro + 1, group_tokens + tokens
-                if micro < t.accumulate:
+                loss, tokens = self.forward_backward(group), sum(b.target_tokens for b in group)
+                group = []
+                if loss is None:  # out of memory even one sentence at a time: update dropped
+                    self._stop_if_signalled()
                     continue
-                updated = self.update(group_tokens)
-                interval["tokens"] += group_tokens
-                micro, group_tokens = 0, 0
+                interval["loss"] += loss
+                updated = self.update(tokens)
+                interval["tokens"] += tokens
                 if not updated:
                     self._stop_if_signalled()
                     continue
+                batches_since_update = 0
                 step = state["step"]
                 if step % t.log_every == 0:
                     self.log_train(interval, bar, started_at + time.monotonic() - start)
@@ -306,6 +302,9 @@ class TrainingLoop:
                 if finished():
                     break
             else:
+                if batches_since_update >= len(batches) + t.accumulate:
+                    raise UserError(f"epoch {state['epoch'] + 1} ended without a single update ({state['oom_dropped']} "
+                                    f"dropped for lack of memory, {state['skipped']} non-finite); see the warnings above")
                 state["epoch"], state["batch_in_epoch"] = state["epoch"] + 1, 0
         bar.close()
         if validated_at != state["step"]:
@@ -349,14 +348,46 @@ class TrainingLoop:
                 f"this model (try a lower train.lr_scale, a longer train.warmup or train.clip_norm: 1.0); "
                 f"last good checkpoint: {last_good}")
 
-    def skip_out_of_memory(self, src_shape: tuple, tgt_shape: tuple) -> None:
-        """Drop the batch (and its partial update) instead of ending the run."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        self.state["out_of_memory"] += 1
-        log.warning("out of memory on a batch of source %s, target %s: skipped (%d so far); a lower "
-                    "train.max_tokens avoids this", src_shape, tgt_shape, self.state["out_of_memory"])
+    def forward_backward(self, group: list[Batch]) -> torch.Tensor | None:
+        """Forward and backward passes over the micro-batches of one update, summing their gradients;
+        returns the summed loss.
+
+        Out of memory: the gradients are cleared and the whole update is redone with every batch
+        cut into twice as many pieces (the sum is the same); when single sentences do not fit,
+        the update is dropped and None returned. Both are counted.
+        """
+        pieces, largest = 1, max(b.size for b in group)
+        while True:
+            try:
+                return self._accumulate(group, pieces)
+            except RuntimeError as error:  # torch.OutOfMemoryError is one
+                if not is_out_of_memory(error):
+                    raise
+            self.optimizer.zero_grad(set_to_none=True)
+            release_memory(self.device)
+            self.state["out_of_memory"] += 1
+            shapes = [tuple(b.src.shape) + tuple(b.tgt_in.shape[1:]) for b in group]
+            if pieces >= largest:
+                self.state["oom_dropped"] += 1
+                log.warning("out of memory even one sentence at a time (batches of (sentences, source, target) %s): "
+                            "update dropped (%d so far); a lower data.max_len avoids this", shapes,
+                            self.state["oom_dropped"])
+                return None
+            pieces = min(2 * pieces, largest)
+            log.warning("out of memory on batches of (sentences, source, target) %s: retrying in %d pieces each; "
+                        "a lower train.max_tokens avoids this", shapes, pieces)
+
+    def _accumulate(self, group: list[Batch], pieces: int) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        for batch in group:
+            for part in batch.split(pieces) if pieces > 1 else [batch]:
+                part = part.to(self.device)
+                with self.autocast:
+                    logits = self.model(part.src, part.tgt_in)              # (batch, tgt_len, vocab)
+                loss = label_smoothed_loss(logits, part.tgt_out, self.config.train.label_smoothing)
+                self.scaler.scale(loss).backward()
+                total += loss.detach()
+        return total
 
     def log_train(self, interval: dict, bar, elapsed: float) -> None:
         seconds = max(time.monotonic() - interval["time"], 1e-9)
@@ -364,9 +395,10 @@ class TrainingLoop:
                  "loss": round(float(interval["loss"]) / max(interval["tokens"], 1), 4),
                  "lr": self.scheduler.get_last_lr()[0], "tokens_per_s": round(interval["tokens"] / seconds, 1),
                  "skipped": self.state["skipped"], "out_of_memory": self.state["out_of_memory"],
+                 "oom_dropped": self.state["oom_dropped"],
                  "elapsed_s": round(elapsed, 1)}
         append_line(self.metrics_path, json.dumps(entry))
-        skipped = {"skipped": entry["skipped"]} if entry["skipped"] else {}
+        skipped = {k: entry[k] for k in ("skipped", "out_of_memory") if entry[k]}
         bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}", tok_s=f"{entry['tokens_per_s']:.0f}",
                         **skipped)
         if bar.disable:

@@ -59,3 +59,16 @@ def test_collate_adds_specials_and_pads():
     assert batch.tgt_in.tolist() == [[BOS_ID, 8, PAD_ID, PAD_ID], [BOS_ID, 9, 10, 11]]
     assert batch.tgt_out.tolist() == [[8, EOS_ID, PAD_ID, PAD_ID], [9, 10, 11, EOS_ID]]
     assert batch.target_tokens == 6
+
+
+def test_split_keeps_every_row_once_and_trims_padding():
+    batch = collate([[5, 6, 7, 8], [5], [6, 7], [9]], [[4], [4, 5, 6], [4, 5], [7]])
+    parts = batch.split(2)
+    assert [p.size for p in parts] == [2, 2]
+    assert parts[0].src.tolist() == [[5, 6, 7, 8, EOS_ID], [5, EOS_ID, PAD_ID, PAD_ID, PAD_ID]]
+    assert parts[1].src.tolist() == [[6, 7, EOS_ID], [9, EOS_ID, PAD_ID]]  # trimmed to its own longest
+    assert parts[1].tgt_in.tolist() == [[BOS_ID, 4, 5], [BOS_ID, 7, PAD_ID]]
+    assert parts[1].tgt_out.tolist() == [[4, 5, EOS_ID], [7, EOS_ID, PAD_ID]]
+    assert sum(p.target_tokens for p in parts) == batch.target_tokens
+    assert [p.size for p in batch.split(3)] == [2, 2]  # ceiling: never more pieces than asked
+    assert [p.size for p in batch.split(4)] == [1, 1, 1, 1]
