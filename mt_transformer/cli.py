@@ -82,6 +82,9 @@ def _decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool =
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: decode.max_tokens)")
+    parser.add_argument("--max-input-len", type=int,
+                        help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
+                             "(default: decode.max_input_len, else the training data.max_len)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
 
 
@@ -97,10 +100,14 @@ def _translate(args, lines: list[str], n_best: int = 1):
     if n_best > beam:
         raise UserError(f"--nbest: {n_best} exceeds the beam size ({beam})")
     max_tokens = args.max_tokens or decode["max_tokens"]
+    max_input_len = args.max_input_len if args.max_input_len is not None else decode.get("max_input_len", 0)
+    if max_input_len < 0:
+        raise UserError(f"--max-input-len: must be zero or positive, got {max_input_len}")
     return translate_lines(
         model, tokenizer, lines, device, beam_size=beam,
         alpha=args.alpha if args.alpha is not None else decode["alpha"],
         max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"], n_best=n_best, max_tokens=max_tokens,
+        max_input_len=max_input_len or metadata["config"]["data"]["max_len"],
         max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
         progress=True,
     )

@@ -104,6 +104,7 @@ class DecodeConfig:
     max_len_b: int = 50
     n_best: int = 1
     max_tokens: int = 8192
+    max_input_len: int = 0  # longer inputs are translated in parts; 0: data.max_len
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,7 @@ def validate(config: Config) -> None:
     _check(dec.n_best <= dec.beam_size, f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})")
     _check(dec.alpha >= 0, f"decode.alpha: must be zero or positive, got {dec.alpha}")
     _check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a: max_len_a and max_len_b must be >= 0")
+    _check(dec.max_input_len >= 0, f"decode.max_input_len: must be zero or positive, got {dec.max_input_len}")
     if d.format == "hub":
         _check(bool(d.hub_name), "data.hub_name: required when data.format is hub")
 

@@ -1,7 +1,10 @@
+import logging
 import os
 
+from conftest import tiny_config, write_config
+from mt_transformer.config import load_config
 from mt_transformer.corpus import load_pairs
-from mt_transformer.prepare import cache_key, encode_split
+from mt_transformer.prepare import cache_key, encode_split, prepare_data
 from mt_transformer.tokenizer import train_tokenizer
 
 
@@ -47,3 +50,17 @@ def test_encoding_in_two_processes_matches_one(tmp_path):
     one, _ = encode_split(load, str(tmp_path / "c1"), "k", model, model, True, 64, 3.0, num_proc=1)
     two, _ = encode_split(load, str(tmp_path / "c2"), "k", model, model, True, 64, 3.0, num_proc=2)
     assert one["src_ids"][:] == two["src_ids"][:] and one["tgt_ids"][:] == two["tgt_ids"][:]
+
+
+def test_a_line_of_100000_characters_is_dropped_from_training_and_counted(corpus, tmp_path, caplog):
+    for side in ("en", "de"):
+        lines = open(f"{corpus}/train.{side}", encoding="utf-8").read().splitlines()[:300]
+        lines.insert(100, " ".join(["Wort"] * 20000) if side == "de" else "word" * 25000)
+        (tmp_path / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = tiny_config(corpus, str(tmp_path / "run"), data={"train": str(tmp_path / "train"), "valid": None})
+    data = load_config(write_config(tmp_path / "c.yaml", config)).data
+    with caplog.at_level(logging.INFO, logger="mt_transformer"):
+        tokenizer, encoded = prepare_data(data, str(tmp_path / "run"), seed=1)
+    assert len(encoded["train"]) == 300
+    assert "train: 300 pairs (encoded), dropped 0 empty, 1 longer than 48 subwords" in caplog.text
+    assert tokenizer.src_vocab_size == 200

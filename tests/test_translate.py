@@ -1,0 +1,94 @@
+"""Translating lines: batching, inputs too long for the model, out-of-memory while decoding."""
+
+import logging
+
+import pytest
+import torch
+
+from conftest import run_cli
+from mt_transformer.beam_search import Hypothesis
+from mt_transformer.translate import (Decoder, cut_points, join_hypotheses, load_translator, source_batches,
+                                      split_at, translate_lines)
+
+CPU = torch.device("cpu")
+
+
+def test_source_batches_skip_empty_inputs_and_respect_the_budget():
+    lengths = [3, 0, 9, 4, 20, 1]
+    batches = source_batches(lengths, max_tokens=12)
+    assert sorted(i for b in batches for i in b) == [0, 2, 3, 4, 5]
+    assert batches[0] == [4]  # longer than the budget on its own: a batch of its own
+    for batch in batches[1:]:
+        assert (max(lengths[i] for i in batch) + 1) * len(batch) <= 12
+
+
+def test_cut_points_prefer_sentence_ends_then_word_starts():
+    pieces = ["▁Das", "▁ist", "▁gut", ".", "▁Und", "▁das", "▁auch", "▁hier", "▁und", "▁dort"]
+    assert cut_points(pieces, 5) == [4, 9]  # after "." (not at the limit, 5), then before the last word
+    assert cut_points(pieces, 6) == [4]
+    assert cut_points(pieces, 10) == []
+    # no spaces (Japanese): the sentence end "。" still marks a cut; otherwise cut at the limit
+    assert cut_points(["今日", "は", "晴れ", "。", "明日", "は", "雨", "です"], 5) == [4]
+    assert cut_points(list("abcdefghij"), 4) == [4, 8]
+
+
+def test_split_at_and_join_hypotheses():
+    assert split_at([1, 2, 3, 4, 5], [2, 4]) == [[1, 2], [3, 4], [5]]
+    joined = join_hypotheses([[Hypothesis([7], -1.0, -2.0), Hypothesis([8], -3.0, -4.0)],
+                              [Hypothesis([9, 10], -0.5, -1.0)]])
+    assert [h.tokens for h in joined] == [[7, 9, 10], [8, 9, 10]]
+    assert joined[0].log_prob == -3.0 and joined[1].score == -3.5
+
+
+def test_a_line_of_100000_characters_is_translated_in_parts(trained_run, corpus, tmp_path):
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:3]
+    long_line = " ".join(lines[0] for _ in range(2000))[:100_000]
+    source = tmp_path / "in.en"
+    source.write_text("\n".join([lines[1], long_line, "", lines[2]]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.de"
+    result = run_cli("mt-translate", "--checkpoint", trained_run, "-i", str(source), "-o", str(out), "--beam", "2")
+    assert result.returncode == 0, result.stderr
+    assert "line 2: " in result.stderr and "more than 48: translated in" in result.stderr  # data.max_len is 48
+    translated = out.read_text(encoding="utf-8").split("\n")
+    assert len(translated) == 5 and translated[4] == "" and translated[2] == ""
+    short = run_cli("mt-translate", "--checkpoint", trained_run, "--beam", "2", input=lines[1] + "\n" + lines[2] + "\n")
+    assert [translated[0], translated[3]] == short.stdout.splitlines()  # the other lines are unaffected
+    assert len(translated[1]) > 10 * len(translated[0])  # every part was translated, none dropped
+
+
+def test_max_input_len_option_cuts_inputs(trained_run, corpus, caplog):
+    model, tokenizer, _ = load_translator(trained_run, CPU)
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:4]
+    with caplog.at_level(logging.WARNING, logger="mt_transformer"):
+        whole = translate_lines(model, tokenizer, lines, CPU, beam_size=1)
+        cut = translate_lines(model, tokenizer, lines, CPU, beam_size=1, max_input_len=4)
+    assert "translated in" in caplog.text and len(cut) == len(lines)
+    assert [t[0].text for t in whole] != [t[0].text for t in cut]
+    assert all(t[0].text for t in cut)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_out_of_memory_while_decoding_halves_the_batch_then_the_input(trained_run, corpus, monkeypatch, caplog, beam):
+    model, tokenizer, _ = load_translator(trained_run, CPU)
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:8] + [""]
+    expected = translate_lines(model, tokenizer, lines, CPU, beam_size=beam, n_best=beam)
+    real_search = Decoder.search
+
+    def search(self, sources):
+        if len(sources) > 2 or max(map(len, sources)) > 22:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_search(self, sources)
+
+    monkeypatch.setattr(Decoder, "search", search)
+    with caplog.at_level(logging.WARNING, logger="mt_transformer"):
+        got = translate_lines(model, tokenizer, lines, CPU, beam_size=beam, n_best=beam)
+    assert "halving the batch" in caplog.text and "translating it in two parts" in caplog.text
+    assert len(got) == len(lines) and got[-1][0].text == ""
+    assert all(len(t) == beam for t in got[:-1])
+    lengths = [len(ids) for ids in tokenizer.encode_src(lines[:-1])]
+    assert min(lengths) <= 22 < max(lengths)
+    for i, length in enumerate(lengths):
+        if length <= 22:  # inputs that fitted translate exactly as without the error
+            assert [t.tokens for t in got[i]] == [t.tokens for t in expected[i]]
+        else:  # the others in parts, still translated
+            assert got[i][0].tokens
