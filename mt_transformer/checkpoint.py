@@ -34,6 +34,16 @@ STEP_DIR = re.compile(r"^step_(\d+)$")
 SAVE_DELAY_ENV = "MT_TRANSFORMER_TEST_SAVE_DELAY"
 
 
+class SaveError(UserError):
+    """A checkpoint could not be written (most often: the disk is full); the earlier ones are intact."""
+
+
+def estimated_size(parameters: int) -> int:
+    """Bytes of one checkpoint: fp32 weights and Adam's two moment estimates, plus ~2 MB for the
+    tokenizer, config and scheduler state."""
+    return 12 * parameters + (2 << 20)
+
+
 def checkpoint_root(run_dir: str) -> str:
     return os.path.join(run_dir, "checkpoints")
 
@@ -58,6 +68,12 @@ def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: d
         for name in tokenizer_files:
             shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))
         replace_dir(tmp, final)
+    except (OSError, RuntimeError, SafetensorError) as error:  # torch.save reports a full disk as a RuntimeError
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0][:200]
+        free = shutil.disk_usage(root).free / 2**20
+        raise SaveError(f"{final}: the checkpoint could not be written ({reason}; {free:.0f} MB free on its disk)") \
+            from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

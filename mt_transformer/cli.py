@@ -7,6 +7,7 @@ stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import json
 import logging
@@ -18,7 +19,7 @@ log = logging.getLogger("mt_transformer")
 
 
 def _entry_point(function):
-    """Logging to stderr; user errors become `error: ...` and exit code 2, Ctrl-C exit code 130."""
+    """Logging to stderr; user errors and a full disk become `error: ...` and exit code 2, Ctrl-C exit code 130."""
 
     @functools.wraps(function)
     def main(argv=None) -> int:
@@ -32,6 +33,11 @@ def _entry_point(function):
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            print(f"error: {error.filename or 'writing'}: {error.strerror}", file=sys.stderr)
+            return 2
 
     return lambda argv=None: sys.exit(main(argv))
 
@@ -52,12 +58,12 @@ def train_main(argv=None):
     args = parser.parse_args(argv)
 
     from .config import load_config, to_yaml
-    from .train import TrainingStopped, dry_run, train
+    from .train import TrainingStopped, parameter_count, train
 
     config = load_config(args.config, args.set)
     if args.dry_run:
         print(to_yaml(config), end="")
-        print(f"parameters: {dry_run(config)}")
+        print(f"parameters: {parameter_count(config)}")
         return 0
     try:
         metrics = train(config)

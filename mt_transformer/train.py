@@ -5,11 +5,13 @@ and clipping, mixed precision, validation (loss, perplexity, BLEU), checkpoints 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import math
 import os
 import random
+import shutil
 import signal
 import time
 
@@ -152,8 +154,8 @@ def trim_metrics(path: str, step: int) -> None:
         write_text(path, "".join(kept))
 
 
-def dry_run(config: Config) -> int:
-    """Build the model and return its parameter count, writing nothing."""
+def parameter_count(config: Config) -> int:
+    """Parameters of the model this config builds (with the run's tokenizer if it exists), allocating nothing."""
     run_dir = config.train.output_dir
     if Tokenizer.exists(run_dir):
         tokenizer = Tokenizer(run_dir)
@@ -161,8 +163,20 @@ def dry_run(config: Config) -> int:
     else:
         src_vocab = tgt_vocab = config.data.vocab_size
         joint = config.data.joint_vocab
-    model = build_model(dataclasses.asdict(config.model), src_vocab, tgt_vocab, joint)
-    return count_parameters(model)
+    with torch.device("meta"):
+        return count_parameters(build_model(dataclasses.asdict(config.model), src_vocab, tgt_vocab, joint))
+
+
+def check_disk_space(run_dir: str, parameters: int, keep_last: int, saves: int) -> None:
+    """Fail before any work when the checkpoints this run keeps at once cannot fit on the disk."""
+    size = checkpoint.estimated_size(parameters)
+    kept = min(keep_last or saves, saves) + 1  # the newest is written before the oldest is deleted
+    needed = max(kept - len(checkpoint.list_checkpoints(run_dir)), 1) * size
+    free = shutil.disk_usage(run_dir).free
+    if free < needed:
+        raise UserError(f"train.output_dir: {free / 2**20:.0f} MB free on the disk of {run_dir}, but this run keeps up "
+                        f"to {kept} checkpoints of about {size / 2**20:.0f} MB at once (train.keep_last: {keep_last}); "
+                        f"free some space or lower train.keep_last")
 
 
 def train(config: Config) -> dict:
@@ -189,6 +203,7 @@ def train(config: Config) -> dict:
     model = build_model(dataclasses.asdict(config.model), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
                         tokenizer.joint).to(device)
     log.info("model: %d parameters, %s on %s", count_parameters(model), t.precision, device)
+    check_disk_space(run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=t.lr_scale, betas=t.adam_betas, eps=t.adam_eps,
                                  weight_decay=t.weight_decay, fused=device.type == "cuda")
     scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
@@ -247,6 +262,12 @@ class TrainingLoop:
             previous = {}
         try:
             return self._run()
+        except checkpoint.SaveError as error:
+            raise UserError(f"{error}; {self.how_to_resume()}") from None
+        except OSError as error:  # the metrics log, say
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise UserError(f"{error.filename or self.run_dir}: {error.strerror}; {self.how_to_resume()}") from None
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -302,7 +323,7 @@ class TrainingLoop:
                 if finished():
                     break
             else:
-                if batches_since_update >= len(batches) + t.accumulate:
+                if batches_since_update >= len(batches) + t.accumulate - 1:
                     raise UserError(f"epoch {state['epoch'] + 1} ended without a single update ({state['oom_dropped']} "
                                     f"dropped for lack of memory, {state['skipped']} non-finite); see the warnings above")
                 state["epoch"], state["batch_in_epoch"] = state["epoch"] + 1, 0
@@ -337,16 +358,22 @@ class TrainingLoop:
             raise UserError(self.diverged_message())
         return finite
 
+    def last_good_checkpoint(self) -> str:
+        found = checkpoint.list_checkpoints(self.run_dir)
+        return found[-1][1] if found else "none saved yet"
+
+    def how_to_resume(self) -> str:
+        return (f"last good checkpoint: {self.last_good_checkpoint()}; free some space and run the same command "
+                f"again to resume")
+
     def diverged_message(self) -> str:
         t = self.config.train
-        found = checkpoint.list_checkpoints(self.run_dir)
-        last_good = found[-1][1] if found else "none saved yet"
         cause = ("fp16 overflowed although the loss scale was lowered (try train.precision: bf16) or "
                  if t.precision == "fp16" else "")
         return (f"training diverged: {self.bad_in_a_row} updates in a row had a non-finite loss or gradient "
                 f"(train.max_bad_updates: {t.max_bad_updates}); likely cause: {cause}a learning rate too high for "
                 f"this model (try a lower train.lr_scale, a longer train.warmup or train.clip_norm: 1.0); "
-                f"last good checkpoint: {last_good}")
+                f"last good checkpoint: {self.last_good_checkpoint()}")
 
     def forward_backward(self, group: list[Batch]) -> torch.Tensor | None:
         """Forward and backward passes over the micro-batches of one update, summing their gradients;

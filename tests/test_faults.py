@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -93,6 +94,12 @@ def test_sentence_too_big_for_memory_drops_its_update_and_is_counted(corpus, tmp
     state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000008", "trainer.pt"), weights_only=True)
     assert state["step"] == 8 and state["oom_dropped"] > 0
     assert state["batch_in_epoch"] == 8 + state["oom_dropped"]
+
+
+def test_an_epoch_without_a_single_update_is_an_error_not_an_endless_loop(corpus, tmp_path, monkeypatch):
+    out_of_memory_when(monkeypatch, lambda src, tgt_in, call: True)
+    with pytest.raises(UserError, match=r"^epoch 1 ended without a single update \(\d+ dropped for lack of memory"):
+        train_module.train(config_for(corpus, tmp_path, max_steps=5))
 
 
 def test_max_bad_updates_must_not_be_negative(corpus, tmp_path):
@@ -236,3 +243,100 @@ def test_unwritable_output_directory_fails_before_any_work(corpus, tmp_path):
     result = run_cli("mt-train", "--config", config)
     assert one_line_error(result)
     assert f"train.output_dir: cannot write to {blocker / 'run'}" in result.stderr
+
+
+# --- a full disk ---
+
+
+def test_too_little_free_space_is_an_error_before_training(corpus, tmp_path, monkeypatch):
+    real_disk_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_disk_usage(path)._replace(free=1 << 20))
+    with pytest.raises(UserError) as error:
+        train_module.train(config_for(corpus, tmp_path, keep_last=3))
+    message = str(error.value)
+    assert message.startswith("train.output_dir: 1 MB free on the disk of") and "\n" not in message
+    assert re.search(r"keeps up to 4 checkpoints of about \d+ MB at once \(train.keep_last: 3\)", message)
+    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def assert_failed_save_kept_the_last_good_checkpoint(message, run_dir):
+    assert "step_00000010" in message and "\n" not in message
+    assert message.endswith("step_00000005; free some space and run the same command again to resume")
+    root = run_dir / "checkpoints"
+    assert sorted(os.listdir(root)) == ["best.json", "step_00000005"]  # nothing half-written is left
+    load_translator(str(run_dir), torch.device("cpu"))
+
+
+def test_a_save_that_fails_for_lack_of_space_keeps_the_last_good_checkpoint(corpus, tmp_path, monkeypatch):
+    real_save, calls = torch.save, []
+
+    def save_on_a_full_disk(state, path):
+        calls.append(path)
+        if len(calls) == 2:  # what torch.save does when the disk fills up: a part written, then this
+            with open(path, "wb") as f:
+                f.write(b"PK\x03\x04" * 100)
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+        return real_save(state, path)
+
+    monkeypatch.setattr(torch, "save", save_on_a_full_disk)
+    config = config_for(corpus, tmp_path, max_steps=10, valid_every=5, keep_last=1)
+    with pytest.raises(UserError) as error:
+        train_module.train(config)
+    assert "step_00000010: the checkpoint could not be written (" in str(error.value)
+    assert_failed_save_kept_the_last_good_checkpoint(str(error.value), tmp_path / "run")
+    monkeypatch.undo()
+    train_module.train(config)  # space was freed: the same command resumes and finishes
+    assert checkpoint.list_checkpoints(str(tmp_path / "run"))[-1][0] == 10
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MB tmpfs (needs the right to mount: skipped elsewhere)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount_point
+    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)  # datasets may still map files there
+
+
+def fill(directory):
+    with open(os.path.join(directory, "filler"), "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 12))
+        except OSError:
+            pass
+
+
+def test_a_really_full_disk_keeps_the_last_good_checkpoint(corpus, small_disk, monkeypatch):
+    real_prune = checkpoint.prune
+
+    def prune_then_fill_the_disk(run_dir, keep_last):
+        real_prune(run_dir, keep_last)
+        fill(small_disk)
+
+    monkeypatch.setattr(checkpoint, "prune", prune_then_fill_the_disk)
+    config = config_for(corpus, small_disk, max_steps=10, valid_every=5, keep_last=1)
+    with pytest.raises(UserError) as error:
+        train_module.train(config)
+    assert "No space left on device" in str(error.value)
+    assert_failed_save_kept_the_last_good_checkpoint(str(error.value), small_disk / "run")
+    monkeypatch.undo()
+    os.remove(small_disk / "filler")
+    train_module.train(config)
+    assert checkpoint.list_checkpoints(str(small_disk / "run"))[-1][0] == 10
+
+
+def test_translating_onto_a_full_disk_is_a_one_line_error(trained_run, corpus, small_disk):
+    (small_disk / "out.de").write_text("the previous translation\n", encoding="utf-8")
+    fill(small_disk)
+    result = run_cli("mt-translate", "--checkpoint", trained_run, "-i", f"{corpus}/test.en",
+                     "-o", str(small_disk / "out.de"), "--beam", "1")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].endswith(": No space left on device")
+    assert "Traceback" not in result.stderr
+    assert sorted(os.listdir(small_disk)) == ["filler", "out.de"]  # no temporary file left behind
+    assert (small_disk / "out.de").read_text(encoding="utf-8") == "the previous translation\n"
