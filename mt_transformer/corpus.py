@@ -12,6 +12,7 @@ memory-mapped Arrow on disk and cached by `datasets`:
 from __future__ import annotations
 
 import logging
+import os
 import unicodedata
 
 import datasets
@@ -109,6 +110,10 @@ def load_pairs(
 
     `key` names the config entry (e.g. `data.train`) in error messages.
     """
+    local = {"text": [f"{location}.{src_lang}", f"{location}.{tgt_lang}"], "tsv": [location], "jsonl": [location]}
+    for path in local.get(format, []):
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            raise UserError(f"{key}: {path} is empty")
     if format == "text":
         dataset = _text_pairs(f"{location}.{src_lang}", f"{location}.{tgt_lang}", key)
     elif format == "tsv":
@@ -126,6 +131,9 @@ def load_pairs(
         dataset = _row_pairs(rows, src_lang, tgt_lang, src_column, tgt_column, key)
     else:
         raise UserError(f"data.format: unknown format {format!r}")
+
+    if len(dataset) == 0:
+        raise UserError(f"{key}: {location} holds no pairs")
 
     def clean(batch):
         return {"src": [normalize(s or "") for s in batch["src"]], "tgt": [normalize(t or "") for t in batch["tgt"]]}

@@ -153,6 +153,8 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
         tokenizer = Tokenizer(run_dir)
     else:
         pairs, _ = drop_empty(loader("train")())
+        if len(pairs) == 0:
+            raise UserError(f"data.train: {data.train}: no pair has text on both sides")
         log.info("training sentencepiece (%s, vocab %d, %s) on %d pairs", data.spm_type, data.vocab_size,
                  "joint" if data.joint_vocab else "one per side", len(pairs))
         tokenizer = train_tokenizer(run_dir, (s for s in pairs["src"]), (t for t in pairs["tgt"]), data.joint_vocab,

@@ -3,6 +3,7 @@ import json
 import datasets
 import pytest
 
+from conftest import run_cli, tiny_config, write_config
 from mt_transformer.config import UserError
 from mt_transformer.corpus import drop_empty, load_pairs
 
@@ -76,3 +77,27 @@ def test_invalid_utf8_is_a_user_error(tmp_path):
     write(tmp_path / "x.en", "good\nbroken\n")
     with pytest.raises(UserError, match="x.de: line 2 is not valid UTF-8"):
         load_pairs("text", str(tmp_path / "x"), "de", "en", "data.train")
+
+
+@pytest.mark.parametrize("format, files", [
+    ("text", {"t.de": "", "t.en": ""}),
+    ("tsv", {"t.tsv": ""}),
+    ("jsonl", {"t.jsonl": ""}),
+])
+def test_an_empty_file_is_a_user_error_naming_it(tmp_path, format, files):
+    for name, text in files.items():
+        write(tmp_path / name, text)
+    location = str(tmp_path / ("t" if format == "text" else next(iter(files))))
+    with pytest.raises(UserError) as error:
+        load_pairs(format, location, "de", "en", "data.valid")
+    assert str(error.value) == f"data.valid: {tmp_path / next(iter(files))} is empty"
+
+
+def test_a_training_set_without_a_single_complete_pair_is_a_user_error(tmp_path):
+    write(tmp_path / "t.de", "eins\n\n \n")
+    write(tmp_path / "t.en", "\ntwo\n\n")
+    config = tiny_config(str(tmp_path), str(tmp_path / "run"), data={"train": str(tmp_path / "t"), "valid": None,
+                                                                     "src_lang": "de", "tgt_lang": "en"})
+    result = run_cli("mt-train", "--config", write_config(tmp_path / "c.yaml", config))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"error: data.train: {tmp_path / 't'}: no pair has text on both sides"
