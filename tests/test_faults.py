@@ -1,6 +1,7 @@
 """Faults injected into training: diverging losses, out-of-memory batches, kills, a full disk."""
 
 import json
+import math
 import os
 import random
 import re
@@ -100,6 +101,17 @@ def test_an_epoch_without_a_single_update_is_an_error_not_an_endless_loop(corpus
     out_of_memory_when(monkeypatch, lambda src, tgt_in, call: True)
     with pytest.raises(UserError, match=r"^epoch 1 ended without a single update \(\d+ dropped for lack of memory"):
         train_module.train(config_for(corpus, tmp_path, max_steps=5))
+
+
+def test_fp16_overflows_are_skipped_while_the_grad_scaler_lowers_its_scale(corpus, tmp_path):
+    # fp16 autocast runs on CPU too: the GradScaler starts at 2^16, which overflows at first
+    train_module.train(config_for(corpus, tmp_path, precision="fp16", device="cpu", max_steps=10, valid_every=10))
+    state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000010", "trainer.pt"), weights_only=True)
+    scale = state["scaler"]["scale"]
+    assert state["step"] == 10 and 0 < state["skipped"] < 20
+    assert scale == 2.0 ** 16 / 2 ** state["skipped"]  # each skipped update halved the scale, nothing else did
+    logged = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl") if '"loss"' in line]
+    assert logged[-1]["skipped"] == state["skipped"] and all(math.isfinite(m["loss"]) for m in logged[1:])
 
 
 def test_max_bad_updates_must_not_be_negative(corpus, tmp_path):
