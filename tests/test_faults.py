@@ -271,12 +271,21 @@ def test_too_little_free_space_is_an_error_before_training(corpus, tmp_path, mon
     assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def assert_failed_save_kept_the_last_good_checkpoint(message, run_dir):
-    assert "step_00000010" in message and "\n" not in message
+def fail_for_lack_of_space_then_resume(corpus, directory, monkeypatch, reason, free_space=lambda: None):
+    """Train 10 steps, saving at 5 and 10, with the fault patched in for the second save."""
+    config = config_for(corpus, directory, max_steps=10, valid_every=5, keep_last=1)
+    run_dir = directory / "run"
+    with pytest.raises(UserError) as error:
+        train_module.train(config)
+    message = str(error.value)
+    assert "step_00000010" in message and reason in message and "\n" not in message
     assert message.endswith("step_00000005; free some space and run the same command again to resume")
-    root = run_dir / "checkpoints"
-    assert sorted(os.listdir(root)) == ["best.json", "step_00000005"]  # nothing half-written is left
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["best.json", "step_00000005"]  # nothing half-written
     load_translator(str(run_dir), torch.device("cpu"))
+    monkeypatch.undo()
+    free_space()
+    train_module.train(config)  # the same command resumes and finishes
+    assert checkpoint.list_checkpoints(str(run_dir))[-1][0] == 10
 
 
 def test_a_save_that_fails_for_lack_of_space_keeps_the_last_good_checkpoint(corpus, tmp_path, monkeypatch):
@@ -291,14 +300,7 @@ def test_a_save_that_fails_for_lack_of_space_keeps_the_last_good_checkpoint(corp
         return real_save(state, path)
 
     monkeypatch.setattr(torch, "save", save_on_a_full_disk)
-    config = config_for(corpus, tmp_path, max_steps=10, valid_every=5, keep_last=1)
-    with pytest.raises(UserError) as error:
-        train_module.train(config)
-    assert "step_00000010: the checkpoint could not be written (" in str(error.value)
-    assert_failed_save_kept_the_last_good_checkpoint(str(error.value), tmp_path / "run")
-    monkeypatch.undo()
-    train_module.train(config)  # space was freed: the same command resumes and finishes
-    assert checkpoint.list_checkpoints(str(tmp_path / "run"))[-1][0] == 10
+    fail_for_lack_of_space_then_resume(corpus, tmp_path, monkeypatch, "the checkpoint could not be written (")
 
 
 @pytest.fixture
@@ -331,15 +333,8 @@ def test_a_really_full_disk_keeps_the_last_good_checkpoint(corpus, small_disk, m
         fill(small_disk)
 
     monkeypatch.setattr(checkpoint, "prune", prune_then_fill_the_disk)
-    config = config_for(corpus, small_disk, max_steps=10, valid_every=5, keep_last=1)
-    with pytest.raises(UserError) as error:
-        train_module.train(config)
-    assert "No space left on device" in str(error.value)
-    assert_failed_save_kept_the_last_good_checkpoint(str(error.value), small_disk / "run")
-    monkeypatch.undo()
-    os.remove(small_disk / "filler")
-    train_module.train(config)
-    assert checkpoint.list_checkpoints(str(small_disk / "run"))[-1][0] == 10
+    fail_for_lack_of_space_then_resume(corpus, small_disk, monkeypatch, "No space left on device",
+                                       free_space=lambda: os.remove(small_disk / "filler"))
 
 
 def test_translating_onto_a_full_disk_is_a_one_line_error(trained_run, corpus, small_disk):
