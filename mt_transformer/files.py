@@ -54,14 +54,6 @@ def write_bytes(path: str, data: bytes) -> None:
             f.write(data)
 
 
-def append_line(path: str, line: str) -> None:
-    """Append one line and fsync (metrics logs: a crash loses at most the line being written)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line.rstrip("\n") + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def replace_dir(tmp_dir: str, final_dir: str) -> None:
     """Move a fully written directory into place, replacing any old one of the same name."""
     for name in os.listdir(tmp_dir):

@@ -25,7 +25,7 @@ from . import checkpoint
 from .batching import Batch, batch_loader, token_batches
 from .config import Config, UserError, check_data_files, to_yaml
 from .evaluate import score
-from .files import append_line, write_text
+from .files import write_text
 from .memory import is_out_of_memory, release_memory
 from .model import Transformer, count_parameters
 from .prepare import TOKENIZER_SETTINGS, prepare_data
@@ -137,21 +137,19 @@ def check_output_dir(path: str) -> None:
         raise UserError(f"train.output_dir: cannot write to {path} ({error.strerror})") from None
 
 
-def trim_metrics(path: str, step: int) -> None:
-    """Drop log lines written after the checkpoint a run resumes from; the resumed run writes them again."""
+def metrics_up_to(path: str, step: int) -> list[str]:
+    """The log lines of steps up to `step`: a resumed run writes the later ones again."""
     if not os.path.isfile(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f if line.strip()]
+        return []
     kept = []
-    for line in lines:
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            pass  # a line cut short by a crash
-    if len(kept) != len(lines):
-        write_text(path, "".join(kept))
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line.rstrip("\n"))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                pass  # not a log line
+    return kept
 
 
 def parameter_count(config: Config) -> int:
@@ -219,7 +217,6 @@ def train(config: Config) -> dict:
         scaler.load_state_dict(saved["scaler"])
         set_rng_state(saved["rng"])
         state.update({k: saved.get(k, state[k]) for k in state})
-        trim_metrics(os.path.join(run_dir, "metrics.jsonl"), state["step"])
         log.info("resuming from %s (step %d, epoch %d)", step_dir, state["step"], state["epoch"] + 1)
 
     loop = TrainingLoop(config, model, optimizer, scheduler, scaler, tokenizer, data, device, state)
@@ -248,6 +245,7 @@ class TrainingLoop:
         self.tokenizer, self.data, self.device, self.state = tokenizer, data, device, state
         self.run_dir = config.train.output_dir
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
+        self.metrics_lines = metrics_up_to(self.metrics_path, state["step"])
         precision = config.train.precision
         self.autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
         self.metadata = checkpoint_metadata(config, tokenizer)
@@ -424,13 +422,18 @@ class TrainingLoop:
                  "skipped": self.state["skipped"], "out_of_memory": self.state["out_of_memory"],
                  "oom_dropped": self.state["oom_dropped"],
                  "elapsed_s": round(elapsed, 1)}
-        append_line(self.metrics_path, json.dumps(entry))
+        self.log_metrics(entry)
         skipped = {k: entry[k] for k in ("skipped", "out_of_memory") if entry[k]}
         bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}", tok_s=f"{entry['tokens_per_s']:.0f}",
                         **skipped)
         if bar.disable:
             log.info("step %d  loss %.3f  lr %.2e  %.0f tok/s", entry["step"], entry["loss"], entry["lr"],
                      entry["tokens_per_s"])
+
+    def log_metrics(self, entry: dict) -> None:
+        """Add a line to metrics.jsonl, rewriting it atomically (about 1 ms for 1,000 lines)."""
+        self.metrics_lines.append(json.dumps(entry))
+        write_text(self.metrics_path, "".join(line + "\n" for line in self.metrics_lines))
 
     def validate_and_save(self) -> dict:
         t, d, state = self.config.train, self.config.data, self.state
@@ -445,7 +448,7 @@ class TrainingLoop:
                      metrics["valid_ppl"], metrics["valid_bleu"])
             self.model.train()  # both validations leave the model in eval mode
         metrics["elapsed_s"] = round(state["elapsed"], 1)
-        append_line(self.metrics_path, json.dumps(metrics))
+        self.log_metrics(metrics)
         is_best = "valid_bleu" in metrics and (state["best_bleu"] is None or metrics["valid_bleu"] > state["best_bleu"])
         if is_best:
             state["best_bleu"] = metrics["valid_bleu"]

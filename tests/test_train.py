@@ -65,14 +65,14 @@ def test_resume_continues_from_the_saved_step_like_an_uninterrupted_run(corpus, 
     assert split_losses == whole_losses  # same batches, same dropout masks, same updates
 
 
-def test_trim_metrics_drops_lines_after_the_checkpoint(tmp_path):
-    from mt_transformer.train import trim_metrics
+def test_metrics_up_to_drops_lines_after_the_checkpoint(tmp_path):
+    from mt_transformer.train import metrics_up_to
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 10, "loss": 1}\n{"step": 20, "valid_bleu": 3}\n{"step": 30, "loss": 0.5}\n{"step": 4',
                     encoding="utf-8")
-    trim_metrics(str(path), 20)
-    assert path.read_text(encoding="utf-8") == '{"step": 10, "loss": 1}\n{"step": 20, "valid_bleu": 3}\n'
+    assert metrics_up_to(str(path), 20) == ['{"step": 10, "loss": 1}', '{"step": 20, "valid_bleu": 3}']
+    assert metrics_up_to(str(path), 0) == [] and metrics_up_to(str(tmp_path / "none"), 5) == []
 
 
 def test_resume_refuses_a_changed_model(trained_run, corpus, tmp_path):

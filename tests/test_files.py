@@ -1,0 +1,41 @@
+"""Atomic writes: a failure part-way leaves the old file (or directory) whole and no temporary behind."""
+
+import os
+
+import pytest
+
+from mt_transformer.files import atomic_path, replace_dir, write_bytes, write_text
+
+
+def test_write_text_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "out.txt"
+    write_text(str(path), "old\n")
+    write_text(str(path), "new\n")
+    write_bytes(str(tmp_path / "b.bin"), b"\x00\x01")
+    assert path.read_text() == "new\n" and (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
+    assert sorted(os.listdir(tmp_path)) == ["b.bin", "out.txt"]
+
+
+def test_a_failure_while_writing_keeps_the_old_file(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+    with pytest.raises(OSError):
+        with atomic_path(str(path)) as tmp:
+            with open(tmp, "w") as f:
+                f.write("half of the new")
+            raise OSError(28, "No space left on device")
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_replace_dir_swaps_a_whole_directory(tmp_path):
+    final = tmp_path / "step"
+    final.mkdir()
+    (final / "a").write_text("old")
+    new = tmp_path / ".step.tmp"
+    new.mkdir()
+    (new / "a").write_text("new")
+    (new / "b").write_text("new")
+    replace_dir(str(new), str(final))
+    assert sorted(os.listdir(final)) == ["a", "b"] and (final / "a").read_text() == "new"
+    assert os.listdir(tmp_path) == ["step"]
