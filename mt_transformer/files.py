@@ -37,6 +37,10 @@ def atomic_path(path: str):
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(directory)
+    except OSError as error:
+        if error.filename is None:  # a failed write names no file: name the one being written
+            raise OSError(error.errno, error.strerror, path) from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
