@@ -102,6 +102,14 @@ class Transformer(nn.Module):
         Returns logits (batch, tgt_len, vocab) and per layer the cross-attention weights
         (batch, heads, tgt_len, src_len), or None unless need_weights.
         """
+        states, weights = self.decoder_states(tgt_in, memory, src_mask, cache, need_weights)
+        return self.output(states), weights  # (batch, tgt_len, vocab)
+
+    def decoder_states(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+        cache: DecoderCache | None = None, need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """The decoder stack without the output projection: (batch, tgt_len, d_model), and the weights."""
         offset = cache.length if cache is not None else 0
         x = self.dropout(self.tgt_embed(tgt_in) + self.tgt_positions(tgt_in.size(1), offset))
         weights = []
@@ -110,12 +118,14 @@ class Transformer(nn.Module):
             weights.append(layer_weights)
         if cache is not None:
             cache.length += tgt_in.size(1)
-        return self.output(self.decoder_norm(x)), weights  # (batch, tgt_len, vocab)
+        return self.decoder_norm(x), weights
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced logits (batch, tgt_len, vocab)."""
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, project: bool = True) -> torch.Tensor:
+        """Teacher-forced logits (batch, tgt_len, vocab), or with project=False the decoder states
+        (batch, tgt_len, d_model) for a loss fused with the projection (loss.linear_cross_entropy)."""
         src_mask = padding_mask(src, PAD_ID)
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)[0]
+        states = self.decoder_states(tgt_in, self.encode(src, src_mask), src_mask)[0]
+        return self.output(states) if project else states
 
 
 def count_parameters(model: nn.Module) -> int:

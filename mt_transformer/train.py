@@ -17,7 +17,6 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -26,11 +25,12 @@ from .batching import Batch, batch_loader, token_batches
 from .config import Config, UserError, check_data_files, to_yaml
 from .evaluate import score
 from .files import write_text
+from .loss import label_smoothed_loss, linear_cross_entropy
 from .memory import is_out_of_memory, release_memory
 from .model import Transformer, count_parameters
 from .prepare import TOKENIZER_SETTINGS, prepare_data
 from .schedule import noam_scheduler
-from .tokenizer import PAD_ID, Tokenizer
+from .tokenizer import Tokenizer
 from .translate import translate_lines
 
 log = logging.getLogger(__name__)
@@ -38,14 +38,11 @@ log = logging.getLogger(__name__)
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
-    """Sum over non-pad target tokens of the cross entropy against a label-smoothed target:
-    (1 - smoothing) on the reference token plus smoothing / vocab on every token (section 5.4).
-
-    logits: (batch, tgt_len, vocab); target: (batch, tgt_len).
-    """
-    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=smoothing, reduction="sum")
+def training_loss(model, batch: Batch, smoothing: float, autocast, dtype: torch.dtype) -> torch.Tensor:
+    """Summed label-smoothed loss of one batch, the output projection fused with the loss."""
+    with autocast:
+        states = model(batch.src, batch.tgt_in, project=False)               # (batch, tgt_len, d_model)
+    return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype)
 
 
 def select_device(name: str) -> torch.device:
@@ -406,10 +403,8 @@ class TrainingLoop:
         total = torch.zeros((), device=self.device)
         for batch in group:
             for part in batch.split(pieces) if pieces > 1 else [batch]:
-                part = part.to(self.device)
-                with self.autocast:
-                    logits = self.model(part.src, part.tgt_in)              # (batch, tgt_len, vocab)
-                loss = label_smoothed_loss(logits, part.tgt_out, self.config.train.label_smoothing)
+                loss = training_loss(self.model, part.to(self.device), self.config.train.label_smoothing,
+                                     self.autocast, PRECISIONS[self.config.train.precision])
                 self.scaler.scale(loss).backward()
                 total += loss.detach()
         return total

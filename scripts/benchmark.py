@@ -33,7 +33,7 @@ from mt_transformer.demo_data import generate  # noqa: E402
 from mt_transformer.model import Transformer  # noqa: E402
 from mt_transformer.prepare import prepare_data  # noqa: E402
 from mt_transformer.schedule import noam_scheduler  # noqa: E402
-from mt_transformer.train import PRECISIONS, label_smoothed_loss  # noqa: E402
+from mt_transformer.train import PRECISIONS, training_loss  # noqa: E402
 from mt_transformer.translate import load_translator, translate_lines  # noqa: E402
 
 MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")
@@ -70,9 +70,7 @@ def bench_training(model, dataset, device, precision: str, max_tokens: int, warm
                 torch.cuda.synchronize()
             start = time.perf_counter()
         batch = batch.to(device)
-        with autocast:
-            logits = model(batch.src, batch.tgt_in)
-        loss = label_smoothed_loss(logits, batch.tgt_out, 0.1) / batch.target_tokens
+        loss = training_loss(model, batch, 0.1, autocast, PRECISIONS[precision]) / batch.target_tokens
         loss.backward()
         optimizer.step()
         scheduler.step()

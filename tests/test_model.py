@@ -86,7 +86,7 @@ def test_beam_reordering_keeps_the_shared_cross_attention_cache():
 
 def test_overfits_one_batch():
     from mt_transformer.batching import collate
-    from mt_transformer.train import label_smoothed_loss
+    from mt_transformer.loss import label_smoothed_loss
 
     torch.manual_seed(0)
     model = tiny().train()

@@ -1,0 +1,75 @@
+"""Label-smoothed cross entropy (section 5.4 of the paper), plain and fused with the output projection.
+
+Training uses the fused form: the output projection, log-softmax, loss and their gradients are
+computed together, a block of rows at a time, so the (tokens, vocab) logits never exist whole.
+Same loss and gradients as `label_smoothed_loss(hidden @ weight.T, ...)` to float rounding
+(tests/test_loss.py). Measured on 2 CPU cores (AVX2), d_model 256, 8k vocabulary, 4,080
+target tokens, one training step: 2.70 s with the plain loss, 1.64 s fused (1,024-row blocks;
+256 rows: 1.78 s, 4,096: 2.27 s): the plain form spends its time in memory-bound passes over
+the 130 MB logits (log-softmax backward alone 0.31 s).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .tokenizer import PAD_ID
+
+BLOCK_ROWS = 1024
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Sum over non-pad target tokens of the cross entropy against a label-smoothed target:
+    (1 - smoothing) on the reference token plus smoothing / vocab on every token.
+
+    logits: (batch, tgt_len, vocab); target: (batch, tgt_len).
+    """
+    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=smoothing, reduction="sum")
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Loss summed over rows; the gradients are computed in the forward pass, block by block."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, smoothing: float, dtype: torch.dtype, block_rows: int):
+        # hidden: (tokens, d_model); weight: (vocab, d_model); target: (tokens,)
+        vocab = weight.size(0)
+        w = weight.to(dtype)
+        loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        for start in range(0, hidden.size(0), block_rows):
+            h = hidden[start:start + block_rows].to(dtype)                      # (rows, d_model)
+            t = target[start:start + block_rows]                                # (rows,)
+            logits = (h @ w.t()).float()                                        # (rows, vocab)
+            log_z = torch.logsumexp(logits, dim=-1)                             # (rows,)
+            # -log p(t) (1 - s) - sum_v log p(v) s / V  =  log_z - (1 - s) x_t - s / V sum_v x_v
+            loss += (log_z - (1 - smoothing) * logits.gather(1, t[:, None]).squeeze(1)
+                     - smoothing / vocab * logits.sum(-1)).sum()
+            # d loss / d logits = softmax - the smoothed target distribution
+            grad = logits.sub_(log_z[:, None]).exp_().sub_(smoothing / vocab)  # (rows, vocab)
+            grad[torch.arange(t.size(0), device=t.device), t] -= 1 - smoothing
+            grad = grad.to(dtype)
+            grad_hidden[start:start + block_rows] = grad @ w                    # (rows, d_model)
+            grad_weight += (grad.t() @ h).float()                               # (vocab, d_model)
+        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, smoothing: float,
+                         dtype: torch.dtype = torch.float32, block_rows: int = BLOCK_ROWS) -> torch.Tensor:
+    """label_smoothed_loss(hidden @ weight.T, target, smoothing), without the full logits.
+
+    hidden: (batch, tgt_len, d_model) decoder states; weight: (vocab, d_model) output projection;
+    target: (batch, tgt_len) with PAD_ID where there is no token. Matrix products run in `dtype`
+    (bf16/fp16 for mixed precision), the softmax and the loss in float32.
+    """
+    keep = target != PAD_ID
+    return _LinearCrossEntropy.apply(hidden[keep], weight, target[keep], smoothing, dtype, block_rows)

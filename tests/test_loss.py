@@ -1,0 +1,56 @@
+"""The label-smoothed loss: against the formula, and the fused form against the plain one."""
+
+import math
+
+import pytest
+import torch
+
+from mt_transformer.loss import label_smoothed_loss, linear_cross_entropy
+from mt_transformer.tokenizer import PAD_ID
+
+
+def test_label_smoothed_loss_matches_the_formula():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[4, 5, PAD_ID], [6, PAD_ID, PAD_ID]])
+    eps = 0.1
+    expected = 0.0
+    log_probs = logits.log_softmax(-1)
+    for b in range(2):
+        for t in range(3):
+            y = target[b, t].item()
+            if y == PAD_ID:
+                continue
+            # (1 - eps) on the reference plus eps spread uniformly over the vocabulary
+            expected += -(1 - eps) * log_probs[b, t, y] - eps / 7 * log_probs[b, t].sum()
+    assert math.isclose(label_smoothed_loss(logits, target, eps).item(), expected.item(), rel_tol=1e-5)
+    nll = label_smoothed_loss(logits, target, 0.0).item()
+    manual = -(log_probs[0, 0, 4] + log_probs[0, 1, 5] + log_probs[1, 0, 6]).item()
+    assert math.isclose(nll, manual, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("smoothing, block_rows", [(0.1, 4), (0.0, 1024), (0.3, 7)])
+def test_fused_loss_and_gradients_equal_the_plain_ones(smoothing, block_rows):
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 16, requires_grad=True)
+    weight = torch.randn(11, 16, requires_grad=True)
+    target = torch.randint(4, 11, (3, 5))
+    target[1, 3:] = PAD_ID
+    target[2, 1:] = PAD_ID
+    plain = label_smoothed_loss(hidden @ weight.t(), target, smoothing)
+    plain_grads = torch.autograd.grad(plain * 2.5, (hidden, weight))
+    fused = linear_cross_entropy(hidden, weight, target, smoothing, torch.float32, block_rows)
+    fused_grads = torch.autograd.grad(fused * 2.5, (hidden, weight))  # the outer gradient is applied too
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+    for ours, theirs in zip(fused_grads, plain_grads):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert fused_grads[0][2, 1:].abs().sum() == 0  # padding positions get no gradient
+
+
+def test_fused_loss_in_bf16_is_close_to_float32():
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(40, 32), torch.randn(50, 32) * 0.2
+    target = torch.randint(4, 50, (40,))[None]
+    exact = linear_cross_entropy(hidden[None], weight, target, 0.1)
+    bf16 = linear_cross_entropy(hidden[None], weight, target, 0.1, torch.bfloat16)
+    assert bf16.dtype == torch.float32 and math.isclose(bf16.item(), exact.item(), rel_tol=2e-2)
