@@ -1,4 +1,4 @@
-"""Command-line entry points: mt-train, mt-translate, mt-eval.
+"""Command-line entry points: mt-train, mt-translate, mt-eval, mt-export.
 
 Each parses its arguments, calls into the package, and turns a UserError into one line on
 stderr and exit code 2.
@@ -92,28 +92,48 @@ def _decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool =
                         help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
                              "(default: decode.max_input_len, else the training data.max_len)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"],
+                        help="ctranslate2: --checkpoint is a directory written by mt-export --format ctranslate2")
+    parser.add_argument("--compute-type", default="default",
+                        help="with --engine ctranslate2: float32, int8, int8_float32, ... (default: as exported)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="with --engine ctranslate2: CPU threads (default: as many as torch uses)")
 
 
 def _translate(args, lines: list[str], n_best: int = 1):
-    from .translate import load_translator, translate_lines
+    from .translate import load_translator, translate_lines, translate_with
 
-    device = _device(args.device)
-    model, tokenizer, metadata = load_translator(args.checkpoint, device)
+    if args.engine == "ctranslate2":
+        from . import ctranslate2_engine
+
+        device = "cuda" if args.device.startswith("cuda") else "cpu"
+        translator, tokenizer, metadata = ctranslate2_engine.load(args.checkpoint, device, args.compute_type,
+                                                                  args.threads)
+    else:
+        device = _device(args.device)
+        model, tokenizer, metadata = load_translator(args.checkpoint, device)
     decode, model_config = metadata["config"]["decode"], metadata["config"]["model"]
     beam = args.beam if args.beam is not None else decode["beam_size"]
     if beam < 1:
         raise UserError(f"--beam: must be at least 1, got {beam}")
     if n_best > beam:
         raise UserError(f"--nbest: {n_best} exceeds the beam size ({beam})")
+    alpha = args.alpha if args.alpha is not None else decode["alpha"]
     max_tokens = args.max_tokens or decode["max_tokens"]
     max_input_len = args.max_input_len if args.max_input_len is not None else decode.get("max_input_len", 0)
     if max_input_len < 0:
         raise UserError(f"--max-input-len: must be zero or positive, got {max_input_len}")
+    max_input_len = max_input_len or metadata["config"]["data"]["max_len"]
+    if args.engine == "ctranslate2":
+        max_positions = model_config["max_positions"]
+        search = ctranslate2_engine.Ct2Search(translator, tokenizer, beam, alpha, decode["max_len_a"],
+                                              decode["max_len_b"], n_best, max_positions)
+        return translate_with(search, tokenizer, lines, max_tokens, min(max_input_len, max_positions - 1),
+                              progress=True)
     return translate_lines(
-        model, tokenizer, lines, device, beam_size=beam,
-        alpha=args.alpha if args.alpha is not None else decode["alpha"],
+        model, tokenizer, lines, device, beam_size=beam, alpha=alpha,
         max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"], n_best=n_best, max_tokens=max_tokens,
-        max_input_len=max_input_len or metadata["config"]["data"]["max_len"],
+        max_input_len=max_input_len,
         max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
         progress=True,
     )
@@ -179,3 +199,27 @@ def eval_main(argv=None):
         raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
     result = score(hypotheses, references, args.metrics)
     print(json.dumps(result) if args.json else format_scores(result))
+
+
+@_entry_point
+def export_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-export", description="Convert a trained checkpoint for deployment with another inference engine.")
+    parser.add_argument("--checkpoint", required=True, help="a run directory (its best checkpoint) or one checkpoint")
+    parser.add_argument("--format", required=True, choices=["ctranslate2"], help="the engine to export for")
+    parser.add_argument("--quantization", choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
+                        help="store the weights quantized (default: float32; the compute type can still be "
+                             "chosen at translation time)")
+    parser.add_argument("output_dir", help="the directory to write (replaced if it exists)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from . import ctranslate2_engine
+    from .translate import load_translator
+
+    ctranslate2_engine.import_ctranslate2()  # a clear message before the model is loaded
+    model, tokenizer, metadata = load_translator(args.checkpoint, torch.device("cpu"))
+    ctranslate2_engine.export(model, tokenizer, metadata, args.output_dir, args.quantization)
+    print(f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
+          f"--checkpoint {args.output_dir})")

@@ -128,33 +128,41 @@ def translate_lines(
     alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50, n_best: int = 1,
     max_tokens: int = 8192, max_input_len: int = 0, max_positions: int | None = None, progress: bool = False,
 ) -> list[list[Translation]]:
-    """Translate `lines`; returns, per line, up to n_best translations, best first.
+    """Translate `lines` with the PyTorch model; returns, per line, up to n_best translations, best first.
 
     An input longer than max_input_len subwords (0: no limit) is cut into parts at sentence or
     word boundaries; the parts are translated on their own and their translations joined.
     max_positions: the model's limit with learned position embeddings; None for sinusoidal.
     """
     model.eval()
-    ids = tokenizer.encode_src([normalize(line) for line in lines])
     limit = max_input_len or None
     if max_positions is not None:
         limit = min(limit or max_positions - 1, max_positions - 1)
+    search = Decoder(model, tokenizer, device, beam_size, alpha, max_len_a, max_len_b, n_best, max_positions)
+    return translate_with(search, tokenizer, lines, max_tokens, limit, progress)
+
+
+def translate_with(search, tokenizer: Tokenizer, lines: list[str], max_tokens: int, max_input_len: int | None,
+                   progress: bool = False) -> list[list[Translation]]:
+    """Tokenize, cut over-long inputs, batch longest first, run `search` (a callable from a list of
+    subword-id sequences to their hypotheses: Decoder, or ctranslate2_engine.Ct2Search), join the
+    parts, detokenize, and return the results in input order."""
+    ids = tokenizer.encode_src([normalize(line) for line in lines])
     segments, owners = [], []  # the parts to translate, and the line each belongs to
     for line, sequence in enumerate(ids):
         parts = [sequence]
-        if limit and len(sequence) > limit:
-            parts = split_at(sequence, cut_points(tokenizer.src_pieces(sequence), limit))
-            log.warning("line %d: %d subwords, more than %d: translated in %d parts", line + 1, len(sequence), limit,
-                        len(parts))
+        if max_input_len and len(sequence) > max_input_len:
+            parts = split_at(sequence, cut_points(tokenizer.src_pieces(sequence), max_input_len))
+            log.warning("line %d: %d subwords, more than %d: translated in %d parts", line + 1, len(sequence),
+                        max_input_len, len(parts))
         segments += parts
         owners += [line] * len(parts)
 
-    decoder = Decoder(model, tokenizer, device, beam_size, alpha, max_len_a, max_len_b, n_best, max_positions)
     found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
     batches = source_batches([len(s) for s in segments], max_tokens)
     with tqdm(total=sum(map(len, batches)), unit="sent", disable=not progress, leave=False) as bar:
         for batch in batches:
-            for i, hypotheses in zip(batch, decoder([segments[i] for i in batch])):
+            for i, hypotheses in zip(batch, search([segments[i] for i in batch])):
                 found[i] = hypotheses
             bar.update(len(batch))
 

@@ -1,0 +1,189 @@
+"""Deployment through CTranslate2 (https://opennmt.net/CTranslate2): export and translation.
+
+`export` builds a CTranslate2 Transformer spec from our weights with its Python `specs` API and
+writes a self-contained directory:
+
+    OUT_DIR/
+        model.bin, shared_vocabulary.json (or source_/target_vocabulary.json), config.json
+                            what CTranslate2 reads
+        spm*.model          our tokenizer
+        mt_transformer.json the model and decoding settings of the checkpoint
+
+`Ct2Search` translates batches of subword ids with it and returns our `Hypothesis` objects, so
+`translate.translate_segments` handles empty lines, long inputs and input order as for PyTorch.
+
+Greedy search is the same algorithm as ours. Beam search differs in two ways, both CTranslate2's:
+it normalises scores by length ** alpha (ours: the GNMT penalty ((5 + length) / 6) ** alpha), and
+it takes one output-length limit per batch (ours: one per sentence; `Ct2Search` cuts each output
+to its sentence's own limit afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import torch
+
+from .beam_search import Hypothesis
+from .config import UserError
+from .files import replace_dir
+from .tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
+
+SETTINGS_FILE = "mt_transformer.json"
+COMPUTE_TYPES = ("default", "auto", "float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
+                 "int8_bfloat16")
+
+
+def import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError("ctranslate2 is not installed: pip install ctranslate2 "
+                        "(or pip install 'mt_transformer[ctranslate2]')") from None
+    return ctranslate2
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().to("cpu", torch.float32).contiguous().numpy()
+
+
+def _set_linear(spec, *linears: torch.nn.Linear) -> None:
+    """One CTranslate2 linear layer from one or several of ours stacked along the outputs (fused QKV)."""
+    spec.weight = np.concatenate([_array(linear.weight) for linear in linears])
+    if all(linear.bias is not None for linear in linears):
+        spec.bias = np.concatenate([_array(linear.bias) for linear in linears])
+
+
+def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _position_table(positions, length: int) -> np.ndarray:
+    """(length, d_model): the encodings of positions 0 .. length-1 (sinusoidal or learned)."""
+    if hasattr(positions, "embedding"):
+        return _array(positions.embedding.weight[:length])
+    return _array(positions(length))
+
+
+def build_spec(model, tokenizer: Tokenizer, max_positions: int):
+    """The CTranslate2 TransformerSpec holding `model`'s weights and `tokenizer`'s vocabularies."""
+    import_ctranslate2()
+    from ctranslate2.specs import transformer_spec
+
+    pre_norm = isinstance(model.encoder_norm, torch.nn.LayerNorm)
+    n_heads = model.encoder[0].self_attn.n_heads
+    spec = transformer_spec.TransformerSpec.from_config((len(model.encoder), len(model.decoder)), n_heads,
+                                                        pre_norm=pre_norm)
+    for side, embed, positions in ((spec.encoder, model.src_embed, model.src_positions),
+                                   (spec.decoder, model.tgt_embed, model.tgt_positions)):
+        embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+        embeddings.weight = _array(embed.weight)
+        side.scale_embeddings = True  # multiply by sqrt(d_model), as TokenEmbedding does
+        side.position_encodings.encodings = _position_table(positions, max_positions)
+    if pre_norm:
+        _set_norm(spec.encoder.layer_norm, model.encoder_norm)
+        _set_norm(spec.decoder.layer_norm, model.decoder_norm)
+    for ours, theirs in zip(model.encoder, spec.encoder.layer):
+        _set_linear(theirs.self_attention.linear[0], ours.self_attn.q_proj, ours.self_attn.kv_proj)
+        _set_linear(theirs.self_attention.linear[1], ours.self_attn.out_proj)
+        _set_norm(theirs.self_attention.layer_norm, ours.norms[0])
+        _set_linear(theirs.ffn.linear_0, ours.ffn.linear1)
+        _set_linear(theirs.ffn.linear_1, ours.ffn.linear2)
+        _set_norm(theirs.ffn.layer_norm, ours.norms[1])
+    for ours, theirs in zip(model.decoder, spec.decoder.layer):
+        _set_linear(theirs.self_attention.linear[0], ours.self_attn.q_proj, ours.self_attn.kv_proj)
+        _set_linear(theirs.self_attention.linear[1], ours.self_attn.out_proj)
+        _set_norm(theirs.self_attention.layer_norm, ours.norms[0])
+        _set_linear(theirs.attention.linear[0], ours.cross_attn.q_proj)
+        _set_linear(theirs.attention.linear[1], ours.cross_attn.kv_proj)
+        _set_linear(theirs.attention.linear[2], ours.cross_attn.out_proj)
+        _set_norm(theirs.attention.layer_norm, ours.norms[1])
+        _set_linear(theirs.ffn.linear_0, ours.ffn.linear1)
+        _set_linear(theirs.ffn.linear_1, ours.ffn.linear2)
+        _set_norm(theirs.ffn.layer_norm, ours.norms[2])
+    _set_linear(spec.decoder.projection, model.output)
+
+    src_pieces = [tokenizer.src.id_to_piece(i) for i in range(tokenizer.src_vocab_size)]
+    tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in range(tokenizer.tgt_vocab_size)]
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    spec.config.layer_norm_epsilon = model.encoder[0].norms[0].eps
+    spec.config.add_source_eos = True  # our encoder reads the source followed by EOS
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        tgt_pieces[UNK_ID], tgt_pieces[BOS_ID], tgt_pieces[EOS_ID])
+    spec.config.decoder_start_token = spec.config.bos_token
+    return spec
+
+
+def export(model, tokenizer: Tokenizer, metadata: dict, out_dir: str, quantization: str | None = None) -> None:
+    """Write the CTranslate2 model, the tokenizer and the decoding settings to out_dir, atomically."""
+    model_config = metadata["config"]["model"]
+    max_positions = model_config["max_positions"]
+    spec = build_spec(model, tokenizer, max_positions)
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", dir=parent)
+    try:
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        spec.save(tmp)
+        for name in tokenizer.files:
+            shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
+        settings = {"engine": "ctranslate2", "quantization": quantization, "max_positions": max_positions,
+                    "config": {key: metadata["config"][key] for key in ("data", "model", "decode")},
+                    "src_vocab_size": metadata["src_vocab_size"], "tgt_vocab_size": metadata["tgt_vocab_size"],
+                    "joint_vocab": metadata["joint_vocab"], "step": metadata.get("step")}
+        with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
+            json.dump(settings, f, indent=2)
+        replace_dir(tmp, out_dir)
+    except OSError as error:
+        raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load(directory: str, device: str = "cpu", compute_type: str = "default", threads: int = 0):
+    """The CTranslate2 translator, our tokenizer and the settings of an exported directory."""
+    ctranslate2 = import_ctranslate2()
+    path = os.path.join(directory, SETTINGS_FILE)
+    if not os.path.isfile(path):
+        raise UserError(f"{directory}: not a CTranslate2 export of mt_transformer (no {SETTINGS_FILE}; "
+                        f"make one with mt-export --format ctranslate2)")
+    with open(path, encoding="utf-8") as f:
+        settings = json.load(f)
+    try:
+        translator = ctranslate2.Translator(directory, device=device, compute_type=compute_type,
+                                            intra_threads=threads or torch.get_num_threads())
+    except (RuntimeError, ValueError) as error:
+        raise UserError(f"{directory}: CTranslate2 could not load it ({str(error).splitlines()[0]})") from None
+    return translator, Tokenizer(directory), settings
+
+
+class Ct2Search:
+    """Translate batches of source subword ids with a CTranslate2 translator (as translate.Decoder does with torch)."""
+
+    def __init__(self, translator, tokenizer: Tokenizer, beam_size: int, alpha: float, max_len_a: float,
+                 max_len_b: int, n_best: int, max_positions: int):
+        self.translator, self.tokenizer = translator, tokenizer
+        self.beam_size, self.alpha, self.n_best = beam_size, alpha, n_best
+        self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
+
+    def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
+        limits = [min(int(self.max_len_a * len(s) + self.max_len_b), self.max_positions - 1) for s in sources]
+        results = self.translator.translate_batch(
+            [self.tokenizer.src_pieces(s) for s in sources], beam_size=self.beam_size,
+            length_penalty=self.alpha, num_hypotheses=self.n_best, max_decoding_length=max(limits),
+            max_input_length=0, return_scores=True)
+        found = []
+        for result, limit in zip(results, limits):
+            hypotheses = []
+            for pieces, score in zip(result.hypotheses, result.scores):
+                # CTranslate2 takes one limit per batch: cut to this sentence's own, as our search would
+                ids = [self.tokenizer.tgt.piece_to_id(p) for p in pieces[:limit]]
+                hypotheses.append(Hypothesis(ids, score, score))
+            found.append(hypotheses)
+        return found

@@ -1,0 +1,93 @@
+"""Export to CTranslate2 and translation with it: the same numbers and the same greedy outputs as PyTorch."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import run_cli
+from mt_transformer.model import Transformer
+from mt_transformer.tokenizer import BOS_ID, EOS_ID
+from mt_transformer.translate import load_translator, translate_lines
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+from mt_transformer import ctranslate2_engine  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def torch_token_log_probs(model, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
+    """log p of each target token and EOS given the source, from our model: (len(tgt_ids) + 1,)."""
+    src = torch.tensor([src_ids + [EOS_ID]])
+    tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
+    with torch.no_grad():
+        log_probs = model(src, tgt_in).log_softmax(-1)[0]  # (tgt_len, vocab)
+    return log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None])[:, 0]
+
+
+def ct2_token_log_probs(translator, tokenizer, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
+    result = translator.score_batch([tokenizer.src_pieces(src_ids)], [tokenizer.tgt_pieces(tgt_ids)])[0]
+    return torch.tensor(result.log_probs)
+
+
+@pytest.mark.parametrize("norm,positions", [("post", "sinusoidal"), ("pre", "learned")])
+def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, positions):
+    """Per-token log-probabilities agree to 1e-4: every weight, norm and position went to the right place."""
+    _, tokenizer, metadata = load_translator(trained_run, CPU)
+    model_config = {**metadata["config"]["model"], "norm": norm, "positions": positions}
+    metadata = {**metadata, "config": {**metadata["config"], "model": model_config}}
+    torch.manual_seed(0)
+    model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **model_config).eval()
+    with torch.no_grad():  # non-trivial norms and biases, so a misplaced one shows
+        for name, parameter in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    out = tmp_path / "ct2"
+    ctranslate2_engine.export(model, tokenizer, metadata, str(out))
+    translator, _, settings = ctranslate2_engine.load(str(out))
+    assert settings["config"]["model"]["norm"] == norm
+
+    lines = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:5]
+    refs = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()[:5]
+    for src_ids, tgt_ids in zip(tokenizer.encode_src(lines), tokenizer.encode_tgt(refs)):
+        ours = torch_token_log_probs(model, src_ids, tgt_ids)
+        theirs = ct2_token_log_probs(translator, tokenizer, src_ids, tgt_ids)
+        assert theirs.shape == ours.shape
+        assert torch.allclose(theirs, ours, atol=1e-4), (theirs - ours).abs().max()
+
+
+def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path):
+    out = tmp_path / "exported"
+    result = run_cli("mt-export", "--checkpoint", trained_run, "--format", "ctranslate2", str(out))
+    assert result.returncode == 0, result.stderr
+    assert {"model.bin", "spm.model", ctranslate2_engine.SETTINGS_FILE} <= set(os.listdir(out))
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temporary directory left
+
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:20] + [""]
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ct2 = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", str(out), "-i", str(source), "--beam", "1")
+    assert ct2.returncode == 0, ct2.stderr
+    model, tokenizer, _ = load_translator(trained_run, CPU)
+    ours = [r[0].text for r in translate_lines(model, tokenizer, lines, CPU, beam_size=1, max_len_b=10)]
+    assert ct2.stdout.splitlines() == ours  # greedy: the same outputs, the empty line stays empty
+
+    beam = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", str(out), "-i", str(source),
+                   "--beam", "2", "--nbest", "2")
+    assert beam.returncode == 0, beam.stderr
+    rows = [line.split("\t") for line in beam.stdout.splitlines()]
+    assert sorted({int(r[0]) for r in rows}) == list(range(len(lines)))
+
+    int8 = tmp_path / "int8"
+    assert run_cli("mt-export", "--checkpoint", trained_run, "--format", "ctranslate2", "--quantization", "int8",
+                   str(int8)).returncode == 0
+    assert json.loads((int8 / ctranslate2_engine.SETTINGS_FILE).read_text())["quantization"] == "int8"
+    assert os.path.getsize(int8 / "model.bin") < os.path.getsize(out / "model.bin")
+
+
+def test_translating_a_checkpoint_that_was_not_exported_is_a_clear_error(trained_run):
+    result = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", trained_run, input="hello\n")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "mt-export --format ctranslate2" in result.stderr
