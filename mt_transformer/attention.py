@@ -63,17 +63,30 @@ class MultiHeadAttention(nn.Module):
         self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
         is_causal: bool = False, need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Queries from x (batch, q_len, d_model) attend over projected k, v.
+        """Queries from x (rows, q_len, d_model) attend over projected k, v (batch, heads, k_len, head_dim).
 
-        Returns (batch, q_len, d_model) and, if need_weights, (batch, heads, q_len, k_len).
+        rows is batch or a multiple of it: beam search keeps `beam` consecutive rows per sentence,
+        all attending to that sentence's one copy of the encoder keys/values, so they are folded
+        into the query length (one kernel call reads each sentence's keys once, not once per beam).
+        Returns (rows, q_len, d_model) and, if need_weights, (rows, heads, q_len, k_len).
         """
-        q = self._split_heads(self.q_proj(x))                  # (batch, heads, q_len, head_dim)
+        rows, q_len, _ = x.shape
+        batch, group = k.size(0), rows // k.size(0)
+        if rows != batch * group:
+            raise ValueError(f"{rows} query rows cannot share keys/values of {batch} sentences")
+        q = self._split_heads(self.q_proj(x))                  # (rows, heads, q_len, head_dim)
+        if group > 1:  # (batch * group, heads, q_len, hd) -> (batch, heads, group * q_len, hd)
+            q = q.reshape(batch, group, self.n_heads, q_len, self.head_dim).transpose(1, 2) \
+                 .reshape(batch, self.n_heads, group * q_len, self.head_dim)
         dropout = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
-        batch, _, q_len, _ = out.shape
-        out = out.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.head_dim)  # (batch, q_len, d_model)
+        if group > 1:  # back to (rows, heads, q_len, ...)
+            unfold = lambda t: t.reshape(batch, self.n_heads, group, q_len, t.size(-1)).transpose(1, 2) \
+                                .reshape(rows, self.n_heads, q_len, t.size(-1))
+            out, weights = unfold(out), (unfold(weights) if weights is not None else None)
+        out = out.transpose(1, 2).reshape(rows, q_len, self.n_heads * self.head_dim)  # (rows, q_len, d_model)
         return self.out_proj(out), weights

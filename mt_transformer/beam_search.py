@@ -1,6 +1,7 @@
 """Batched beam search with the GNMT length penalty and the decoder's key/value cache.
 
-Rows are flat (sentence * beam). At step 0 only beam 0 of each sentence is alive. Each step
+Decoder rows are flat (sentence * beam); the encoder output and the cross-attention keys and
+values are kept once per sentence. At step 0 only beam 0 of each sentence is alive. Each step
 takes the top 2*beam candidates over (beam, vocab): an EOS among the first `beam` ends a
 hypothesis, and the best `beam` others continue. A sentence is done once it has `beam`
 finished hypotheses (fairseq's rule) or reaches its length limit, where EOS is forced; done
@@ -42,8 +43,8 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
     batch, device, beam = src.size(0), src.device, beam_size
-    memory = model.encode(src, src_mask).repeat_interleave(beam, dim=0)    # (batch*beam, src_len, d_model)
-    src_mask = src_mask.repeat_interleave(beam, dim=0)                     # (batch*beam, 1, 1, src_len)
+    # one encoding per sentence: its `beam` rows share it (the cross-attention folds them together)
+    memory = model.encode(src, src_mask)                                   # (batch, src_len, d_model)
     cache = model.new_cache()
     sentence = torch.arange(batch, device=device)                          # original index of each live sentence
     max_len = max_len.to(device)
@@ -51,15 +52,18 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch
     scores = torch.full((batch, beam), float("-inf"), device=device)       # cumulative log-probs
     scores[:, 0] = 0.0
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    shortest_limit = int(max_len.min())
 
     for step in range(int(max_len.max()) + 1):
         live, owners = sentence.numel(), sentence.tolist()
         logits, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
+        memory = None  # from now on the cache holds the cross-attention keys and values
         logits = logits[:, -1].float()                                     # (live*beam, vocab)
         # log p = logit - logsumexp(logits). A candidate among the best 2*beam of a sentence is among
         # the best 2*beam of its own row, so only those are scored: no (live, beam*vocab) sums.
         normalizer = logits.logsumexp(dim=-1, keepdim=True)                # (live*beam, 1)
-        forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(beam), eos_id)
+        if step >= shortest_limit:  # (a host-side check: the full-vocabulary masking costs 2% otherwise)
+            forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(beam), eos_id)
         per_row = min(2 * beam, logits.size(-1))
         row_logits, row_tokens = logits.topk(per_row, dim=-1)              # (live*beam, per_row)
         row_scores = scores.view(-1, 1) + (row_logits - normalizer)        # cumulative log-probs
@@ -82,18 +86,19 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch
         # the best `beam` non-EOS candidates continue
         scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=1)  # (live, beam)
         rows = (torch.arange(live, device=device) * beam)[:, None] + top_beam.gather(1, order)  # (live, beam)
-        rows = rows.view(-1)
-        tokens = torch.cat([tokens.index_select(0, rows), top_token.gather(1, order).view(-1, 1)], dim=1)
-        cache.select(rows, cross=False)
+        tokens = torch.cat([tokens[rows.view(-1)], top_token.gather(1, order).view(-1, 1)], dim=1)
 
         done = torch.tensor([len(finished[s]) >= beam for s in owners], device=device) | (max_len <= step)
         if bool(done.all()):
             break
-        if bool(done.any()):
+        if bool(done.any()):  # finished sentences leave the batch
             keep = (~done).nonzero().view(-1)                              # (still_live,)
+            rows, sentence, max_len, scores = rows[keep], sentence[keep], max_len[keep], scores[keep]
+            shortest_limit = int(max_len.min())
             keep_rows = (keep[:, None] * beam + torch.arange(beam, device=device)).view(-1)
-            sentence, max_len, scores = sentence[keep], max_len[keep], scores[keep]
-            tokens, memory, src_mask = tokens[keep_rows], memory[keep_rows], src_mask[keep_rows]
-            cache.select(keep_rows, cross=True)
+            tokens, src_mask = tokens[keep_rows], src_mask[keep]
+            cache.select(rows.view(-1), sentences=keep)
+        else:
+            cache.select(rows.view(-1))
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]

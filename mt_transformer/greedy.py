@@ -21,11 +21,12 @@ def greedy_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: tor
     last = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     log_prob = torch.zeros(batch, device=src.device)
-    steps = []
+    steps, shortest_limit = [], int(max_len.min())
     for step in range(int(max_len.max()) + 1):
         logits, _ = model.decode(last, memory, src_mask, cache)
         log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)      # (batch, vocab)
-        forbid_all_but_eos(log_probs, max_len <= step, eos_id)
+        if step >= shortest_limit:
+            forbid_all_but_eos(log_probs, max_len <= step, eos_id)
         token_log_prob, token = log_probs.max(dim=-1)
         log_prob += token_log_prob.masked_fill(finished, 0.0)
         token = token.masked_fill(finished, eos_id)

@@ -29,18 +29,14 @@ class DecoderCache:
     layers: list[LayerCache]
     length: int = 0
 
-    def select(self, rows: torch.Tensor, cross: bool = True) -> None:
-        """Keep/reorder batch rows (beam reordering, dropping finished sentences).
-
-        Cross-attention keys/values are the same for all beams of a sentence, so beam reordering
-        within sentences can skip them (cross=False).
-        """
-        names = ("self_k", "self_v", "cross_k", "cross_v") if cross else ("self_k", "self_v")
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        """Keep/reorder the self-attention rows (beam reordering, dropping finished sentences) and,
+        if given, the cross-attention `sentences` (beam search keeps one copy of those per sentence)."""
         for layer in self.layers:
-            for name in names:
-                value = getattr(layer, name)
-                if value is not None:
-                    setattr(layer, name, value.index_select(0, rows))
+            layer.self_k, layer.self_v = layer.self_k.index_select(0, rows), layer.self_v.index_select(0, rows)
+            if sentences is not None:
+                layer.cross_k = layer.cross_k.index_select(0, sentences)
+                layer.cross_v = layer.cross_v.index_select(0, sentences)
 
 
 class Transformer(nn.Module):

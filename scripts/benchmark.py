@@ -2,12 +2,18 @@
 """Training and translation speed on whatever device is present (`make bench`).
 
 Training: steady-state target tokens/s and source+target tokens/s (the first updates are
-excluded), seconds per update, the padding fraction of the batches and peak memory.
-Translation: greedy and beam-4 sentences/s and output tokens/s.
+excluded), seconds per update, the padding fraction of the batches, peak memory, and model
+FLOPs utilisation (flops.py's count over the measured matrix-multiply ceilings of the device).
+Translation: greedy and beam-4 sentences/s and output tokens/s at two batch sizes.
+How cost grows: time per update against sentence length (16 to 512 at a fixed token budget),
+and translation time against beam size (1, 2, 4, 8, 16).
+CTranslate2 (when installed and a trained checkpoint is given): the same model exported, its
+fp32 and int8 speed, and how many greedy outputs equal ours.
 
-Model: the peers' size (d_model 256, 3+3 layers, 4 heads, d_ff 1024, shared 8k vocabulary)
-on ../shared/corpora/multi30k-de-en when present, else on the generated demo corpus (said in
-the output). Prints a Markdown table; --json PATH also writes the numbers.
+Model: the peers' size (d_model 256, 3+3 layers, 4 heads, d_ff 1024, pre-norm, shared 8k
+vocabulary) on ../shared/corpora/multi30k-de-en when present, else on the generated demo
+corpus (said in the output). Prints Markdown tables and replaces this device's section of
+docs/benchmarks.md (--markdown); --json PATH also writes the numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import sys
 import tempfile
@@ -30,13 +37,16 @@ sys.path.insert(0, ROOT)
 from mt_transformer.batching import batch_loader, token_batches  # noqa: E402
 from mt_transformer.config import DataConfig  # noqa: E402
 from mt_transformer.demo_data import generate  # noqa: E402
+from mt_transformer.flops import training_flops  # noqa: E402
 from mt_transformer.model import Transformer  # noqa: E402
 from mt_transformer.prepare import prepare_data  # noqa: E402
 from mt_transformer.schedule import noam_scheduler  # noqa: E402
 from mt_transformer.train import PRECISIONS, training_loss  # noqa: E402
-from mt_transformer.translate import load_translator, translate_lines  # noqa: E402
+from mt_transformer.translate import load_translator, translate_lines, translate_with  # noqa: E402
 
 MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")
+MODEL = dict(d_model=256, n_heads=4, d_ff=1024, encoder_layers=3, decoder_layers=3, dropout=0.1, attention_dropout=0.1,
+             norm="pre")
 
 
 def corpus(workdir: str) -> tuple[DataConfig, str]:
@@ -54,39 +64,102 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_ceiling(device: torch.device, dtype: torch.dtype) -> float:
+    """The best measured FLOP/s of square and model-shaped matrix products in this dtype."""
+    shapes = [(2048, 2048, 2048), (4096, 256, 1024), (4096, 1024, 256)] if device.type == "cpu" else \
+             [(8192, 8192, 8192), (16384, 4096, 4096)]
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+        a @ b
+        synchronize(device)
+        repeats, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 1.0 or repeats < 2:
+            a @ b
+            synchronize(device) if repeats % 8 == 7 else None
+            repeats += 1
+        synchronize(device)
+        best = max(best, 2 * m * k * n * repeats / (time.perf_counter() - start))
+    return best
+
+
+def training_step(model, batch, optimizer, scheduler, autocast, dtype) -> None:
+    loss = training_loss(model, batch, 0.1, autocast, dtype) / batch.target_tokens
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def new_optimizer(model, device):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=device.type == "cuda")
+    return optimizer, noam_scheduler(optimizer, 256, 4000)
+
+
+def batch_flops(batch, vocab: int) -> int:
+    src_lens, tgt_lens = (batch.src != 0).sum(1).tolist(), (batch.tgt_out != 0).sum(1).tolist()
+    return training_flops(src_lens, tgt_lens, MODEL["d_model"], MODEL["d_ff"], MODEL["encoder_layers"],
+                          MODEL["decoder_layers"], vocab)
+
+
 def bench_training(model, dataset, device, precision: str, max_tokens: int, warmup_updates: int, updates: int):
     src_lens, tgt_lens = np.asarray(dataset["src_len"]), np.asarray(dataset["tgt_len"])
     batches = token_batches(src_lens, tgt_lens, max_tokens, seed=1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=device.type == "cuda")
-    scheduler = noam_scheduler(optimizer, 256, 4000)
+    optimizer, scheduler = new_optimizer(model, device)
     autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
+    vocab = model.output.out_features
     model.train()
-    real = padded = target = source = 0
+    real = padded = target = source = flops = 0
     start = None
     loader = batch_loader(dataset.select_columns(["src_ids", "tgt_ids"]), batches[: warmup_updates + updates])
     for i, batch in enumerate(loader):
         if i == warmup_updates:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            synchronize(device)
             start = time.perf_counter()
-        batch = batch.to(device)
-        loss = training_loss(model, batch, 0.1, autocast, PRECISIONS[precision]) / batch.target_tokens
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        training_step(model, batch.to(device), optimizer, scheduler, autocast, PRECISIONS[precision])
         if i >= warmup_updates:
             target += batch.target_tokens
             source += int((batch.src != 0).sum())
             real += int((batch.src != 0).sum() + (batch.tgt_out != 0).sum())
             padded += batch.src.numel() + batch.tgt_out.numel()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+            flops += batch_flops(batch, vocab)
+    synchronize(device)
     seconds = time.perf_counter() - start
     return {"target_tokens_per_s": round(target / seconds, 1),
             "source_target_tokens_per_s": round((source + target) / seconds, 1),
             "seconds_per_update": round(seconds / updates, 4), "padding_fraction": round(1 - real / padded, 4),
-            "updates_timed": updates, "peak_memory_mb": round(peak_memory_mb(device), 1)}
+            "updates_timed": updates, "peak_memory_mb": round(peak_memory_mb(device), 1),
+            "model_flops_per_s": round(flops / seconds)}
+
+
+def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096, updates: int = 3):
+    """Seconds per update of `budget` target tokens in sentences of one length (sources as long)."""
+    from mt_transformer.batching import Batch
+    optimizer, scheduler = new_optimizer(model, device)
+    autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
+    model.train()
+    rows = []
+    generator = torch.Generator().manual_seed(1)
+    for length in (16, 32, 64, 128, 256, 512):
+        sentences = budget // length
+        tokens = torch.randint(4, vocab, (sentences, length + 1), generator=generator)
+        batch = Batch(src=tokens[:, 1:], tgt_in=tokens[:, :-1], tgt_out=tokens[:, 1:]).to(device)
+        training_step(model, batch, optimizer, scheduler, autocast, PRECISIONS[precision])  # warm-up
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(updates):
+            training_step(model, batch, optimizer, scheduler, autocast, PRECISIONS[precision])
+        synchronize(device)
+        seconds = (time.perf_counter() - start) / updates
+        rows.append({"length": length, "sentences": sentences, "seconds_per_update": round(seconds, 4),
+                     "target_tokens_per_s": round(sentences * length / seconds, 1),
+                     "model_flops_per_s": round(batch_flops(batch, vocab) / seconds)})
+    return rows
 
 
 def bench_translation(model, tokenizer, lines: list[str], device, beam: int, max_tokens: int):
@@ -94,8 +167,36 @@ def bench_translation(model, tokenizer, lines: list[str], device, beam: int, max
     results = translate_lines(model, tokenizer, lines, device, beam_size=beam, max_tokens=max_tokens)
     seconds = time.perf_counter() - start
     tokens = sum(len(r[0].tokens) + 1 for r in results)
-    return {"beam": beam, "max_tokens": max_tokens, "sentences_per_s": round(len(lines) / seconds, 1),
-            "output_tokens_per_s": round(tokens / seconds, 1)}
+    return {"beam": beam, "max_tokens": max_tokens, "sentences": len(lines),
+            "sentences_per_s": round(len(lines) / seconds, 1), "output_tokens_per_s": round(tokens / seconds, 1)}, \
+        [r[0].text for r in results]
+
+
+def bench_ctranslate2(model, tokenizer, metadata, lines: list[str], device, ours_greedy: list[str], workdir: str):
+    """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs equal to ours."""
+    from mt_transformer import ctranslate2_engine
+    from mt_transformer.ctranslate2_engine import Ct2Search
+
+    out = os.path.join(workdir, "ct2")
+    ctranslate2_engine.export(model, tokenizer, metadata, out)
+    decode = metadata["config"]["decode"]
+    rows = []
+    for compute_type in ("float32", "int8"):
+        translator, ct2_tokenizer, _ = ctranslate2_engine.load(out, device.type, compute_type)
+        for beam in (1, 4):
+            search = Ct2Search(translator, ct2_tokenizer, beam, decode["alpha"], decode["max_len_a"],
+                               decode["max_len_b"], 1, metadata["config"]["model"]["max_positions"])
+            translate_with(search, ct2_tokenizer, lines[:50], 8192, None)  # warm-up
+            start = time.perf_counter()
+            results = translate_with(search, ct2_tokenizer, lines, 8192, None)
+            seconds = time.perf_counter() - start
+            row = {"compute_type": compute_type, "beam": beam, "sentences_per_s": round(len(lines) / seconds, 1),
+                   "output_tokens_per_s": round(sum(len(r[0].tokens) + 1 for r in results) / seconds, 1)}
+            if beam == 1:
+                same = sum(r[0].text == ours for r, ours in zip(results, ours_greedy))
+                row["greedy_equal_to_ours"] = round(same / len(lines), 4)
+            rows.append(row)
+    return rows
 
 
 def machine(device: torch.device) -> str:
@@ -109,9 +210,49 @@ def machine(device: torch.device) -> str:
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads{gpu}"
 
 
+def markdown(results: dict) -> str:
+    t, ceilings = results["training"], results["ceilings_gflops"]
+    mfu = " / ".join(f"{t['model_flops_per_s'] / 1e9 / c:.1%} of {name}" for name, c in ceilings.items())
+    lines = [f"machine: {results['machine']}  ",
+             f"corpus: {results['corpus']}, {results['precision']}; translation model: {results['translation_model']}  ",
+             "matrix-multiply ceilings measured: " + ", ".join(f"{n} {c:.0f} GFLOP/s" for n, c in ceilings.items()), "",
+             "| training | target tok/s | src+tgt tok/s | s/update | padding | peak MB | model GFLOP/s | MFU |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| d256 3+3 | {t['target_tokens_per_s']:,.0f} | {t['source_target_tokens_per_s']:,.0f} | "
+             f"{t['seconds_per_update']} | {t['padding_fraction']:.1%} | {t['peak_memory_mb']:,.0f} | "
+             f"{t['model_flops_per_s'] / 1e9:.1f} | {mfu} |", "",
+             "| sentence length | sentences | s/update | target tok/s | model GFLOP/s |", "|---|---|---|---|---|"]
+    lines += [f"| {r['length']} | {r['sentences']} | {r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | "
+              f"{r['model_flops_per_s'] / 1e9:.1f} |" for r in results["lengths"]]
+    lines += ["", "| translation | max_tokens | sentences | sent/s | output tok/s |", "|---|---|---|---|---|"]
+    lines += [f"| {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | {r['max_tokens']} | {r['sentences']} | "
+              f"{r['sentences_per_s']} | {r['output_tokens_per_s']} |" for r in results["translation"] + results["beams"]]
+    if results.get("ctranslate2"):
+        lines += ["", "| CTranslate2 | search | sent/s | output tok/s | greedy outputs equal to ours |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['compute_type']} | {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | "
+                  f"{r['sentences_per_s']} | {r['output_tokens_per_s']} | "
+                  f"{format(r['greedy_equal_to_ours'], '.1%') if 'greedy_equal_to_ours' in r else ''} |"
+                  for r in results["ctranslate2"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: str, device: str, text: str) -> None:
+    """Replace this device's section of the benchmarks page (between its two markers), or add it."""
+    begin, end = f"<!-- make bench: {device} -->", f"<!-- /make bench: {device} -->"
+    page = open(path, encoding="utf-8").read() if os.path.isfile(path) else "# Benchmarks\n"
+    block = f"{begin}\n{text}{end}"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    page = pattern.sub(lambda _: block, page) if pattern.search(page) else page.rstrip("\n") + "\n\n" + block + "\n"
+    from mt_transformer.files import write_text
+    write_text(path, page)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--markdown", default=os.path.join(ROOT, "docs", "benchmarks.md"),
+                        help="replace this device's section of this page ('' for none)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS))
     parser.add_argument("--updates", type=int, default=30, help="timed training updates")
@@ -125,30 +266,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         data, corpus_name = corpus(workdir)
         tokenizer, encoded = prepare_data(data, workdir, seed=1)
-        model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, d_model=256, n_heads=4, d_ff=1024,
-                            encoder_layers=3, decoder_layers=3, dropout=0.1).to(device)
+        model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **MODEL).to(device)
+        ceilings = {"fp32": matmul_ceiling(device, torch.float32) / 1e9,
+                    "bf16": matmul_ceiling(device, torch.bfloat16) / 1e9}
         results = {"machine": machine(device), "corpus": corpus_name, "precision": args.precision,
-                   "training": bench_training(model, encoded["train"], device, args.precision, 4096, 5, args.updates)}
+                   "ceilings_gflops": {k: round(v, 1) for k, v in ceilings.items()},
+                   "training": bench_training(model, encoded["train"], device, args.precision, 4096, 5, args.updates),
+                   "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size)}
         lines = list(encoded["valid"]["src"])[: args.sentences]
+        metadata = None
         if args.checkpoint:
-            model, tokenizer, _ = load_translator(args.checkpoint, device)
+            model, tokenizer, metadata = load_translator(args.checkpoint, device)
             results["translation_model"] = args.checkpoint
         else:
             results["translation_model"] = "untrained (outputs run to the length limit)"
         model.eval()
-        results["translation"] = [bench_translation(model, tokenizer, lines, device, beam, max_tokens)
-                                  for beam in (1, 4) for max_tokens in (2048, 8192)]
+        results["translation"], outputs = [], {}
+        for beam in (1, 4):
+            for max_tokens in (2048, 8192):
+                row, outputs[beam] = bench_translation(model, tokenizer, lines, device, beam, max_tokens)
+                results["translation"].append(row)
+        results["beams"] = [bench_translation(model, tokenizer, lines[:300], device, beam, 8192)[0]
+                            for beam in (1, 2, 4, 8, 16)]
+        try:
+            import ctranslate2  # noqa: F401
+        except ImportError:
+            ctranslate2 = None
+        if metadata is not None and ctranslate2 is not None:
+            results["ctranslate2"] = bench_ctranslate2(model, tokenizer, metadata, lines, device, outputs[1], workdir)
 
-    t = results["training"]
-    print(f"machine: {results['machine']}\ncorpus: {results['corpus']}, {args.precision}; "
-          f"translation model: {results['translation_model']}\n")
-    print("| training | target tok/s | src+tgt tok/s | s/update | padding | peak MB |\n|---|---|---|---|---|---|")
-    print(f"| d256 3+3 | {t['target_tokens_per_s']} | {t['source_target_tokens_per_s']} | {t['seconds_per_update']} "
-          f"| {t['padding_fraction']:.1%} | {t['peak_memory_mb']} |\n")
-    print("| translation | max_tokens | sent/s | output tok/s |\n|---|---|---|---|")
-    for r in results["translation"]:
-        print(f"| {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | {r['max_tokens']} | "
-              f"{r['sentences_per_s']} | {r['output_tokens_per_s']} |")
+    text = markdown(results)
+    print(text)
+    if args.markdown:
+        write_section(args.markdown, device.type, text)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

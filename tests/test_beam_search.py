@@ -26,7 +26,7 @@ class ScriptedCache:
     def __init__(self):
         self.prefixes, self.length = None, 0
 
-    def select(self, rows, cross=True):
+    def select(self, rows, sentences=None):
         self.prefixes = self.prefixes.index_select(0, rows)
 
 

@@ -52,16 +52,19 @@ def test_kv_cache_equals_full_recompute():
             assert torch.allclose(full, incremental, atol=1e-5), (norm, positions)
 
 
-def _step_after_reorder(model, src, tgt_in, order, cross):
-    """Decode two positions, reorder the cache rows, decode the third."""
+def _step_after_reorder(model, src, tgt_in, order, sentences=None):
+    """Decode two positions, reorder the cache rows (and the sentences, if given), decode the third.
+
+    src may hold fewer rows than tgt_in: then each sentence has tgt_in.size(0) // src.size(0)
+    consecutive rows (beams) sharing its encoder output, as in beam search."""
     src_mask = padding_mask(src, PAD_ID)
     memory = model.encode(src, src_mask)
     cache = model.new_cache()
     for t in range(2):
         model.decode(tgt_in[:, t: t + 1], memory, src_mask, cache)
-    cache.select(order, cross=cross)
-    if cross:
-        memory, src_mask = memory[order], src_mask[order]
+    cache.select(order, sentences)
+    if sentences is not None:
+        memory, src_mask = memory[sentences], src_mask[sentences]
     logits, _ = model.decode(tgt_in[order, 2:3], memory, src_mask, cache)
     return logits
 
@@ -71,17 +74,24 @@ def test_kv_cache_after_reordering_rows():
     src = torch.tensor([[5, 6, 7, 3], [8, 9, 10, 3], [11, 12, 13, 3]])
     tgt_in = torch.tensor([[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25]])
     order = torch.tensor([2, 0, 0])
-    reordered = _step_after_reorder(model, src, tgt_in, order, cross=True)
+    reordered = _step_after_reorder(model, src, tgt_in, order, sentences=order)
     assert torch.allclose(reordered, model(src[order], tgt_in[order])[:, 2:3], atol=1e-5)
 
 
-def test_beam_reordering_keeps_the_shared_cross_attention_cache():
+def test_beams_share_one_encoding_of_their_sentence():
+    """Two sentences with three beams each: the beams attend to one copy of their sentence's
+    encoder output, and the result equals decoding each beam with its own copy."""
     model = tiny()
-    src = torch.tensor([[5, 6, 7, 3]] * 3)  # three beams of one sentence
-    tgt_in = torch.tensor([[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25]])
-    order = torch.tensor([1, 1, 2])
-    reordered = _step_after_reorder(model, src, tgt_in, order, cross=False)
-    assert torch.allclose(reordered, model(src, tgt_in[order])[:, 2:3], atol=1e-5)
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    tgt_in = torch.tensor([[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25],
+                           [BOS_ID, 26, 27], [BOS_ID, 28, 29], [BOS_ID, 30, 31]])
+    order = torch.tensor([1, 1, 2, 5, 3, 3])  # beams reordered within each sentence
+    reordered = _step_after_reorder(model, src, tgt_in, order)
+    expected = model(src.repeat_interleave(3, dim=0), tgt_in[order])[:, 2:3]
+    assert torch.allclose(reordered, expected, atol=1e-5)
+    # dropping the first sentence keeps the second one's three beams
+    kept = _step_after_reorder(model, src, tgt_in, order[3:], sentences=torch.tensor([1]))
+    assert torch.allclose(kept, expected[3:], atol=1e-5)
 
 
 def test_overfits_one_batch():

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""mt_transformer in the peers' benchmark (../shared/bench/peers): the same data, model and settings.
+
+Run after the peers' `prepare_data.sh` (it writes $PEERS_DIR/data). Trains with mt-train for
+STEPS updates (default 300) with the peers' fixed settings: d_model 256, 3+3 layers, 4 heads,
+d_ff 1024, dropout 0.1 (attention too), pre-norm, tied embeddings, sinusoidal positions, Adam
+(0.9, 0.98), inverse-sqrt schedule peaking at 1e-3 after 100 updates, label smoothing 0.1,
+batches of 4,096 target tokens, a joint 8,000-piece BPE vocabulary. Then translates the same
+500 test sentences with beam 4 and scores them with sacreBLEU.
+
+Measured as the peers' scripts measure: training target tokens/s is the mean of the per-log-
+interval rates after the first interval; decoding sentences/s counts the search only (model
+loading excluded). Prints one `peer=mt_transformer ...` line and writes result.json.
+
+    python3 scripts/peer_bench.py [--peers-dir ~/.cache/mt-peers] [--tag r1] [--decode-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def config(data: str, out: str, steps: int, warmup: int, batch_tokens: int, log_every: int) -> dict:
+    return {
+        "data": {"src_lang": "de", "tgt_lang": "en", "train": f"{data}/raw/train", "valid": f"{data}/raw/valid",
+                 "vocab_size": 8000, "joint_vocab": True, "spm_type": "bpe", "max_len": 128},
+        "model": {"d_model": 256, "n_heads": 4, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3,
+                  "dropout": 0.1, "attention_dropout": 0.1, "norm": "pre", "positions": "sinusoidal",
+                  "tie_embeddings": True},
+        # Noam: lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); peak scale/(16 * sqrt(warmup))
+        "train": {"output_dir": out, "max_tokens": batch_tokens, "max_steps": steps, "warmup": warmup,
+                  "lr_scale": round(1e-3 * 256 ** 0.5 * warmup ** 0.5, 6), "label_smoothing": 0.1,
+                  "log_every": log_every, "valid_every": steps, "valid_max_sentences": 100, "keep_last": 1,
+                  "seed": 42},
+        "decode": {"beam_size": 4, "alpha": 0.6},
+    }
+
+
+def steady_rate(metrics_path: str) -> float:
+    """Mean of the logged tokens/s after the first interval (startup and warm-up)."""
+    with open(metrics_path, encoding="utf-8") as f:
+        rates = [e["tokens_per_s"] for e in map(json.loads, f) if "tokens_per_s" in e]
+    return statistics.mean(rates[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peers-dir", default=os.environ.get("PEERS_DIR", os.path.expanduser("~/.cache/mt-peers")))
+    parser.add_argument("--tag", default="r1")
+    parser.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", 300)))
+    parser.add_argument("--decode-only", action="store_true", help="translate again with the model of --tag")
+    parser.add_argument("--max-tokens", type=int, nargs="+", default=[2048, 8192],
+                        help="decoding batch sizes in source tokens")
+    args = parser.parse_args()
+    data = os.path.join(args.peers_dir, "data")
+    out = os.path.join(args.peers_dir, "runs", f"mt_transformer-{args.tag}")
+    if not os.path.isfile(f"{data}/raw/test.de"):
+        sys.exit(f"{data}/raw/test.de not found: run the peers' prepare_data.sh first")
+    os.makedirs(out, exist_ok=True)
+    result = {"peer": "mt_transformer"}
+
+    if not args.decode_only:
+        path = os.path.join(out, "config.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump(config(data, os.path.join(out, "run"), args.steps, 100, 4096, 25), f)
+        start = time.perf_counter()
+        train = "import sys; from mt_transformer.cli import train_main; sys.argv[0] = 'mt-train'; train_main()"
+        subprocess.run([sys.executable, "-c", train, "--config", path], check=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ROOT})
+        result["train_wall_s"] = round(time.perf_counter() - start, 1)
+        result["train_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+    result["train_tok_per_s"] = round(steady_rate(os.path.join(out, "run", "metrics.jsonl")), 1)
+
+    import torch
+
+    from mt_transformer.evaluate import score
+    from mt_transformer.translate import load_translator, translate_lines
+
+    torch.set_num_threads(2)
+    model, tokenizer, _ = load_translator(os.path.join(out, "run"), torch.device("cpu"))
+    sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
+    references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
+    translate_lines(model, tokenizer, sources[:20], torch.device("cpu"), beam_size=4)  # warm-up
+    for max_tokens in args.max_tokens:
+        start = time.perf_counter()
+        results = translate_lines(model, tokenizer, sources, torch.device("cpu"), beam_size=4, alpha=0.6,
+                                  max_tokens=max_tokens)
+        seconds = time.perf_counter() - start
+        hypotheses = [r[0].text for r in results]
+        tokens = sum(len(r[0].tokens) for r in results)
+        result[f"decode_sent_per_s@{max_tokens}"] = round(len(sources) / seconds, 2)
+        result[f"decode_tok_per_s@{max_tokens}"] = round(tokens / seconds, 1)
+        result["out_tokens"] = tokens
+        result["bleu"] = score(hypotheses, references, ["bleu"])["bleu"]
+        with open(os.path.join(out, f"hyp.test.{max_tokens}"), "w", encoding="utf-8") as f:
+            f.write("".join(h + "\n" for h in hypotheses))
+    with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    print(" ".join(f"{k}={v}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()
