@@ -58,15 +58,14 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch
         live, owners = sentence.numel(), sentence.tolist()
         logits, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        logits = logits[:, -1].float()                                     # (live*beam, vocab)
-        # log p = logit - logsumexp(logits). A candidate among the best 2*beam of a sentence is among
-        # the best 2*beam of its own row, so only those are scored: no (live, beam*vocab) sums.
-        normalizer = logits.logsumexp(dim=-1, keepdim=True)                # (live*beam, 1)
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)      # (live*beam, vocab)
         if step >= shortest_limit:  # (a host-side check: the full-vocabulary masking costs 2% otherwise)
-            forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(beam), eos_id)
-        per_row = min(2 * beam, logits.size(-1))
-        row_logits, row_tokens = logits.topk(per_row, dim=-1)              # (live*beam, per_row)
-        row_scores = scores.view(-1, 1) + (row_logits - normalizer)        # cumulative log-probs
+            forbid_all_but_eos(log_probs, (max_len <= step).repeat_interleave(beam), eos_id)
+        # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
+        # so only those are scored: no (live, beam * vocab) sums
+        per_row = min(2 * beam, log_probs.size(-1))
+        row_log_probs, row_tokens = log_probs.topk(per_row, dim=-1)       # (live*beam, per_row)
+        row_scores = scores.view(-1, 1) + row_log_probs                    # cumulative log-probs
         top_scores, top_index = row_scores.view(live, -1).topk(2 * beam, dim=1)  # (live, 2*beam)
         top_beam = top_index // per_row
         top_token = row_tokens.view(live, -1).gather(1, top_index)
