@@ -1,4 +1,5 @@
-"""Greedy decoding with the key/value cache: one new position per step."""
+"""Greedy decoding with the key/value cache: one new position per step; finished sentences
+leave the batch, so later steps run on fewer rows."""
 
 from __future__ import annotations
 
@@ -14,30 +15,33 @@ def greedy_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: tor
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
-    batch = src.size(0)
+    batch, device = src.size(0), src.device
     memory = model.encode(src, src_mask)                                   # (batch, src_len, d_model)
     cache = model.new_cache()
-    max_len = max_len.to(src.device)
-    last = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-    log_prob = torch.zeros(batch, device=src.device)
-    steps, shortest_limit = [], int(max_len.min())
+    max_len = max_len.to(device)
+    sentence = torch.arange(batch, device=device)                          # original index of each live row
+    last = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)
+    log_prob = torch.zeros(batch, device=device)
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    shortest_limit = int(max_len.min())
     for step in range(int(max_len.max()) + 1):
         logits, _ = model.decode(last, memory, src_mask, cache)
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)      # (batch, vocab)
+        memory = None  # from now on the cache holds the cross-attention keys and values
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)      # (live, vocab)
         if step >= shortest_limit:
             forbid_all_but_eos(log_probs, max_len <= step, eos_id)
-        token_log_prob, token = log_probs.max(dim=-1)
-        log_prob += token_log_prob.masked_fill(finished, 0.0)
-        token = token.masked_fill(finished, eos_id)
-        steps.append(token)
-        finished |= token == eos_id
-        if bool(finished.all()):
+        token_log_prob, token = log_probs.max(dim=-1)                      # (live,)
+        log_prob.index_add_(0, sentence, token_log_prob)
+        for owner, t in zip(sentence.tolist(), token.tolist()):  # one host sync per step
+            tokens[owner].append(t)
+        done = token == eos_id
+        if bool(done.all()):
             break
         last = token[:, None]
-    tokens = torch.stack(steps, dim=1).tolist()                          # (batch, steps)
-    hypotheses = []
-    for row, score in zip(tokens, log_prob.tolist()):
-        row = row[: row.index(eos_id)] if eos_id in row else row
-        hypotheses.append(Hypothesis(row, score, score))
-    return hypotheses
+        if bool(done.any()):  # finished sentences leave the batch
+            keep = (~done).nonzero().view(-1)
+            sentence, max_len, last, src_mask = sentence[keep], max_len[keep], last[keep], src_mask[keep]
+            cache.select(keep, sentences=keep)
+            shortest_limit = int(max_len.min())
+    return [Hypothesis(row[:-1] if row and row[-1] == eos_id else row, score, score)
+            for row, score in zip(tokens, log_prob.tolist())]

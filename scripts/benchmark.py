@@ -89,6 +89,7 @@ def matmul_ceiling(device: torch.device, dtype: torch.dtype) -> float:
 
 
 def training_step(model, batch, optimizer, scheduler, autocast, dtype) -> None:
+    """One update; `model` may be a torch.compile'd module."""
     loss = training_loss(model, batch, 0.1, autocast, dtype) / batch.target_tokens
     loss.backward()
     optimizer.step()
@@ -199,6 +200,47 @@ def bench_ctranslate2(model, tokenizer, metadata, lines: list[str], device, ours
     return rows
 
 
+def bench_paper_configs(device, tokens: int, updates: int, compile_options=(False, True)):
+    """MFU of the paper's base and big models (configs/base.yaml, big.yaml) training in bf16 on
+    batches of `tokens` target tokens (random sentences of 32 tokens), with and without torch.compile."""
+    import yaml
+    rows = []
+    for name in ("base", "big"):
+        with open(os.path.join(ROOT, "configs", f"{name}.yaml"), encoding="utf-8") as f:
+            config = yaml.safe_load(f)
+        model_args, vocab = config["model"], config["data"]["vocab_size"]
+        for compiled in compile_options:
+            torch.manual_seed(1)
+            model = Transformer(vocab, vocab, **model_args).to(device)
+            runner = torch.compile(model) if compiled else model
+            optimizer, scheduler = new_optimizer(model, device)
+            autocast = torch.autocast(device.type, dtype=torch.bfloat16)
+            length = 32
+            sentences = max(1, tokens // length)
+            ids = torch.randint(4, vocab, (sentences, length + 1), generator=torch.Generator().manual_seed(1))
+            from mt_transformer.batching import Batch
+            batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
+            model.train()
+            for _ in range(3):  # warm-up (and compilation)
+                training_step(runner, batch, optimizer, scheduler, autocast, torch.bfloat16)
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(updates):
+                training_step(runner, batch, optimizer, scheduler, autocast, torch.bfloat16)
+            synchronize(device)
+            seconds = (time.perf_counter() - start) / updates
+            flops = training_flops([length] * sentences, [length] * sentences, model_args["d_model"],
+                                   model_args["d_ff"], model_args["encoder_layers"], model_args["decoder_layers"], vocab)
+            rows.append({"config": name, "compile": compiled, "target_tokens": sentences * length,
+                         "seconds_per_update": round(seconds, 4),
+                         "target_tokens_per_s": round(sentences * length / seconds, 1),
+                         "model_flops_per_s": round(flops / seconds)})
+            del model, runner, optimizer
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return rows
+
+
 def machine(device: torch.device) -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -230,6 +272,13 @@ def markdown(results: dict) -> str:
     lines += ["", "| translation | max_tokens | sentences | sent/s | output tok/s |", "|---|---|---|---|---|"]
     lines += [f"| {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | {r['max_tokens']} | {r['sentences']} | "
               f"{r['sentences_per_s']} | {r['output_tokens_per_s']} |" for r in results["translation"] + results["beams"]]
+    if results.get("paper_configs"):
+        bf16 = ceilings["bf16"]
+        lines += ["", f"| bf16 training | torch.compile | target tokens/update | s/update | target tok/s | "
+                      f"model TFLOP/s | MFU (of bf16 {bf16 / 1000:.0f} TFLOP/s) |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['config']} | {'yes' if r['compile'] else 'no'} | {r['target_tokens']:,} | "
+                  f"{r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | {r['model_flops_per_s'] / 1e12:.1f} | "
+                  f"{r['model_flops_per_s'] / 1e9 / bf16:.1%} |" for r in results["paper_configs"]]
     if results.get("ctranslate2"):
         lines += ["", "| CTranslate2 | search | sent/s | output tok/s | greedy outputs equal to ours |",
                   "|---|---|---|---|---|"]
@@ -262,6 +311,12 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000, help="sentences translated per setting")
     parser.add_argument("--checkpoint", help="time translation with this trained run or checkpoint "
                                              "(default: the freshly initialised model, whose outputs run to the length limit)")
+    parser.add_argument("--paper-configs", action=argparse.BooleanOptionalAction, default=None,
+                        help="bf16 MFU of the base and big configs with and without torch.compile "
+                             "(default: on CUDA only)")
+    parser.add_argument("--paper-tokens", type=int, default=16384, help="target tokens per update for --paper-configs")
+    parser.add_argument("--paper-updates", type=int, default=10, help="timed updates for --paper-configs")
+    parser.add_argument("--no-compile", action="store_true", help="--paper-configs without the torch.compile runs")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(1)
@@ -297,6 +352,10 @@ def main() -> None:
             ctranslate2 = None
         if metadata is not None and ctranslate2 is not None:
             results["ctranslate2"] = bench_ctranslate2(model, tokenizer, metadata, lines, device, outputs[1], workdir)
+
+        if args.paper_configs or (args.paper_configs is None and device.type == "cuda"):
+            results["paper_configs"] = bench_paper_configs(device, args.paper_tokens, args.paper_updates,
+                                                           (False,) if args.no_compile else (False, True))
 
     text = markdown(results)
     print(text)
