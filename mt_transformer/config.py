@@ -93,6 +93,7 @@ class TrainConfig:
     valid_every: int = 1000
     valid_max_sentences: int = 0  # 0: the whole valid set for BLEU
     keep_last: int = 5
+    patience: int = 0  # stop after this many validations in a row without a better valid BLEU; 0: never
     num_workers: int = 0
 
 
@@ -239,7 +240,7 @@ def validate(config: Config) -> None:
             value = getattr(getattr(config, section), name)
             _check(value > 0, f"{section}.{name}: must be positive, got {value}")
     for name in ("max_epochs", "max_minutes", "keep_last", "num_workers", "threads", "valid_max_sentences",
-                 "max_bad_updates"):
+                 "max_bad_updates", "patience"):
         value = getattr(t, name)
         _check(value >= 0, f"train.{name}: must be zero or positive, got {value}")
     _check(d.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {d.vocab_size}")

@@ -203,8 +203,8 @@ def train(config: Config) -> dict:
                                  weight_decay=t.weight_decay, fused=device.type == "cuda")
     scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
-    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "elapsed": 0.0, "skipped": 0,
-             "out_of_memory": 0, "oom_dropped": 0}
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "best_step": None, "since_best": 0,
+             "elapsed": 0.0, "skipped": 0, "out_of_memory": 0, "oom_dropped": 0}
     if found:
         step_dir = found[-1][1]
         checkpoint.load_weights(model, step_dir)
@@ -282,7 +282,8 @@ class TrainingLoop:
 
         def finished() -> bool:
             over_time = t.max_minutes and started_at + time.monotonic() - start >= 60 * t.max_minutes
-            return state["step"] >= t.max_steps or bool(over_time) or (t.max_epochs and state["epoch"] >= t.max_epochs)
+            return (state["step"] >= t.max_steps or bool(over_time) or bool(t.max_epochs and state["epoch"] >= t.max_epochs)
+                    or self.out_of_patience())
 
         while not finished():
             batches = token_batches(src_lens, tgt_lens, t.max_tokens, t.seed, state["epoch"])
@@ -323,6 +324,9 @@ class TrainingLoop:
                                     f"dropped for lack of memory, {state['skipped']} non-finite); see the warnings above")
                 state["epoch"], state["batch_in_epoch"] = state["epoch"] + 1, 0
         bar.close()
+        if self.out_of_patience():
+            log.info("early stop: valid BLEU has not improved for %d validations (best %.2f at step %d)",
+                     state["since_best"], state["best_bleu"], state["best_step"])
         if validated_at != state["step"]:
             state["elapsed"] = started_at + time.monotonic() - start
             last_metrics = self.validate_and_save()
@@ -446,12 +450,18 @@ class TrainingLoop:
         self.log_metrics(metrics)
         is_best = "valid_bleu" in metrics and (state["best_bleu"] is None or metrics["valid_bleu"] > state["best_bleu"])
         if is_best:
-            state["best_bleu"] = metrics["valid_bleu"]
+            state["best_bleu"], state["best_step"], state["since_best"] = metrics["valid_bleu"], state["step"], 0
+        elif "valid_bleu" in metrics:
+            state["since_best"] += 1
         self.save()
         if is_best:
             checkpoint.write_best(self.run_dir, state["step"], metrics["valid_bleu"])
         checkpoint.prune(self.run_dir, t.keep_last)
         return metrics
+
+    def out_of_patience(self) -> bool:
+        """Early stopping: train.patience validations in a row without a better valid BLEU."""
+        return self.config.train.patience > 0 and self.state["since_best"] >= self.config.train.patience
 
     def save(self) -> str:
         trainer_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),

@@ -101,3 +101,20 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(corpus, tmp_path):
     resumed = run_cli("mt-train", "--config", config, "--set", f"train.max_steps={step + 2}")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stderr and f"(step {step}," in resumed.stderr
+
+
+def test_early_stopping_after_patience_validations_without_improvement_survives_resume(corpus, tmp_path):
+    """With a learning rate too small to change any translation, valid BLEU never improves after the
+    first validation: patience 2 stops the run at the third, also across a resume in between."""
+    run_dir = str(tmp_path / "run")
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, run_dir, train={
+        "max_steps": 100, "lr_scale": 1e-9, "valid_every": 5, "log_every": 5, "patience": 2}))
+    first = run_cli("mt-train", "--config", config, "--set", "train.max_steps=10")
+    assert first.returncode == 0, first.stderr
+    second = run_cli("mt-train", "--config", config)
+    assert second.returncode == 0, second.stderr
+    assert "early stop: valid BLEU has not improved for 2 validations" in second.stderr
+    valid = [m for m in read_metrics(run_dir) if "valid_bleu" in m]
+    assert [m["step"] for m in valid] == [5, 10, 15]
+    with open(os.path.join(run_dir, "checkpoints", "best.json")) as f:
+        assert json.load(f)["step"] == 5
