@@ -1,4 +1,4 @@
-"""Command-line entry points: mt-train, mt-translate, mt-eval, mt-export.
+"""Command-line entry points: mt-train, mt-translate, mt-eval, mt-export, mt-average.
 
 Each parses its arguments, calls into the package, and turns a UserError into one line on
 stderr and exit code 2.
@@ -11,6 +11,7 @@ import errno
 import functools
 import json
 import logging
+import os
 import sys
 
 from .config import UserError
@@ -223,3 +224,27 @@ def export_main(argv=None):
     ctranslate2_engine.export(model, tokenizer, metadata, args.output_dir, args.quantization)
     print(f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
           f"--checkpoint {args.output_dir})")
+
+
+@_entry_point
+def average_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-average", description="Average the weights of several checkpoints of one run (paper section 6.1).")
+    parser.add_argument("--inputs", nargs="+", required=True,
+                        help="checkpoint directories, or with --last one run directory")
+    parser.add_argument("--last", type=int, help="average the N newest checkpoints of the run given in --inputs")
+    parser.add_argument("--output", required=True, help="the checkpoint directory to write (replaced if it exists)")
+    args = parser.parse_args(argv)
+
+    from .average import average_checkpoints, last_checkpoints
+
+    inputs = args.inputs
+    if args.last is not None:
+        if len(inputs) != 1:
+            raise UserError("--last: give exactly one run directory in --inputs")
+        if args.last < 1:
+            raise UserError(f"--last: must be at least 1, got {args.last}")
+        inputs = last_checkpoints(inputs[0], args.last)
+    average_checkpoints(inputs, args.output)
+    print(f"wrote {args.output}: the average of {len(inputs)} checkpoints "
+          f"({', '.join(os.path.basename(os.path.normpath(i)) for i in inputs)})")

@@ -1,0 +1,93 @@
+"""Checkpoint averaging (Vaswani et al., 2017, section 6.1: the base models average the last 5
+checkpoints): the element-wise mean of the weights of several checkpoints of one run.
+
+The output is a checkpoint directory that translates like any other (weights, config, tokenizer)
+but holds no optimizer state, so training cannot resume from it.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from . import checkpoint
+from .config import UserError
+from .files import replace_dir
+
+
+def last_checkpoints(run_dir: str, count: int) -> list[str]:
+    """The `count` newest checkpoints of a run, oldest first."""
+    found = checkpoint.list_checkpoints(run_dir)
+    if len(found) < count:
+        raise UserError(f"{run_dir}: {len(found)} checkpoints, {count} asked for "
+                        f"(train.keep_last decides how many a run keeps)")
+    return [path for _, path in found[-count:]]
+
+
+def _load(directory: str) -> tuple[dict, dict]:
+    if not os.path.isfile(os.path.join(directory, checkpoint.MODEL_FILE)):
+        raise UserError(f"{directory}: not a checkpoint directory (no {checkpoint.MODEL_FILE})")
+    path = os.path.join(directory, checkpoint.MODEL_FILE)
+    try:
+        weights = load_file(path)
+    except (SafetensorError, OSError) as error:
+        raise UserError(f"{path}: not a readable safetensors file ({error})") from None
+    return weights, checkpoint.read_metadata(directory)
+
+
+def _tokenizer_files(directory: str) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.startswith("spm") and name.endswith(".model"))
+
+
+def average_checkpoints(inputs: list[str], output: str) -> dict:
+    """Write the average of `inputs` (checkpoint directories of one model) to `output`; returns its metadata."""
+    if not inputs:
+        raise UserError("--inputs: no checkpoints given")
+    total: dict[str, torch.Tensor] = {}
+    first_metadata = None
+    for directory in inputs:
+        weights, metadata = _load(directory)
+        dtypes = {name: tensor.dtype for name, tensor in weights.items()}
+        if first_metadata is None:
+            first_metadata, first_dir = metadata, directory
+            total = {name: tensor.to(torch.float64) for name, tensor in weights.items()}
+            continue
+        same_model = all(metadata.get(k) == first_metadata.get(k) for k in ("src_vocab_size", "tgt_vocab_size"))
+        same_model &= metadata.get("config", {}).get("model") == first_metadata.get("config", {}).get("model")
+        if not same_model or weights.keys() != total.keys():
+            raise UserError(f"{directory}: a different model from {first_dir}; only checkpoints of one model average")
+        files = _tokenizer_files(directory)
+        if files != _tokenizer_files(first_dir) or not all(
+                filecmp.cmp(os.path.join(directory, f), os.path.join(first_dir, f), shallow=False) for f in files):
+            raise UserError(f"{directory}: its tokenizer differs from {first_dir}'s")
+        for name, tensor in weights.items():
+            if tensor.shape != total[name].shape:
+                raise UserError(f"{directory}: {name} has shape {tuple(tensor.shape)}, "
+                                f"not {tuple(total[name].shape)} as in {first_dir}")
+            total[name] += tensor.to(torch.float64)
+    # summed in float64, so the average of identical checkpoints is exactly their weights
+    averaged = {name: (tensor / len(inputs)).to(dtypes[name]).contiguous() for name, tensor in total.items()}
+
+    metadata = {**metadata, "averaged_from": [os.path.abspath(d) for d in inputs]}  # the last input's, plus
+    parent = os.path.dirname(os.path.abspath(output))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(output))}.", dir=parent)
+    try:
+        save_file(averaged, os.path.join(tmp, checkpoint.MODEL_FILE), metadata={"format": "pt"})
+        with open(os.path.join(tmp, checkpoint.CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2)
+        for name in _tokenizer_files(inputs[-1]):
+            shutil.copyfile(os.path.join(inputs[-1], name), os.path.join(tmp, name))
+        replace_dir(tmp, output)
+    except OSError as error:
+        raise UserError(f"{output}: the averaged checkpoint could not be written ({error.strerror or error})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return metadata
