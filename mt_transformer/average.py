@@ -75,7 +75,8 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
     # summed in float64, so the average of identical checkpoints is exactly their weights
     averaged = {name: (tensor / len(inputs)).to(dtypes[name]).contiguous() for name, tensor in total.items()}
 
-    metadata = {**metadata, "averaged_from": [os.path.abspath(d) for d in inputs]}  # the last input's, plus
+    # the last input's config and step, and where the average came from
+    metadata = {**metadata, "averaged_from": [os.path.abspath(d) for d in inputs]}
     parent = os.path.dirname(os.path.abspath(output))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(output))}.", dir=parent)
