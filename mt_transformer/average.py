@@ -11,7 +11,6 @@ import filecmp
 import json
 import os
 import shutil
-import tempfile
 
 import torch
 from safetensors import SafetensorError
@@ -19,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from . import checkpoint
 from .config import UserError
-from .files import replace_dir
+from .files import atomic_dir
 
 
 def last_checkpoints(run_dir: str, count: int) -> list[str]:
@@ -77,18 +76,13 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
 
     # the last input's config and step, and where the average came from
     metadata = {**metadata, "averaged_from": [os.path.abspath(d) for d in inputs]}
-    parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(output))}.", dir=parent)
     try:
-        save_file(averaged, os.path.join(tmp, checkpoint.MODEL_FILE), metadata={"format": "pt"})
-        with open(os.path.join(tmp, checkpoint.CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(metadata, f, indent=2)
-        for name in _tokenizer_files(inputs[-1]):
-            shutil.copyfile(os.path.join(inputs[-1], name), os.path.join(tmp, name))
-        replace_dir(tmp, output)
+        with atomic_dir(output) as tmp:
+            save_file(averaged, os.path.join(tmp, checkpoint.MODEL_FILE), metadata={"format": "pt"})
+            with open(os.path.join(tmp, checkpoint.CONFIG_FILE), "w", encoding="utf-8") as f:
+                json.dump(metadata, f, indent=2)
+            for name in _tokenizer_files(inputs[-1]):
+                shutil.copyfile(os.path.join(inputs[-1], name), os.path.join(tmp, name))
     except OSError as error:
         raise UserError(f"{output}: the averaged checkpoint could not be written ({error.strerror or error})") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return metadata

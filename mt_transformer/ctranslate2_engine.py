@@ -23,14 +23,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 import torch
 
 from .beam_search import Hypothesis
 from .config import UserError
-from .files import replace_dir
+from .files import atomic_dir
 from .tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
 
 SETTINGS_FILE = "mt_transformer.json"
@@ -124,26 +123,21 @@ def export(model, tokenizer: Tokenizer, metadata: dict, out_dir: str, quantizati
     model_config = metadata["config"]["model"]
     max_positions = model_config["max_positions"]
     spec = build_spec(model, tokenizer, max_positions)
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", dir=parent)
     try:
-        spec.validate()
-        spec.optimize(quantization=quantization)
-        spec.save(tmp)
-        for name in tokenizer.files:
-            shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
-        settings = {"engine": "ctranslate2", "quantization": quantization, "max_positions": max_positions,
-                    "config": {key: metadata["config"][key] for key in ("data", "model", "decode")},
-                    "src_vocab_size": metadata["src_vocab_size"], "tgt_vocab_size": metadata["tgt_vocab_size"],
-                    "joint_vocab": metadata["joint_vocab"], "step": metadata.get("step")}
-        with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
-            json.dump(settings, f, indent=2)
-        replace_dir(tmp, out_dir)
+        with atomic_dir(out_dir) as tmp:
+            spec.validate()
+            spec.optimize(quantization=quantization)
+            spec.save(tmp)
+            for name in tokenizer.files:
+                shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
+            settings = {"engine": "ctranslate2", "quantization": quantization, "max_positions": max_positions,
+                        "config": {key: metadata["config"][key] for key in ("data", "model", "decode")},
+                        "src_vocab_size": metadata["src_vocab_size"], "tgt_vocab_size": metadata["tgt_vocab_size"],
+                        "joint_vocab": metadata["joint_vocab"], "step": metadata.get("step")}
+            with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
+                json.dump(settings, f, indent=2)
     except OSError as error:
         raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load(directory: str, device: str = "cpu", compute_type: str = "default", threads: int = 0):

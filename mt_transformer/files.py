@@ -46,6 +46,20 @@ def atomic_path(path: str):
             os.remove(tmp)
 
 
+@contextlib.contextmanager
+def atomic_dir(final_dir: str):
+    """Yield a new temporary directory beside `final_dir`; on success it replaces `final_dir`
+    (replace_dir), and on any error it is removed, leaving `final_dir` as it was."""
+    parent = os.path.dirname(os.path.abspath(final_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(final_dir))}.", dir=parent)
+    try:
+        yield tmp
+        replace_dir(tmp, final_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_text(path: str, text: str) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
