@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Issue 5's quality comparison: fairseq and OpenNMT-py trained on Multi30k German->English for the
+# same 60-minute CPU budget and the same model size as configs/recipes/small_cpu.yaml, each with
+# the settings its own documentation gives (below), decoded with beam 4 and length penalty 0.6 and
+# scored like mt-eval (cased, detokenized sacreBLEU and chrF on all 1,000 lines of test2016).
+#
+# Uses the peers' virtual environments and prepared data from ../shared/bench/peers (run its
+# install_*.sh and prepare_data.sh first). Results: $RUNS/<peer>-quality-$TAG/result.json.
+#
+#   bash scripts/peer_quality.sh fairseq     # or: onmt
+#
+# Settings, and where they come from:
+# - fairseq: the IWSLT'14 German-English Transformer example of fairseq's examples/translation
+#   README, its small-data recipe: Adam (0.9, 0.98), lr 5e-4, inverse_sqrt with 4,000 warmup
+#   updates, dropout 0.3, weight decay 1e-4, label smoothing 0.1, 4,096 tokens per batch, no
+#   clipping; training stopped by --stop-time-hours; the checkpoint with the best valid loss
+#   (checkpoint_best.pt) is decoded, as the README does. Length penalty: fairseq's --lenpen 0.6
+#   (log-prob / length^0.6; not the GNMT formula, which fairseq does not have). fairseq's post-norm
+#   encoder layers take torch's "BetterTransformer" fast path at inference, which fails on torch
+#   2.13 ("Mask Type should be defined"); checkpoint_activations=True at generation turns that
+#   path off and changes nothing else in eval mode.
+# - OpenNMT-py: the Transformer settings of its FAQ ("How do I use the Transformer model?"):
+#   Adam (0.9, 0.998), noam schedule, learning_rate 2, 8,000 warmup steps, dropout 0.1,
+#   attention dropout 0.1, label smoothing 0.1, Glorot init, 4,096 tokens per batch (the FAQ's
+#   gradient accumulation left out: with it the budget would hold a quarter of the updates).
+#   OpenNMT-py has no time limit, so training runs under `timeout` with a checkpoint every 100
+#   steps and the newest complete checkpoint is decoded. Length penalty: -length_penalty wu
+#   -alpha 0.6, the GNMT formula mt_transformer uses.
+# - Both: d_model 256, 3+3 layers, 4 heads, FFN 1024, all embeddings tied; fairseq post-norm
+#   (its default), OpenNMT-py pre-norm (its only layout); the peers' joint 8,000-piece BPE, 2 threads, max output input+50 (fairseq)
+#   or 200 pieces (OpenNMT-py has no length ratio).
+set -euo pipefail
+PEER="${1:?usage: peer_quality.sh fairseq|onmt}"
+PEERS_SCRIPTS="$(cd "$(dirname "$0")/../../shared/bench/peers" && pwd)"
+source "$PEERS_SCRIPTS/common.sh"
+BUDGET_S="${BUDGET_S:-3600}"
+CORPUS="${CORPUS:-$PEERS_SCRIPTS/../../corpora/multi30k-de-en}"
+OUT="$RUNS/$PEER-quality-$TAG"
+DATA="$PEERS_DIR/quality-data"   # full valid (1,014) and test2016 (1,000), in the peers' pieces
+mkdir -p "$DATA" "$OUT"
+
+if [ ! -s "$DATA/test.de" ]; then
+  "$TOOLS_PY" - "$BENCH_DATA/spm.model" "$CORPUS" "$DATA" <<'PY'
+import sys, sentencepiece as spm
+model, corpus, out = sys.argv[1:]
+sp = spm.SentencePieceProcessor(model_file=model)
+for split in ("valid", "test"):
+    for lang in ("de", "en"):
+        with open(f"{corpus}/{split}.{lang}", encoding="utf-8") as f, \
+                open(f"{out}/{split}.{lang}", "w", encoding="utf-8") as g:
+            for line in f:
+                g.write(" ".join(sp.encode(line.strip(), out_type=str)) + "\n")
+PY
+fi
+
+score() {  # score HYP_PIECES -> result.json (BLEU and chrF with signatures, like mt-eval)
+  "$TOOLS_PY" - "$1" "$CORPUS/test.en" "$BENCH_DATA/spm.model" "$OUT/train_measure.json" "$PEER" \
+      > "$OUT/result.json" <<'PY'
+import json, sys, sacrebleu, sentencepiece as spm
+hyp_path, ref_path, model, measure, peer = sys.argv[1:]
+sp = spm.SentencePieceProcessor(model_file=model)
+hyps = [sp.decode(line.split()) for line in open(hyp_path, encoding="utf-8")]
+refs = [line.rstrip("\n") for line in open(ref_path, encoding="utf-8")]
+assert len(hyps) == len(refs), (len(hyps), len(refs))
+bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+b, c = bleu.corpus_score(hyps, [refs]), chrf.corpus_score(hyps, [refs])
+print(json.dumps({"peer": peer, "bleu": round(b.score, 2), "chrf": round(c.score, 2),
+                  "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+                  "train_wall_s": json.load(open(measure))["wall_s"]}, indent=1))
+PY
+  cat "$OUT/result.json"
+}
+
+case "$PEER" in
+fairseq)
+  B="$PEERS_DIR/fairseq/bin"
+  export PYTHONPATH="$PEERS_SCRIPTS/shims/fairseq_py311${PYTHONPATH:+:$PYTHONPATH}"
+  if [ "${DECODE_ONLY:-0}" != 1 ]; then
+    rm -rf "$OUT"/*
+    "$B/fairseq-preprocess" --source-lang de --target-lang en --trainpref "$BENCH_DATA/sp/train" \
+        --validpref "$DATA/valid" --testpref "$DATA/test" --destdir "$OUT/bin" \
+        --joined-dictionary --workers 2 > "$OUT/prepare.stdout" 2>&1
+    STOP_H=$("$TOOLS_PY" -c "print($BUDGET_S / 3600)")
+    $MEASURE "$OUT/train_measure.json" -- "$B/fairseq-train" "$OUT/bin" --cpu --seed 42 --num-workers 0 \
+        --arch transformer --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256 \
+        --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 \
+        --decoder-attention-heads 4 --share-all-embeddings \
+        --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 0.0 \
+        --lr 5e-4 --lr-scheduler inverse_sqrt --warmup-updates 4000 \
+        --dropout 0.3 --weight-decay 0.0001 \
+        --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
+        --max-tokens "$BATCH_TOKENS" --max-update 1000000 --stop-time-hours "$STOP_H" \
+        --save-interval-updates 200 --keep-interval-updates 1 --no-epoch-checkpoints \
+        --log-interval 100 --log-format simple --save-dir "$OUT/ckpt" > "$OUT/train.log" 2>&1
+  fi
+  "$B/fairseq-generate" "$OUT/bin" --cpu --path "$OUT/ckpt/checkpoint_best.pt" --gen-subset test \
+      --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --batch-size 32 --num-workers 0 \
+      --model-overrides "{'checkpoint_activations': True}" \
+      > "$OUT/generate.out" 2> "$OUT/generate.stderr"
+  grep '^H-' "$OUT/generate.out" | sed 's/^H-//' | sort -n -k1,1 | cut -f3 > "$OUT/hyp.test"
+  score "$OUT/hyp.test"
+  ;;
+onmt)
+  B="$PEERS_DIR/onmt/bin"
+  if [ "${DECODE_ONLY:-0}" != 1 ]; then
+    rm -rf "$OUT"/*
+    sed -e "s#@DATA@#$BENCH_DATA#g" -e "s#@OUT@#$OUT#g" -e "s#@BATCH_TOKENS@#$BATCH_TOKENS#g" \
+        -e "s#@LOG_EVERY@#100#g" -e "s#@STEPS@#1000000#g" \
+        -e "s#^save_checkpoint_steps:.*#save_checkpoint_steps: ${SAVE_EVERY:-100}#" \
+        -e "s#^keep_checkpoint:.*#keep_checkpoint: 2#" -e "s#^valid_steps:.*#valid_steps: 500#" \
+        -e "s#path_src: \"$BENCH_DATA/sp/valid100.de\"#path_src: \"$DATA/valid.de\"#" \
+        -e "s#path_tgt: \"$BENCH_DATA/sp/valid100.en\"#path_tgt: \"$DATA/valid.en\"#" \
+        -e "s#^adam_beta2:.*#adam_beta2: 0.998#" -e "s#^decay_method:.*#decay_method: noam#" \
+        -e "s#^learning_rate:.*#learning_rate: 2.0#" -e "s#^warmup_steps:.*#warmup_steps: 8000#" \
+        "$PEERS_SCRIPTS/configs/onmt.yaml.tmpl" > "$OUT/config.yaml"
+    "$B/onmt_build_vocab" -config "$OUT/config.yaml" -n_sample -1 > "$OUT/vocab.stdout" 2>&1
+    $MEASURE "$OUT/train_measure.json" -- timeout "$BUDGET_S" "$B/onmt_train" -config "$OUT/config.yaml" \
+        -log_file "$OUT/train.log" > "$OUT/train.stdout" 2>&1 || true   # stopped by the budget
+  fi
+  MODEL=""   # the newest checkpoint that loads (the budget may have cut the last save short)
+  for m in $(ls -t "$OUT"/model_step_*.pt); do
+    if "$PEERS_DIR/onmt/bin/python" -c "import torch, sys; torch.load(sys.argv[1], weights_only=False)" "$m" 2>/dev/null; then
+      MODEL="$m"; break
+    fi
+  done
+  echo "decoding $MODEL" | tee "$OUT/model_used"
+  "$B/onmt_translate" -model "$MODEL" -src "$DATA/test.de" -output "$OUT/hyp.test" -beam_size 4 \
+      -batch_size 32 -batch_type sents -max_length 200 -length_penalty wu -alpha 0.6 -gpu -1 \
+      > "$OUT/decode.stdout" 2>&1
+  score "$OUT/hyp.test"
+  ;;
+*) echo "unknown peer: $PEER (fairseq or onmt)" >&2; exit 2 ;;
+esac
