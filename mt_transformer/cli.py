@@ -102,6 +102,7 @@ def _decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool =
 
 
 def _translate(args, lines: list[str], n_best: int = 1):
+    """The translations of `lines` and the checkpoint's config (a dict of its sections)."""
     from .translate import load_translator, translate_lines, translate_with
 
     if args.engine == "ctranslate2":
@@ -130,14 +131,14 @@ def _translate(args, lines: list[str], n_best: int = 1):
         search = ctranslate2_engine.Ct2Search(translator, tokenizer, beam, alpha, decode["max_len_a"],
                                               decode["max_len_b"], n_best, max_positions)
         return translate_with(search, tokenizer, lines, max_tokens, min(max_input_len, max_positions - 1),
-                              progress=True)
+                              progress=True), metadata["config"]
     return translate_lines(
         model, tokenizer, lines, device, beam_size=beam, alpha=alpha,
         max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"], n_best=n_best, max_tokens=max_tokens,
         max_input_len=max_input_len,
         max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
         progress=True,
-    )
+    ), metadata["config"]
 
 
 def _write_output(path: str | None, text: str) -> None:
@@ -162,7 +163,7 @@ def translate_main(argv=None):
     if args.nbest < 1:
         raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
     lines = _read_input(args.input)
-    results = _translate(args, lines, n_best=args.nbest)
+    results, _ = _translate(args, lines, n_best=args.nbest)
     if args.nbest == 1:
         text = "".join(r[0].text + "\n" for r in results)
     else:
@@ -180,16 +181,21 @@ def eval_main(argv=None):
     _decode_options(parser, checkpoint_required=False)
     parser.add_argument("-o", "--output", help="with --checkpoint: also write the translations here")
     parser.add_argument("--metrics", nargs="+", default=["bleu", "chrf"], choices=["bleu", "chrf", "ter"])
+    parser.add_argument("--tgt-lang", help="target language code: BLEU tokenizes zh, ja and ko text as sacreBLEU "
+                        "does for them (default: the checkpoint's data.tgt_lang with --checkpoint)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
     from .evaluate import format_scores, read_lines, score
 
     references = read_lines(args.ref)
+    tgt_lang = args.tgt_lang
     if args.checkpoint:
         if not args.src:
             raise UserError("--src: required with --checkpoint")
-        hypotheses = [r[0].text for r in _translate(args, read_lines(args.src))]
+        results, config = _translate(args, read_lines(args.src))
+        hypotheses = [r[0].text for r in results]
+        tgt_lang = tgt_lang or config["data"]["tgt_lang"]
         if args.output:
             _write_output(args.output, "".join(h + "\n" for h in hypotheses))
     elif args.hyp:
@@ -198,7 +204,7 @@ def eval_main(argv=None):
         raise UserError("--hyp: required (or --checkpoint with --src)")
     if len(hypotheses) != len(references):
         raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
-    result = score(hypotheses, references, args.metrics)
+    result = score(hypotheses, references, args.metrics, tgt_lang)
     print(json.dumps(result) if args.json else format_scores(result))
 
 

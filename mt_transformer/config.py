@@ -45,7 +45,7 @@ class DataConfig:
     vocab_size: int = 8000
     joint_vocab: bool = True
     spm_type: Literal["unigram", "bpe"] = "unigram"
-    character_coverage: float = 1.0
+    character_coverage: float = 0.0  # 0: 0.9995 for Chinese/Japanese/Korean text, else 1.0 (tokenizer.auto_coverage)
     spm_max_sentences: int = 2_000_000
     # cleaning (training data only), in subword tokens
     max_len: int = 256
@@ -244,7 +244,8 @@ def validate(config: Config) -> None:
         value = getattr(t, name)
         _check(value >= 0, f"train.{name}: must be zero or positive, got {value}")
     _check(d.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {d.vocab_size}")
-    _check(0 < d.character_coverage <= 1, f"data.character_coverage: must be in (0, 1], got {d.character_coverage}")
+    _check(0 <= d.character_coverage <= 1,
+           f"data.character_coverage: must be in (0, 1], or 0 to choose from the text, got {d.character_coverage}")
     _check(d.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {d.max_ratio}")
     _check(d.src_lang != d.tgt_lang, f"data.tgt_lang: must differ from data.src_lang ({d.src_lang!r})")
     _check(m.d_model % m.n_heads == 0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from .config import UserError
@@ -26,13 +28,28 @@ def read_lines(path: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def score(hypotheses: list[str], references: list[str], metrics=("bleu", "chrf")) -> dict:
-    """{"bleu": 34.1, "chrf": ..., "signature": {"bleu": "nrefs:1|case:mixed|...", ...}}."""
+def bleu_metric(tgt_lang: str | None) -> BLEU:
+    """sacreBLEU's BLEU with the tokenizer its command line picks for the target language: 13a in
+    general, `zh` for Chinese, MeCab for Japanese and Korean. Without MeCab installed (the
+    `sacrebleu[ja]` / `sacrebleu[ko]` extras), Japanese falls back to characters and Korean
+    (which has spaces) to 13a; the signature says which was used."""
+    try:
+        return BLEU(trg_lang=tgt_lang or "")
+    except RuntimeError:  # MeCab missing
+        fallback = "char" if tgt_lang == "ja" else "13a"
+        logging.getLogger(__name__).warning("BLEU for %s: MeCab is not installed (pip install sacrebleu[%s]); "
+                                            "tokenizing with %s instead", tgt_lang, tgt_lang, fallback)
+        return BLEU(tokenize=fallback)
+
+
+def score(hypotheses: list[str], references: list[str], metrics=("bleu", "chrf"), tgt_lang: str | None = None) -> dict:
+    """{"bleu": 34.1, "chrf": ..., "signature": {"bleu": "nrefs:1|case:mixed|...", ...}}.
+    `tgt_lang` (an ISO code such as "zh") chooses BLEU's tokenizer (see `bleu_metric`)."""
     if len(hypotheses) != len(references):
         raise UserError(f"hypotheses have {len(hypotheses)} lines but references have {len(references)}")
     result, signatures = {}, {}
     for name in metrics:
-        metric = METRICS[name]()
+        metric = bleu_metric(tgt_lang) if name == "bleu" else METRICS[name]()
         result[name] = round(metric.corpus_score(hypotheses, [references]).score, 2)
         signatures[name] = str(metric.get_signature())
     result["signature"] = signatures

@@ -157,7 +157,7 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
             raise UserError(f"data.train: {data.train}: no pair has text on both sides")
         log.info("training sentencepiece (%s, vocab %d, %s) on %d pairs", data.spm_type, data.vocab_size,
                  "joint" if data.joint_vocab else "one per side", len(pairs))
-        tokenizer = train_tokenizer(run_dir, (s for s in pairs["src"]), (t for t in pairs["tgt"]), data.joint_vocab,
+        tokenizer = train_tokenizer(run_dir, pairs["src"], pairs["tgt"], data.joint_vocab,
                                     data.vocab_size, data.spm_type, data.character_coverage, data.spm_max_sentences, seed)
         write_text(settings_path, json.dumps(settings, indent=2))
 

@@ -5,6 +5,8 @@ one model per side. Special ids are fixed: pad 0, unk 1, bos 2, eos 3.
 from __future__ import annotations
 
 import io
+import itertools
+import logging
 import os
 import re
 from typing import Iterable, Iterator
@@ -17,6 +19,29 @@ from .files import write_bytes
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 JOINT_FILE = "spm.model"
 SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"
+
+# sentencepiece's advice for character_coverage: 1.0 for languages with a small character set,
+# 0.9995 for rich ones such as Chinese or Japanese, whose rarest characters would otherwise each
+# take a vocabulary entry. "Rich" here: more than 10% of the characters are Han, kana or Hangul,
+# or the text uses more than 1,000 distinct characters (web-crawled data full of stray symbols).
+RICH_COVERAGE = 0.9995
+RICH_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+RICH_SHARE, RICH_DISTINCT, COVERAGE_SAMPLE = 0.10, 1000, 100_000
+
+log = logging.getLogger(__name__)
+
+
+def auto_coverage(sentences: Iterable[str]) -> float:
+    """The character coverage for text like `sentences` (the first 100,000 are looked at)."""
+    distinct: set[str] = set()
+    rich = total = 0
+    for sentence in itertools.islice(sentences, COVERAGE_SAMPLE):
+        distinct.update(sentence)
+        rich += len(RICH_SCRIPT.findall(sentence))
+        total += len(sentence) - sentence.count(" ")
+    if rich > RICH_SHARE * max(total, 1) or len(distinct) > RICH_DISTINCT:
+        return RICH_COVERAGE
+    return 1.0
 
 
 def train_sentencepiece(
@@ -122,18 +147,33 @@ def train_tokenizer(
     max_sentences: int,
     seed: int,
 ) -> Tokenizer:
-    """Train the joint model, or one per side, into `directory`."""
-    options = dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage, seed=seed)
+    """Train the joint model, or one per side, into `directory`. `character_coverage` 0 means
+    choose it from the text (`auto_coverage`); the lines are then read twice, so they must be
+    sequences, not one-shot iterators."""
+    options = dict(vocab_size=vocab_size, model_type=model_type, seed=seed)
+
+    def train(lines, name, limit):
+        coverage = character_coverage or auto_coverage(lines)
+        if not character_coverage:
+            log.info("%s: character coverage %g (chosen from the text)", name, coverage)
+        train_sentencepiece(lines, os.path.join(directory, name), max_sentences=limit,
+                            character_coverage=coverage, **options)
+
     if joint:
-        both = _interleave(src_lines, tgt_lines)
-        train_sentencepiece(both, os.path.join(directory, JOINT_FILE), max_sentences=2 * max_sentences, **options)
+        train(_Interleaved(src_lines, tgt_lines), JOINT_FILE, 2 * max_sentences)
     else:
-        train_sentencepiece(src_lines, os.path.join(directory, SRC_FILE), max_sentences=max_sentences, **options)
-        train_sentencepiece(tgt_lines, os.path.join(directory, TGT_FILE), max_sentences=max_sentences, **options)
+        train(src_lines, SRC_FILE, max_sentences)
+        train(tgt_lines, TGT_FILE, max_sentences)
     return Tokenizer(directory)
 
 
-def _interleave(a: Iterable[str], b: Iterable[str]) -> Iterator[str]:
-    for x, y in zip(a, b):
-        yield x
-        yield y
+class _Interleaved:
+    """Source and target lines alternating (a joint model learns from both), iterable again."""
+
+    def __init__(self, a: Iterable[str], b: Iterable[str]):
+        self.a, self.b = a, b
+
+    def __iter__(self) -> Iterator[str]:
+        for x, y in zip(self.a, self.b):
+            yield x
+            yield y

@@ -113,14 +113,15 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
             "valid_ppl": math.exp(min(total_nll / tokens, 100.0))}
 
 
-def validation_bleu(model, tokenizer, dataset, max_sentences: int, decode: dict, max_len: int, device) -> float:
+def validation_bleu(model, tokenizer, dataset, max_sentences: int, decode: dict, max_len: int, device,
+                    tgt_lang: str | None = None) -> float:
     if max_sentences:
         dataset = dataset.select(range(min(max_sentences, len(dataset))))
     sources, references = list(dataset["src"]), list(dataset["tgt"])
     translations = translate_lines(model, tokenizer, sources, device, beam_size=1,
                                    max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"],
                                    max_tokens=decode["max_tokens"], max_input_len=decode["max_input_len"] or max_len)
-    return score([t[0].text for t in translations], references, metrics=("bleu",))["bleu"]
+    return score([t[0].text for t in translations], references, metrics=("bleu",), tgt_lang=tgt_lang)["bleu"]
 
 
 def check_output_dir(path: str) -> None:
@@ -442,7 +443,7 @@ class TrainingLoop:
                                            self.device, self.autocast))
             metrics["valid_bleu"] = validation_bleu(self.model, self.tokenizer, self.data["valid"],
                                                     t.valid_max_sentences, dataclasses.asdict(self.config.decode),
-                                                    d.max_len, self.device)
+                                                    d.max_len, self.device, d.tgt_lang)
             log.info("step %d  valid loss %.3f  ppl %.2f  BLEU %.2f", state["step"], metrics["valid_loss"],
                      metrics["valid_ppl"], metrics["valid_bleu"])
             self.model.train()  # both validations leave the model in eval mode

@@ -60,3 +60,19 @@ def test_read_lines_handles_crlf_bom_and_missing_final_newline(tmp_path):
 def test_score_refuses_different_lengths():
     with pytest.raises(UserError):
         score(["a"], ["a", "b"])
+
+
+def test_bleu_tokenizes_by_target_language(tmp_path):
+    hyp, ref = ["我昨天买了一个苹果。"], ["我昨天买了一个红色的苹果。"]
+    plain = score(hyp, ref, ("bleu",))
+    chinese = score(hyp, ref, ("bleu",), tgt_lang="zh")
+    assert "tok:13a" in plain["signature"]["bleu"] and "tok:zh" in chinese["signature"]["bleu"]
+    assert plain["bleu"] == 0.0 < chinese["bleu"]  # 13a sees one "word" per sentence
+    japanese = score(["これは本です。"], ["これはペンです。"], ("bleu",), tgt_lang="ja")
+    assert "tok:ja-mecab" in japanese["signature"]["bleu"] or "tok:char" in japanese["signature"]["bleu"]
+    files = {name: tmp_path / name for name in ("hyp.zh", "ref.zh")}
+    files["hyp.zh"].write_text(hyp[0] + "\n", encoding="utf-8")
+    files["ref.zh"].write_text(ref[0] + "\n", encoding="utf-8")
+    result = run_cli("mt-eval", "--hyp", str(files["hyp.zh"]), "--ref", str(files["ref.zh"]), "--tgt-lang", "zh",
+                     "--json")
+    assert json.loads(result.stdout)["bleu"] == chinese["bleu"]

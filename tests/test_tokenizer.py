@@ -1,7 +1,8 @@
 import pytest
 
 from mt_transformer.config import UserError
-from mt_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from mt_transformer.tokenizer import (BOS_ID, EOS_ID, PAD_ID, RICH_COVERAGE, UNK_ID, Tokenizer, auto_coverage,
+                                       train_tokenizer)
 
 SRC = [f"das Haus Nummer {i} ist rot" for i in range(200)]
 TGT = [f"the house number {i} is red" for i in range(200)]
@@ -24,3 +25,26 @@ def test_train_and_round_trip(tmp_path, joint, model_type):
 def test_vocabulary_too_large_for_the_data(tmp_path):
     with pytest.raises(UserError, match=r"data.vocab_size: 5000 is too large for this data; at most \d+"):
         train_tokenizer(str(tmp_path), SRC, TGT, True, 5000, "unigram", 1.0, 1000, seed=1)
+
+
+def test_coverage_is_chosen_from_the_script():
+    assert auto_coverage(SRC + TGT) == 1.0
+    assert auto_coverage(["Grüße aus Köln, sagte Zoë."] * 10) == 1.0
+    chinese = ["我昨天买了一个红色的苹果。", "他明天会卖五个旧杯子。"]
+    assert auto_coverage(chinese) == RICH_COVERAGE
+    assert auto_coverage([s for pair in zip(TGT, chinese * 100) for s in pair]) == RICH_COVERAGE  # joint zh-en
+    assert auto_coverage(["これは日本語の文です。"]) == RICH_COVERAGE
+    noisy = ["".join(chr(0x100 + i + j) for j in range(50)) for i in range(0, 1500, 50)]  # 1,500 distinct letters
+    assert auto_coverage(noisy) == RICH_COVERAGE
+
+
+def test_auto_coverage_trains_on_text_without_spaces(tmp_path, caplog):
+    words = ["猫", "狗", "红色", "苹果", "桌子", "书", "买", "卖", "看见", "昨天", "明天", "我", "他", "旧", "新"]
+    chinese = ["".join(words[(i * k) % len(words)] for k in range(1, 6)) + "。" for i in range(300)]
+    english = [f"sentence number {i}" for i in range(300)]
+    with caplog.at_level("INFO"):
+        tokenizer = train_tokenizer(str(tmp_path), english, chinese, True, 60, "unigram", 0.0, 1000, seed=1)
+    assert "character coverage 0.9995" in caplog.text
+    ids = tokenizer.encode_tgt(chinese[:3])
+    assert tokenizer.decode_tgt(ids) == chinese[:3]
+    assert all(UNK_ID not in row for row in ids)
