@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from . import checkpoint
 from .config import UserError
 from .files import atomic_dir
+from .tokenizer import Tokenizer
 
 
 def last_checkpoints(run_dir: str, count: int) -> list[str]:
@@ -41,10 +42,6 @@ def _load(directory: str) -> tuple[dict, dict]:
     return weights, checkpoint.read_metadata(directory)
 
 
-def _tokenizer_files(directory: str) -> list[str]:
-    return sorted(name for name in os.listdir(directory) if name.startswith("spm") and name.endswith(".model"))
-
-
 def average_checkpoints(inputs: list[str], output: str) -> dict:
     """Write the average of `inputs` (checkpoint directories of one model) to `output`; returns its metadata."""
     if not inputs:
@@ -62,8 +59,8 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
         same_model &= metadata.get("config", {}).get("model") == first_metadata.get("config", {}).get("model")
         if not same_model or weights.keys() != total.keys():
             raise UserError(f"{directory}: a different model from {first_dir}; only checkpoints of one model average")
-        files = _tokenizer_files(directory)
-        if files != _tokenizer_files(first_dir) or not all(
+        files = Tokenizer(directory).files
+        if files != Tokenizer(first_dir).files or not all(
                 filecmp.cmp(os.path.join(directory, f), os.path.join(first_dir, f), shallow=False) for f in files):
             raise UserError(f"{directory}: its tokenizer differs from {first_dir}'s")
         for name, tensor in weights.items():
@@ -81,7 +78,7 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
             save_file(averaged, os.path.join(tmp, checkpoint.MODEL_FILE), metadata={"format": "pt"})
             with open(os.path.join(tmp, checkpoint.CONFIG_FILE), "w", encoding="utf-8") as f:
                 json.dump(metadata, f, indent=2)
-            for name in _tokenizer_files(inputs[-1]):
+            for name in Tokenizer(inputs[-1]).files:
                 shutil.copyfile(os.path.join(inputs[-1], name), os.path.join(tmp, name))
     except OSError as error:
         raise UserError(f"{output}: the averaged checkpoint could not be written ({error.strerror or error})") from None

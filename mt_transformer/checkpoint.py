@@ -19,7 +19,6 @@ import os
 import pickle
 import re
 import shutil
-import tempfile
 import time
 
 import torch
@@ -27,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from .config import UserError
-from .files import replace_dir, write_text
+from .files import atomic_dir, write_text
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -57,25 +56,21 @@ def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: d
         if name.startswith(".step_") or name.endswith(".old"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     final = os.path.join(root, f"step_{step:08d}")
-    tmp = tempfile.mkdtemp(prefix=f".step_{step:08d}.", dir=root)
     try:
-        save_model(model, os.path.join(tmp, MODEL_FILE))
-        if os.environ.get(SAVE_DELAY_ENV):  # test hook: widen the window for a kill inside a save
-            time.sleep(float(os.environ[SAVE_DELAY_ENV]))
-        with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump({**metadata, "step": step}, f, indent=2)
-        torch.save(trainer_state, os.path.join(tmp, TRAINER_FILE))
-        for name in tokenizer_files:
-            shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))
-        replace_dir(tmp, final)
+        with atomic_dir(final) as tmp:
+            save_model(model, os.path.join(tmp, MODEL_FILE))
+            if os.environ.get(SAVE_DELAY_ENV):  # test hook: widen the window for a kill inside a save
+                time.sleep(float(os.environ[SAVE_DELAY_ENV]))
+            with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
+                json.dump({**metadata, "step": step}, f, indent=2)
+            torch.save(trainer_state, os.path.join(tmp, TRAINER_FILE))
+            for name in tokenizer_files:
+                shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))
     except (OSError, RuntimeError, SafetensorError) as error:  # torch.save reports a full disk as a RuntimeError
-        shutil.rmtree(tmp, ignore_errors=True)
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0][:200]
         free = shutil.disk_usage(root).free / 2**20
         raise SaveError(f"{final}: the checkpoint could not be written ({reason}; {free:.0f} MB free on its disk)") \
             from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
