@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""One recipe experiment: train a config with overrides, then score it the way docs/recipes.md reports.
+
+Trains with `mt-train --config CONFIG --set ...` into RUNS_DIR/NAME (unless --eval-only), then
+scores on the valid set with beam 4 (the run's decode settings): the best checkpoint, the
+averages of the last 3 and last 5 checkpoints, and the best checkpoint greedy. With --test,
+also the best checkpoint and the last-3 average on the test set (BLEU and chrF). Appends one
+JSON line per run to RUNS_DIR/results.jsonl and prints it as a markdown row.
+
+    python3 scripts/recipe_runs.py --config configs/recipes/small_cpu.yaml --name dropout0.3 \\
+        --set model.dropout=0.3 train.max_minutes=30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from mt_transformer import checkpoint  # noqa: E402
+from mt_transformer.config import load_config  # noqa: E402
+
+
+def run(*command: str) -> str:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def evaluate(model: str, prefix: str, src_lang: str, tgt_lang: str, *options: str) -> dict:
+    return json.loads(run("mt-eval", "--checkpoint", model, "--src", f"{prefix}.{src_lang}",
+                          "--ref", f"{prefix}.{tgt_lang}", "--json", *options))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--name", required=True, help="the run's name (its directory under --runs-dir)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--runs-dir", default="runs/recipes")
+    parser.add_argument("--eval-only", action="store_true", help="score an existing run")
+    parser.add_argument("--test", action="store_true", help="also score on data.test")
+    args = parser.parse_args()
+
+    out = os.path.join(args.runs_dir, args.name)
+    overrides = [*args.set, f"train.output_dir={out}"]
+    config = load_config(args.config, overrides)
+    d = config.data
+    wall = None
+    if not args.eval_only:
+        start = time.monotonic()
+        run("mt-train", "--config", args.config, "--set", *overrides)
+        wall = round(time.monotonic() - start)
+
+    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
+        entries = [json.loads(line) for line in f]
+    steps = [e["step"] for e in entries if "valid_bleu" in e]
+    best = checkpoint.read_best(out)
+    row = {"name": args.name, "config": args.config, "set": args.set, "wall_s": wall, "updates": steps[-1],
+           "train_minutes": round(entries[-1]["elapsed_s"] / 60, 1), "best_step": best["step"]}
+    best_dir = os.path.join(checkpoint.checkpoint_root(out), best["dir"])
+    row["valid_best"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
+    row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu",
+                                        "--beam", "1")["bleu"]
+    kept = checkpoint.list_checkpoints(out)
+    averages = {}
+    for n in (3, 5):
+        if len(kept) >= n:
+            averages[n] = os.path.join(out, f"avg{n}")
+            run("mt-average", "--inputs", out, "--last", str(n), "--output", averages[n])
+            row[f"valid_avg{n}"] = evaluate(averages[n], d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
+            row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
+    if args.test and d.test:
+        for label, model in (("best", best_dir), ("avg3", averages.get(3))):
+            if model:
+                scores = evaluate(model, d.test, d.src_lang, d.tgt_lang)
+                row[f"test_{label}"] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+                row["signatures"] = scores["signature"]
+    with open(os.path.join(args.runs_dir, "results.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row))
+    print(f"| {args.name} | {' '.join(args.set) or '-'} | {row['train_minutes']} min | {row['updates']} | "
+          f"{row['valid_best']} (step {row['best_step']}; greedy {row['valid_best_greedy']}) | "
+          f"{row.get('valid_avg3', '-')} | {row.get('valid_avg5', '-')} |")
+
+
+if __name__ == "__main__":
+    main()
