@@ -147,6 +147,8 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
         with open(settings_path, encoding="utf-8") as f:
             saved = json.load(f)
         for name in TOKENIZER_SETTINGS:
+            if name == "character_coverage" and settings[name] == 0:
+                continue  # "choose from the text" accepts the coverage the run's tokenizer has
             if saved.get(name) != settings[name]:
                 raise UserError(f"data.{name}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
                                 f"({saved.get(name)!r}); use a new train.output_dir")

@@ -1,8 +1,10 @@
 import logging
 import os
 
+import pytest
+
 from conftest import tiny_config, write_config
-from mt_transformer.config import load_config
+from mt_transformer.config import UserError, load_config
 from mt_transformer.corpus import load_pairs
 from mt_transformer.prepare import cache_key, encode_split, prepare_data
 from mt_transformer.tokenizer import train_tokenizer
@@ -63,4 +65,20 @@ def test_a_line_of_100000_characters_is_dropped_from_training_and_counted(corpus
         tokenizer, encoded = prepare_data(data, str(tmp_path / "run"), seed=1)
     assert len(encoded["train"]) == 300
     assert "train: 300 pairs (encoded), dropped 0 empty, 1 longer than 48 subwords" in caplog.text
+    assert tokenizer.src_vocab_size == 200
+
+
+def test_a_run_keeps_its_tokenizer_settings(corpus, tmp_path):
+    run = str(tmp_path / "run")
+
+    def data(**changes):
+        config = tiny_config(corpus, run, data={"valid": None, "character_coverage": 1.0, **changes})
+        return load_config(write_config(tmp_path / "c.yaml", config)).data
+
+    prepare_data(data(), run, seed=1)
+    with pytest.raises(UserError, match=r"data.vocab_size: 180 differs from the tokenizer already in .*\(200\)"):
+        prepare_data(data(vocab_size=180), run, seed=1)
+    with pytest.raises(UserError, match=r"data.character_coverage: 0.9995 differs"):
+        prepare_data(data(character_coverage=0.9995), run, seed=1)
+    tokenizer, _ = prepare_data(data(character_coverage=0), run, seed=1)  # auto takes the run's choice
     assert tokenizer.src_vocab_size == 200
