@@ -1,6 +1,7 @@
 """Atomic file writing: write a temporary file beside the target, fsync, then rename.
 
 A crash at any moment leaves either the old file or the new one, never half of one.
+(And the size of a directory on disk, for reports.)
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _usual_mode(path: str, base: int) -> None:
+    """Give a temporary file or directory (created private, 0600 / 0700) the permissions a plain
+    open() or mkdir() would have given it, so colleagues can read a shared run directory."""
+    os.chmod(path, base & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str):
     """Yield a temporary path in the target's directory; on success it replaces `path`."""
@@ -35,6 +48,7 @@ def atomic_path(path: str):
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        _usual_mode(tmp, 0o666)
         os.replace(tmp, path)
         _fsync_dir(directory)
     except OSError as error:
@@ -55,6 +69,7 @@ def atomic_dir(final_dir: str):
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(final_dir))}.", dir=parent)
     try:
         yield tmp
+        _usual_mode(tmp, 0o777)
         replace_dir(tmp, final_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -88,3 +103,8 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
     else:
         os.replace(tmp_dir, final_dir)
     _fsync_dir(os.path.dirname(os.path.abspath(final_dir)))
+
+
+def directory_size(path: str) -> int:
+    """Bytes of the files under `path`."""
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)

@@ -11,12 +11,10 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 
 import datasets
 
-from .files import replace_dir, write_text
+from .files import atomic_dir, write_text
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +112,9 @@ def encode_split(
         stats["bad_ratio"] = before - len(encoded)
     stats["kept"] = len(encoded)
 
-    os.makedirs(cache_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir)
-    try:
+    with atomic_dir(path) as tmp:
         encoded.save_to_disk(tmp)
         write_text(os.path.join(tmp, "stats.json"), json.dumps(stats))
-        replace_dir(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return datasets.load_from_disk(path), {**stats, "cached": False}
 
 

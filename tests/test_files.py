@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mt_transformer.files import atomic_path, replace_dir, write_bytes, write_text
+from mt_transformer.files import atomic_dir, atomic_path, replace_dir, write_bytes, write_text
 
 
 def test_write_text_replaces_the_file_whole(tmp_path):
@@ -39,3 +39,17 @@ def test_replace_dir_swaps_a_whole_directory(tmp_path):
     replace_dir(str(new), str(final))
     assert sorted(os.listdir(final)) == ["a", "b"] and (final / "a").read_text() == "new"
     assert os.listdir(tmp_path) == ["step"]
+
+
+def test_written_files_and_directories_get_the_usual_permissions(tmp_path):
+    mask = os.umask(0o022)
+    try:
+        write_text(str(tmp_path / "a.txt"), "x")
+        with atomic_dir(str(tmp_path / "d")) as tmp:
+            write_text(os.path.join(tmp, "f"), "y")
+    finally:
+        os.umask(mask)
+    # not the 0600 / 0700 of the temporary names: a shared run directory stays readable
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "d" / "f").stat().st_mode & 0o777 == 0o644
