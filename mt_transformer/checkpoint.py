@@ -47,6 +47,14 @@ def checkpoint_root(run_dir: str) -> str:
     return os.path.join(run_dir, "checkpoints")
 
 
+def step_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def step_dir(run_dir: str, step: int) -> str:
+    return os.path.join(checkpoint_root(run_dir), step_name(step))
+
+
 def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: dict, trainer_state: dict,
                     tokenizer_dir: str, tokenizer_files: list[str]) -> str:
     """Write checkpoint `step` atomically; returns its directory."""
@@ -55,7 +63,7 @@ def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: d
     for name in os.listdir(root):  # what a killed save left behind
         if name.startswith(".step_") or name.endswith(".old"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-    final = os.path.join(root, f"step_{step:08d}")
+    final = step_dir(run_dir, step)
     try:
         with atomic_dir(final) as tmp:
             save_model(model, os.path.join(tmp, MODEL_FILE))
@@ -98,7 +106,7 @@ def read_best(run_dir: str) -> dict | None:
 
 def write_best(run_dir: str, step: int, bleu: float) -> None:
     write_text(os.path.join(checkpoint_root(run_dir), BEST_FILE),
-               json.dumps({"step": step, "bleu": bleu, "dir": f"step_{step:08d}"}))
+               json.dumps({"step": step, "bleu": bleu, "dir": step_name(step)}))
 
 
 def prune(run_dir: str, keep_last: int) -> None:

@@ -1,4 +1,4 @@
-"""Command-line entry points: mt-train, mt-translate, mt-eval, mt-export, mt-average.
+"""Command-line entry points: mt-train, mt-prepare, mt-translate, mt-eval, mt-export, mt-average, mt-plot.
 
 Each parses its arguments, calls into the package, and turns a UserError into one line on
 stderr and exit code 2.
@@ -7,12 +7,14 @@ stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import functools
 import json
 import logging
 import os
 import sys
+import typing
 
 from .config import UserError
 
@@ -75,6 +77,33 @@ def train_main(argv=None):
         print(f"valid BLEU {metrics['valid_bleu']:.2f} at step {metrics['step']}")
 
 
+@_entry_point
+def prepare_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-prepare",
+        description="Train the tokenizer and encode the training and valid data of a config, without training: "
+                    "mt-train with the same config (every torchrun rank, and every later run) loads the result.")
+    parser.add_argument("--config", required=True, help="YAML config file, the one mt-train will use")
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override config keys, as for mt-train")
+    args = parser.parse_args(argv)
+
+    from .config import check_data_files, load_config
+    from .files import directory_size
+    from .prepare import prepare_data
+    from .train import check_output_dir
+
+    config = load_config(args.config, args.set)
+    check_data_files(config.data)
+    run_dir = config.train.output_dir
+    check_output_dir(run_dir)
+    _, encoded = prepare_data(config.data, run_dir, config.train.seed)
+    cache_dir = config.data.cache_dir or os.path.join(run_dir, "cache")
+    counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
+    print(f"prepared {counts}: tokenizer in {run_dir}, encoded data in {cache_dir} "
+          f"({directory_size(cache_dir) / 2**20:.1f} MB)")
+
+
 def _read_input(path: str | None) -> list[str]:
     from .evaluate import read_lines
 
@@ -103,6 +132,21 @@ def _decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool =
 
 def _translate(args, lines: list[str], n_best: int = 1):
     """The translations of `lines` and the checkpoint's config (a dict of its sections)."""
+    loaded = _translator(args, n_best)
+    return loaded.translate(lines), loaded.config
+
+
+@dataclasses.dataclass
+class _Loaded:
+    translate: typing.Callable  # (lines, progress=True) -> per line, its translations
+    config: dict                # the checkpoint's config, a dict of its sections
+    model: object = None        # the PyTorch model (None with --engine ctranslate2)
+    tokenizer: object = None
+    device: object = None
+
+
+def _translator(args, n_best: int = 1) -> _Loaded:
+    """Load the model once, for translating any number of batches of lines."""
     from .translate import load_translator, translate_lines, translate_with
 
     if args.engine == "ctranslate2":
@@ -130,15 +174,16 @@ def _translate(args, lines: list[str], n_best: int = 1):
         max_positions = model_config["max_positions"]
         search = ctranslate2_engine.Ct2Search(translator, tokenizer, beam, alpha, decode["max_len_a"],
                                               decode["max_len_b"], n_best, max_positions)
-        return translate_with(search, tokenizer, lines, max_tokens, min(max_input_len, max_positions - 1),
-                              progress=True), metadata["config"]
-    return translate_lines(
+        return _Loaded(lambda lines, progress=True: translate_with(
+            search, tokenizer, lines, max_tokens, min(max_input_len, max_positions - 1), progress=progress),
+            metadata["config"])
+    return _Loaded(lambda lines, progress=True: translate_lines(
         model, tokenizer, lines, device, beam_size=beam, alpha=alpha,
         max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"], n_best=n_best, max_tokens=max_tokens,
         max_input_len=max_input_len,
         max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
-        progress=True,
-    ), metadata["config"]
+        progress=progress,
+    ), metadata["config"], model, tokenizer, device)
 
 
 def _write_output(path: str | None, text: str) -> None:
@@ -159,16 +204,78 @@ def translate_main(argv=None):
     parser.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     parser.add_argument("--nbest", type=int, default=1,
                         help="K best translations per line, printed as INDEX<TAB>SCORE<TAB>TEXT")
+    parser.add_argument("--scores", action="store_true",
+                        help="print each translation as SCORE<TAB>LOG_PROB<TAB>TEXT (with --nbest: "
+                             "INDEX<TAB>SCORE<TAB>LOG_PROB<TAB>TEXT): the length-normalised score the beam ranks by "
+                             "and the summed token log-probability")
+    parser.add_argument("--alignment", action="store_true",
+                        help="add TAB + hard word alignments from the cross-attention to each line, as "
+                             "source-target pairs of 0-based word positions: 0-0 1-2 2-1")
+    parser.add_argument("--attention", metavar="OUT_DIR",
+                        help="write a heatmap of the cross-attention of each translation to OUT_DIR/NNNN.png "
+                             "(NNNN: the input line, from 0000)")
+    parser.add_argument("--attention-layer", type=int, metavar="N",
+                        help="the decoder layer for --attention and --alignment, from 1 (default: the last)")
+    parser.add_argument("--attention-head", type=int, metavar="H",
+                        help="one attention head, from 1 (default: the mean of all heads)")
     args = parser.parse_args(argv)
     if args.nbest < 1:
         raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
+    inspect = args.attention or args.alignment
+    if inspect and args.engine != "torch":
+        raise UserError("--attention and --alignment need --engine torch (CTranslate2 does not return attention)")
+    if args.input in (None, "-") and args.output in (None, "-") and sys.stdin.isatty():
+        return _translate_interactively(args)
     lines = _read_input(args.input)
-    results, _ = _translate(args, lines, n_best=args.nbest)
-    if args.nbest == 1:
-        text = "".join(r[0].text + "\n" for r in results)
-    else:
-        text = "".join(f"{i}\t{t.score:.4f}\t{t.text}\n" for i, r in enumerate(results) for t in r)
-    _write_output(args.output, text)
+    loaded = _translator(args, n_best=args.nbest)
+    results = loaded.translate(lines)
+    alignments = _inspect(args, loaded, lines, results) if inspect else None
+    _write_output(args.output, "".join(_format_translations(results, args, alignments)))
+
+
+def _inspect(args, loaded: _Loaded, lines: list[str], results, first_index: int = 0):
+    """Write the heatmaps of --attention; returns each hypothesis's word alignment when --alignment
+    asks for them, else None."""
+    from .alignment import inspect_translations
+
+    layers, heads = len(loaded.model.decoder), loaded.config["model"]["n_heads"]
+    for name, value, count in (("--attention-layer", args.attention_layer, layers),
+                               ("--attention-head", args.attention_head, heads)):
+        if value is not None and not 1 <= value <= count:
+            raise UserError(f"{name}: {value} is not between 1 and {count}")
+    alignments = inspect_translations(loaded.model, loaded.tokenizer, loaded.device, lines, results,
+                                      args.attention, (args.attention_layer or layers) - 1,
+                                      args.attention_head - 1 if args.attention_head else None, first_index)
+    return alignments if args.alignment else None
+
+
+def _translate_interactively(args) -> None:
+    """A terminal on stdin: translate each line as soon as it is entered, until end of input (Ctrl-D)."""
+    loaded = _translator(args, args.nbest)
+    print("type a sentence and press Enter; Ctrl-D ends", file=sys.stderr, flush=True)
+    for index, line in enumerate(sys.stdin):
+        lines = [line.removesuffix("\n").removesuffix("\r")]
+        results = loaded.translate(lines, progress=False)
+        alignments = _inspect(args, loaded, lines, results, index) if args.attention or args.alignment else None
+        sys.stdout.write("".join(_format_translations(results, args, alignments, index)))
+        sys.stdout.flush()
+
+
+def _format_translations(results, args, alignments=None, first_index: int = 0):
+    """Output lines: the text; with --scores SCORE, LOG_PROB before it; with --nbest the input's 0-based
+    index first and every hypothesis a line; with --alignment the alignment after it. Tab-separated."""
+    nbest = args.nbest > 1
+    for index, translations in enumerate(results):
+        for k, translation in enumerate(translations if nbest else translations[:1]):
+            fields = [str(first_index + index)] if nbest else []
+            if nbest or args.scores:
+                fields.append(f"{translation.score:.4f}")
+            if args.scores:
+                fields.append(f"{translation.log_prob:.4f}")
+            fields.append(translation.text)
+            if alignments is not None:
+                fields.append(alignments[index][k])
+            yield "\t".join(fields) + "\n"
 
 
 @_entry_point
@@ -183,10 +290,18 @@ def eval_main(argv=None):
     parser.add_argument("--metrics", nargs="+", default=["bleu", "chrf"], choices=["bleu", "chrf", "ter"])
     parser.add_argument("--tgt-lang", help="target language code: BLEU tokenizes zh, ja and ko text as sacreBLEU "
                         "does for them (default: the checkpoint's data.tgt_lang with --checkpoint)")
+    parser.add_argument("--compare", metavar="BASELINE", help="a second system's translations of the same source: "
+                        "paired bootstrap resampling and approximate randomization (sacreBLEU's) say whether the "
+                        "hypotheses differ from it by more than chance")
+    parser.add_argument("--tests", nargs="+", default=["bootstrap", "randomization"],
+                        choices=["bootstrap", "randomization"],
+                        help="with --compare: which paired tests (default: both)")
+    parser.add_argument("--sentence", action="store_true", help="also score every sentence (sentence BLEU, chrF)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
-    from .evaluate import format_scores, read_lines, score
+    from .evaluate import (format_scores, format_significance, paired_significance, read_lines, score,
+                           sentence_scores)
 
     references = read_lines(args.ref)
     tgt_lang = args.tgt_lang
@@ -204,8 +319,21 @@ def eval_main(argv=None):
         raise UserError("--hyp: required (or --checkpoint with --src)")
     if len(hypotheses) != len(references):
         raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+    system = args.hyp or "translations"
     result = score(hypotheses, references, args.metrics, tgt_lang)
-    print(json.dumps(result) if args.json else format_scores(result))
+    text = [format_scores(result)]
+    if args.compare:
+        baseline = read_lines(args.compare)
+        if len(baseline) != len(references):
+            raise UserError(f"{args.compare} has {len(baseline)} lines but {args.ref} has {len(references)}")
+        result["compare"] = paired_significance(hypotheses, baseline, references, args.metrics, tgt_lang, args.tests)
+        text.append(format_significance(result["compare"], system, args.compare))
+    if args.sentence:
+        result["sentences"] = sentence_scores(hypotheses, references, args.metrics, tgt_lang)
+        text.append("\n".join(["line\t" + "\t".join(n.upper() for n in args.metrics)] +
+                               [f"{i}\t" + "\t".join(f"{row[n]:.2f}" for n in args.metrics)
+                                for i, row in enumerate(result["sentences"], start=1)]))
+    print(json.dumps(result) if args.json else "\n".join(text))
 
 
 @_entry_point
@@ -254,3 +382,23 @@ def average_main(argv=None):
     average_checkpoints(inputs, args.output)
     print(f"wrote {args.output}: the average of {len(inputs)} checkpoints "
           f"({', '.join(os.path.basename(os.path.normpath(i)) for i in inputs)})")
+
+
+@_entry_point
+def plot_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-plot", description="Draw the training curves of one or several runs on shared axes (from their "
+                                    "metrics.jsonl): loss, valid BLEU, learning rate and tokens/s against the step.")
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (train.output_dir)")
+    parser.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default: curves.png)")
+    args = parser.parse_args(argv)
+
+    from .plots import plot_curves, read_metrics
+
+    runs = []
+    for run_dir in args.runs:
+        if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+            raise UserError(f"{run_dir}: no metrics.jsonl (not a run directory, or no step logged yet)")
+        runs.append((os.path.basename(os.path.normpath(run_dir)), read_metrics(run_dir)))
+    plot_curves(runs, args.output)
+    print(f"wrote {args.output}")

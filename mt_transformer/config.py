@@ -95,6 +95,8 @@ class TrainConfig:
     keep_last: int = 5
     patience: int = 0  # stop after this many validations in a row without a better valid BLEU; 0: never
     num_workers: int = 0
+    compile: bool = False  # run the model under torch.compile
+    tensorboard: bool = False  # also log to {output_dir}/tensorboard (needs the tensorboard package)
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,7 @@ class Ct2Search:
             for pieces, score in zip(result.hypotheses, result.scores):
                 # CTranslate2 takes one limit per batch: cut to this sentence's own, as our search would
                 ids = [self.tokenizer.tgt.piece_to_id(p) for p in pieces[:limit]]
-                hypotheses.append(Hypothesis(ids, score, score))
+                # CTranslate2 returns the length-normalised score only: the summed log-probability is unknown
+                hypotheses.append(Hypothesis(ids, score, float("nan")))
             found.append(hypotheses)
         return found

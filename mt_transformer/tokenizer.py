@@ -4,6 +4,7 @@ one model per side. Special ids are fixed: pad 0, unk 1, bos 2, eos 3.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import logging
@@ -111,6 +112,14 @@ class Tokenizer:
         return os.path.isfile(os.path.join(directory, JOINT_FILE)) or (
             os.path.isfile(os.path.join(directory, SRC_FILE)) and os.path.isfile(os.path.join(directory, TGT_FILE))
         )
+
+    def fingerprint(self) -> str:
+        """A digest of the model files: processes that must share one tokenizer compare it."""
+        digest = hashlib.sha256()
+        for name in self.files:
+            with open(os.path.join(self.directory, name), "rb") as f:
+                digest.update(f.read())
+        return digest.hexdigest()
 
     @property
     def src_vocab_size(self) -> int:

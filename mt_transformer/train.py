@@ -1,9 +1,11 @@
 """Training: label-smoothed cross entropy, Adam with the Noam schedule, gradient accumulation
-and clipping, mixed precision, validation (loss, perplexity, BLEU), checkpoints and resume.
+and clipping, mixed precision, validation (loss, perplexity, BLEU), checkpoints and resume, on
+one process or several under torchrun (DistributedDataParallel; see distributed.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -20,8 +22,8 @@ import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from . import checkpoint
-from .batching import Batch, batch_loader, token_batches
+from . import checkpoint, distributed
+from .batching import Batch, batch_loader, lengths, token_batches
 from .config import Config, UserError, check_data_files, to_yaml
 from .evaluate import score
 from .files import write_text
@@ -38,18 +40,29 @@ log = logging.getLogger(__name__)
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def training_loss(model, batch: Batch, smoothing: float, autocast, dtype: torch.dtype) -> torch.Tensor:
-    """Summed label-smoothed loss of one batch, the output projection fused with the loss."""
+def training_loss(model, batch: Batch, smoothing: float, autocast, dtype: torch.dtype, forward=None) -> torch.Tensor:
+    """Summed label-smoothed loss of one batch, the output projection fused with the loss.
+
+    `forward` runs the model's layers: the model itself, or its DistributedDataParallel or
+    torch.compile wrapper.
+    """
+    forward = model if forward is None else forward
     with autocast:
-        states = model(batch.src, batch.tgt_in, project=False)               # (batch, tgt_len, d_model)
+        states = forward(batch.src, batch.tgt_in, project=False)           # (batch, tgt_len, d_model)
     return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype)
 
 
-def select_device(name: str) -> torch.device:
+def select_device(name: str, processes: distributed.Processes = distributed.Processes()) -> torch.device:
+    """The configured device; under torchrun with CUDA, the GPU of this process's local rank."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"train.device: {name} asked for, but CUDA is not available")
+    if processes.enabled and name.startswith("cuda"):
+        if processes.local_rank >= torch.cuda.device_count():
+            raise UserError(f"local rank {processes.local_rank} has no GPU: this machine has "
+                            f"{torch.cuda.device_count()}; lower torchrun's --nproc-per-node")
+        return torch.device("cuda", processes.local_rank)
     return torch.device(name)
 
 
@@ -96,7 +109,7 @@ def check_compatible(saved: dict, config: Config, where: str) -> None:
 def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: float, device, autocast) -> dict:
     """Label-smoothed loss and NLL per target token over valid pairs within max_len subwords."""
     model.eval()
-    src_lens, tgt_lens = np.asarray(dataset["src_len"]), np.asarray(dataset["tgt_len"])
+    src_lens, tgt_lens = lengths(dataset)
     keep = np.nonzero((src_lens <= max_len) & (tgt_lens <= max_len))[0]
     batches = [keep[b] for b in token_batches(src_lens[keep], tgt_lens[keep], max_tokens, shuffle=False)]
     total_loss = total_nll = 0.0
@@ -176,11 +189,42 @@ def check_disk_space(run_dir: str, parameters: int, keep_last: int, saves: int) 
 
 
 def train(config: Config) -> dict:
-    """Run (or resume) training as configured. Returns the last validation metrics."""
+    """Run (or resume) training as configured. Returns the last validation metrics (on rank 0;
+    other ranks of a torchrun group return {})."""
     check_data_files(config.data)
+    if config.train.tensorboard:
+        tensorboard_writer()  # before any work
+    processes = distributed.from_environment()
+    device = select_device(config.train.device, processes)
+    if not processes.is_main:  # one copy of the progress messages; warnings still come from every rank
+        logging.getLogger("mt_transformer").setLevel(logging.WARNING)
+    distributed.init_group(processes, device)
+    try:
+        return _train(config, processes, device)
+    finally:
+        distributed.destroy_group()
+
+
+def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distributed.Processes):
+    """Rank 0 trains the tokenizer and encodes the data; the other ranks then load both from
+    the run directory, which must be shared by every node."""
+    if processes.is_main:
+        prepared = prepare_data(data_config, run_dir, seed)
+    distributed.barrier()
+    if not processes.is_main:
+        prepared = prepare_data(data_config, run_dir, seed)
+    fingerprints = distributed.all_gather(prepared[0].fingerprint())
+    if len(set(fingerprints)) > 1:
+        raise UserError(f"train.output_dir: the ranks see different tokenizers in {run_dir}; with several nodes, "
+                        f"put it on a filesystem that every node shares")
+    return prepared
+
+
+def _train(config: Config, processes: distributed.Processes, device: torch.device) -> dict:
     t, run_dir = config.train, config.train.output_dir
-    check_output_dir(run_dir)
-    device = select_device(t.device)
+    if processes.is_main:
+        check_output_dir(run_dir)
+    distributed.barrier()
     if t.threads:
         torch.set_num_threads(t.threads)
     if device.type == "cuda":
@@ -193,19 +237,25 @@ def train(config: Config) -> dict:
     found = checkpoint.list_checkpoints(run_dir)
     if found:
         check_compatible(checkpoint.read_metadata(found[-1][1]), config, found[-1][1])
-    tokenizer, data = prepare_data(config.data, run_dir, t.seed)
-    write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
+    tokenizer, data = prepare_for_all_ranks(config.data, run_dir, t.seed, processes)
+    if processes.is_main:
+        write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
     model = build_model(dataclasses.asdict(config.model), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
                         tokenizer.joint).to(device)
-    log.info("model: %d parameters, %s on %s", count_parameters(model), t.precision, device)
-    check_disk_space(run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1)
+    if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
+        torch.manual_seed(t.seed + processes.rank)
+    log.info("model: %d parameters, %s on %s%s", count_parameters(model), t.precision, device,
+             f" x {processes.world_size} processes" if processes.enabled else "")
+    if processes.is_main:
+        check_disk_space(run_dir, count_parameters(model), t.keep_last,
+                         saves=math.ceil(t.max_steps / t.valid_every) + 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=t.lr_scale, betas=t.adam_betas, eps=t.adam_eps,
                                  weight_decay=t.weight_decay, fused=device.type == "cuda")
     scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "best_step": None, "since_best": 0,
-             "elapsed": 0.0, "skipped": 0, "out_of_memory": 0, "oom_dropped": 0}
+             "elapsed": 0.0, "skipped": 0, "out_of_memory": 0, "oom_dropped": 0, "world_size": processes.world_size}
     if found:
         step_dir = found[-1][1]
         checkpoint.load_weights(model, step_dir)
@@ -213,13 +263,44 @@ def train(config: Config) -> dict:
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         scaler.load_state_dict(saved["scaler"])
-        set_rng_state(saved["rng"])
-        state.update({k: saved.get(k, state[k]) for k in state})
+        state.update({k: saved.get(k, state[k]) for k in state if k != "world_size"})
+        restore_rng(saved, processes, t.seed)
+        saved_world = saved.get("world_size", 1)
+        if saved_world != processes.world_size:  # each rank's position in the epoch, in its new shard
+            state["batch_in_epoch"] = state["batch_in_epoch"] * saved_world // processes.world_size
+            log.info("resuming %d processes' run with %d", saved_world, processes.world_size)
         log.info("resuming from %s (step %d, epoch %d)", step_dir, state["step"], state["epoch"] + 1)
 
-    loop = TrainingLoop(config, model, optimizer, scheduler, scaler, tokenizer, data, device, state)
+    ddp = None
+    if processes.enabled:
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+    forward = ddp or model
+    if t.compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
+        forward = torch.compile(forward)
+    loop = TrainingLoop(config, model, optimizer, scheduler, scaler, tokenizer, data, device, state, processes,
+                        forward, ddp)
     with logging_redirect_tqdm():
         return loop.run()
+
+
+def restore_rng(saved: dict, processes: distributed.Processes, seed: int) -> None:
+    """Each rank takes back its own random state, so dropout continues as if never stopped;
+    after a change of world size the new ranks start fresh streams."""
+    per_rank = saved.get("rng_ranks") or [saved["rng"]]
+    if len(per_rank) == processes.world_size or processes.is_main:
+        set_rng_state(per_rank[processes.rank] if len(per_rank) == processes.world_size else per_rank[0])
+    else:
+        torch.manual_seed(seed + processes.rank + 1_000_003 * saved["step"])
+
+
+def tensorboard_writer(run_dir: str | None = None):
+    """A SummaryWriter logging to {run_dir}/tensorboard (None: only check that tensorboard is installed)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("train.tensorboard: true needs the tensorboard package (pip install tensorboard)") from None
+    return SummaryWriter(os.path.join(run_dir, "tensorboard")) if run_dir else None
 
 
 class TrainingStopped(Exception):
@@ -236,19 +317,37 @@ class TrainingLoop:
 
     SIGTERM and SIGINT (what clusters send before preemption, and Ctrl-C) save a checkpoint
     at the next update boundary and end the run with TrainingStopped.
+
+    Under torchrun every rank runs this loop on its shard of each epoch's batches. The ranks
+    agree once per update (one small all-reduce) on the token count, the loss and whether to
+    stop (time up, a signal on any rank); rank 0 alone validates and writes files, and tells the
+    others the early-stopping count.
     """
 
-    def __init__(self, config, model, optimizer, scheduler, scaler, tokenizer, data, device, state):
+    def __init__(self, config, model, optimizer, scheduler, scaler, tokenizer, data, device, state,
+                 processes: distributed.Processes = distributed.Processes(), forward=None, ddp=None):
         self.config, self.model, self.optimizer, self.scheduler, self.scaler = config, model, optimizer, scheduler, scaler
         self.tokenizer, self.data, self.device, self.state = tokenizer, data, device, state
+        self.processes, self.forward, self.ddp = processes, model if forward is None else forward, ddp
+        self.is_main = processes.is_main
         self.run_dir = config.train.output_dir
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         self.metrics_lines = metrics_up_to(self.metrics_path, state["step"])
         precision = config.train.precision
         self.autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
         self.metadata = checkpoint_metadata(config, tokenizer)
-        self.stop_signal = None
+        self.stop_signal = None  # set by the signal handler, at any moment
+        self.agreed_signal = None  # under torchrun: what all ranks agreed on at the last update
         self.bad_in_a_row = 0
+        self.tensorboard = tensorboard_writer(self.run_dir) if config.train.tensorboard and self.is_main else None
+        self.clock = (time.monotonic(), state["elapsed"])  # (when this process started, elapsed before it)
+        self.time_up = self.over_time()
+
+    def elapsed(self) -> float:
+        return self.clock[1] + time.monotonic() - self.clock[0]
+
+    def over_time(self) -> bool:
+        return bool(self.config.train.max_minutes) and self.elapsed() >= 60 * self.config.train.max_minutes
 
     def run(self) -> dict:
         handled = (signal.SIGTERM, signal.SIGINT)
@@ -271,23 +370,26 @@ class TrainingLoop:
     def _run(self) -> dict:
         t, state, model = self.config.train, self.state, self.model
         train_set = self.data["train"].select_columns(["src_ids", "tgt_ids"])
-        src_lens = np.asarray(self.data["train"]["src_len"])
-        tgt_lens = np.asarray(self.data["train"]["tgt_len"])
-        start, started_at = time.monotonic(), state["elapsed"]
+        src_lens, tgt_lens = lengths(self.data["train"])
         interval = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
         last_metrics, validated_at = {}, None
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
         batches_since_update = 0  # a whole epoch of them means the run cannot make progress
         model.train()
-        bar = tqdm(total=t.max_steps, initial=state["step"], unit="step", dynamic_ncols=True, disable=None)
+        bar = tqdm(total=t.max_steps, initial=state["step"], unit="step", dynamic_ncols=True,
+                   disable=None if self.is_main else True)
 
         def finished() -> bool:
-            over_time = t.max_minutes and started_at + time.monotonic() - start >= 60 * t.max_minutes
-            return (state["step"] >= t.max_steps or bool(over_time) or bool(t.max_epochs and state["epoch"] >= t.max_epochs)
-                    or self.out_of_patience())
+            return (state["step"] >= t.max_steps or self.time_up
+                    or bool(t.max_epochs and state["epoch"] >= t.max_epochs) or self.out_of_patience())
 
         while not finished():
             batches = token_batches(src_lens, tgt_lens, t.max_tokens, t.seed, state["epoch"])
+            if len(batches) < self.processes.world_size:
+                raise UserError(f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "
+                                f"{self.processes.world_size} processes; use fewer processes or a smaller "
+                                f"train.max_tokens")
+            batches = distributed.shard(batches, self.processes)
             loader = batch_loader(train_set, batches[state["batch_in_epoch"]:], t.num_workers,
                                   pin_memory=self.device.type == "cuda")
             for batch in loader:
@@ -301,6 +403,7 @@ class TrainingLoop:
                 if loss is None:  # out of memory even one sentence at a time: update dropped
                     self._stop_if_signalled()
                     continue
+                loss, tokens = self.agree(loss, tokens)
                 interval["loss"] += loss
                 updated = self.update(tokens)
                 interval["tokens"] += tokens
@@ -310,10 +413,10 @@ class TrainingLoop:
                 batches_since_update = 0
                 step = state["step"]
                 if step % t.log_every == 0:
-                    self.log_train(interval, bar, started_at + time.monotonic() - start)
+                    self.log_train(interval, bar, self.elapsed())
                     interval = {"loss": torch.zeros((), device=self.device), "tokens": 0, "time": time.monotonic()}
                 bar.update(1)
-                state["elapsed"] = started_at + time.monotonic() - start
+                state["elapsed"] = self.elapsed()
                 if step % t.valid_every == 0:
                     last_metrics, validated_at = self.validate_and_save(), step
                 self._stop_if_signalled()
@@ -329,18 +432,34 @@ class TrainingLoop:
             log.info("early stop: valid BLEU has not improved for %d validations (best %.2f at step %d)",
                      state["since_best"], state["best_bleu"], state["best_step"])
         if validated_at != state["step"]:
-            state["elapsed"] = started_at + time.monotonic() - start
+            state["elapsed"] = self.elapsed()
             last_metrics = self.validate_and_save()
         log.info("training done: step %d, epoch %d, %.1f minutes", state["step"], state["epoch"] + 1,
                  state["elapsed"] / 60)
         return last_metrics
 
+    def agree(self, loss: torch.Tensor, tokens: int) -> tuple[torch.Tensor, int]:
+        """Sum the update's loss and target tokens over the ranks, and share the decision to stop:
+        time up or a signal on any rank stops all of them at this update."""
+        self.time_up = self.over_time()
+        if not self.processes.enabled:
+            return loss, tokens
+        loss_sum, tokens, time_up, signalled = distributed.sum_over_ranks(
+            [float(loss), tokens, self.time_up, self.stop_signal is not None], self.device)
+        self.time_up = time_up > 0
+        # another rank's signal stops this one too (torchrun sends them to all ranks anyway)
+        self.agreed_signal = (self.stop_signal or signal.SIGTERM) if signalled else None
+        return torch.tensor(loss_sum, device=self.device), int(tokens)
+
     def update(self, tokens: int) -> bool:
-        """One optimizer step on gradients summed over `tokens` target tokens; False if skipped."""
+        """One optimizer step on gradients summed over `tokens` target tokens (of all ranks);
+        False if skipped."""
         t, params = self.config.train, [p for p in self.model.parameters() if p.grad is not None]
         self.scaler.unscale_(self.optimizer)
+        # DistributedDataParallel has averaged the ranks' gradient sums: sum = mean * world_size
+        divisor = max(tokens, 1) / self.processes.world_size
         for p in params:
-            p.grad.div_(max(tokens, 1))  # mean over the target tokens of the whole update
+            p.grad.div_(divisor)  # mean over the target tokens of the whole update
         grad_norm = torch.nn.utils.clip_grad_norm_(params, t.clip_norm if t.clip_norm > 0 else float("inf"))
         finite = bool(torch.isfinite(grad_norm))
         if finite:
@@ -381,7 +500,8 @@ class TrainingLoop:
 
         Out of memory: the gradients are cleared and the whole update is redone with every batch
         cut into twice as many pieces (the sum is the same); when single sentences do not fit,
-        the update is dropped and None returned. Both are counted.
+        the update is dropped and None returned. Both are counted. Under torchrun the other ranks
+        would wait in the gradient all-reduce meanwhile, so there it ends the run instead.
         """
         pieces, largest = 1, max(b.size for b in group)
         while True:
@@ -390,6 +510,9 @@ class TrainingLoop:
             except RuntimeError as error:  # torch.OutOfMemoryError is one
                 if not is_out_of_memory(error):
                     raise
+                if self.processes.enabled:
+                    raise UserError(f"out of memory on rank {self.processes.rank}; lower train.max_tokens (and raise "
+                                    f"train.accumulate to keep the batch), or data.max_len") from None
             self.optimizer.zero_grad(set_to_none=True)
             release_memory(self.device)
             self.state["out_of_memory"] += 1
@@ -406,12 +529,15 @@ class TrainingLoop:
 
     def _accumulate(self, group: list[Batch], pieces: int) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
-        for batch in group:
-            for part in batch.split(pieces) if pieces > 1 else [batch]:
+        parts = [part for batch in group for part in (batch.split(pieces) if pieces > 1 else [batch])]
+        for i, part in enumerate(parts):
+            # DDP all-reduces the gradients in the last backward of the update only
+            last = i == len(parts) - 1
+            with self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext():
                 loss = training_loss(self.model, part.to(self.device), self.config.train.label_smoothing,
-                                     self.autocast, PRECISIONS[self.config.train.precision])
+                                     self.autocast, PRECISIONS[self.config.train.precision], self.forward)
                 self.scaler.scale(loss).backward()
-                total += loss.detach()
+            total += loss.detach()
         return total
 
     def log_train(self, interval: dict, bar, elapsed: float) -> None:
@@ -431,14 +557,35 @@ class TrainingLoop:
                      entry["tokens_per_s"])
 
     def log_metrics(self, entry: dict) -> None:
-        """Add a line to metrics.jsonl, rewriting it atomically (about 1 ms for 1,000 lines)."""
+        """Add a line to metrics.jsonl, rewriting it atomically (about 1 ms for 1,000 lines), and to
+        TensorBoard when it is on."""
+        if not self.is_main:
+            return
         self.metrics_lines.append(json.dumps(entry))
         write_text(self.metrics_path, "".join(line + "\n" for line in self.metrics_lines))
+        if self.tensorboard is not None:
+            for key, value in entry.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self.tensorboard.add_scalar(key, value, entry["step"])
+            self.tensorboard.flush()
+
+    def refresh_curves(self) -> None:
+        """Redraw curves.png from the metrics so far (rank 0). A failure to draw is a warning: it
+        must not end a long run."""
+        if not self.is_main:
+            return
+        from .plots import plot_curves
+
+        try:
+            plot_curves([("", [json.loads(line) for line in self.metrics_lines])],
+                        os.path.join(self.run_dir, "curves.png"))
+        except (OSError, RuntimeError, ValueError) as error:
+            log.warning("curves.png not refreshed: %s", error)
 
     def validate_and_save(self) -> dict:
         t, d, state = self.config.train, self.config.data, self.state
         metrics = {"step": state["step"]}
-        if "valid" in self.data:
+        if "valid" in self.data and self.is_main:
             metrics.update(validation_loss(self.model, self.data["valid"], t.max_tokens, d.max_len, t.label_smoothing,
                                            self.device, self.autocast))
             metrics["valid_bleu"] = validation_bleu(self.model, self.tokenizer, self.data["valid"],
@@ -449,15 +596,20 @@ class TrainingLoop:
             self.model.train()  # both validations leave the model in eval mode
         metrics["elapsed_s"] = round(state["elapsed"], 1)
         self.log_metrics(metrics)
+        self.refresh_curves()
         is_best = "valid_bleu" in metrics and (state["best_bleu"] is None or metrics["valid_bleu"] > state["best_bleu"])
         if is_best:
             state["best_bleu"], state["best_step"], state["since_best"] = metrics["valid_bleu"], state["step"], 0
         elif "valid_bleu" in metrics:
             state["since_best"] += 1
+        # early stopping is decided by rank 0's count, on every rank
+        state.update(distributed.broadcast({k: state[k] for k in ("best_bleu", "best_step", "since_best")},
+                                           self.processes))
         self.save()
         if is_best:
             checkpoint.write_best(self.run_dir, state["step"], metrics["valid_bleu"])
-        checkpoint.prune(self.run_dir, t.keep_last)
+        if self.is_main:
+            checkpoint.prune(self.run_dir, t.keep_last)
         return metrics
 
     def out_of_patience(self) -> bool:
@@ -465,19 +617,30 @@ class TrainingLoop:
         return self.config.train.patience > 0 and self.state["since_best"] >= self.config.train.patience
 
     def save(self) -> str:
-        trainer_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                         "scaler": self.scaler.state_dict(), "rng": rng_state(), **self.state}
-        return checkpoint.save_checkpoint(self.run_dir, self.state["step"], self.model, self.metadata, trainer_state,
-                                          self.run_dir, self.tokenizer.files)
+        """Write a checkpoint (rank 0; every rank contributes its random state). Returns its directory."""
+        rng_ranks = distributed.gather(rng_state(), self.processes)
+        directory = checkpoint.step_dir(self.run_dir, self.state["step"])
+        if self.is_main:
+            trainer_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                             "scaler": self.scaler.state_dict(), "rng": rng_ranks[0], **self.state}
+            if self.processes.enabled:
+                trainer_state["rng_ranks"] = rng_ranks
+            directory = checkpoint.save_checkpoint(self.run_dir, self.state["step"], self.model, self.metadata,
+                                                   trainer_state, self.run_dir, self.tokenizer.files)
+        distributed.barrier()  # a rank that stops next reports a checkpoint that exists
+        return directory
 
     def _on_signal(self, signum, frame) -> None:
-        if self.stop_signal is not None:  # a second signal: stop now, without saving
+        # A second signal stops at once, without saving; not under torchrun, which passes Ctrl-C
+        # on to the ranks after the terminal did, and kills them itself when they take too long.
+        if self.stop_signal is not None and not self.processes.enabled:
             raise KeyboardInterrupt
         self.stop_signal = signum
         log.warning("%s received: saving a checkpoint after this update", signal.Signals(signum).name)
 
     def _stop_if_signalled(self) -> None:
-        if self.stop_signal is None:
+        signum = self.agreed_signal if self.processes.enabled else self.stop_signal
+        if signum is None:
             return
         directory = self.save()
-        raise TrainingStopped(self.stop_signal, self.state["step"], directory)
+        raise TrainingStopped(signum, self.state["step"], directory)

@@ -53,8 +53,9 @@ def write_config(path, config: dict) -> str:
 def run_cli(*args, input: str | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run one of the console scripts as a user would, through the installed module."""
     name, *rest = args
-    module = {"mt-train": "train_main", "mt-translate": "translate_main", "mt-eval": "eval_main",
-              "mt-export": "export_main", "mt-average": "average_main"}[name]
+    module = {"mt-train": "train_main", "mt-prepare": "prepare_main", "mt-translate": "translate_main",
+              "mt-eval": "eval_main", "mt-export": "export_main", "mt-average": "average_main",
+              "mt-plot": "plot_main"}[name]
     code = f"import sys; from mt_transformer.cli import {module}; sys.argv[0] = {name!r}; {module}()"
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "2"}
     return subprocess.run([sys.executable, "-c", code, *rest], input=input, capture_output=True, text=True,

@@ -72,3 +72,13 @@ def test_split_keeps_every_row_once_and_trims_padding():
     assert sum(p.target_tokens for p in parts) == batch.target_tokens
     assert [p.size for p in batch.split(3)] == [2, 2]  # ceiling: never more pieces than asked
     assert [p.size for p in batch.split(4)] == [1, 1, 1, 1]
+
+
+def test_lengths_reads_whole_columns_as_arrays_and_respects_a_selection():
+    import datasets
+
+    from mt_transformer.batching import lengths as column_lengths
+
+    dataset = datasets.Dataset.from_dict({"src_len": [3, 1, 4, 1, 5], "tgt_len": [9, 2, 6, 5, 3], "src": list("abcde")})
+    src, tgt = column_lengths(dataset.select([4, 0, 2]))
+    assert src.dtype == np.int64 and src.tolist() == [5, 3, 4] and tgt.tolist() == [3, 9, 6]

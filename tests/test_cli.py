@@ -1,9 +1,10 @@
 import json
 import os
+import re
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, tiny_config, write_config
 
 
 def test_translate_keeps_one_line_per_input_line(trained_run, corpus, tmp_path):
@@ -32,6 +33,66 @@ def test_translate_stdin_stdout_and_nbest(trained_run):
     assert greedy.returncode == 0 and len(greedy.stdout.splitlines()) == 1
 
 
+def test_translate_scores_are_the_models_log_probabilities(trained_run):
+    import torch
+
+    from mt_transformer.beam_search import length_penalty
+    from mt_transformer.tokenizer import BOS_ID, EOS_ID
+    from mt_transformer.translate import load_translator, translate_lines
+
+    lines = ["I bought a red apple yesterday.", "Tom will sell 5 old cups tomorrow."]
+    result = run_cli("mt-translate", "--checkpoint", trained_run, "--beam", "3", "--nbest", "2", "--scores",
+                     "--alpha", "0.6", input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [(r[0], len(r)) for r in rows] == [("0", 4), ("0", 4), ("1", 4), ("1", 4)]
+    model, tokenizer, _ = load_translator(trained_run, torch.device("cpu"))
+    found = translate_lines(model, tokenizer, lines, torch.device("cpu"), beam_size=3, alpha=0.6, max_len_a=1.0,
+                            max_len_b=10, n_best=2)
+    for row, translation in zip(rows, [t for sentence in found for t in sentence]):
+        assert row[3] == translation.text
+        # teacher-forcing the hypothesis gives the printed log-probability (its EOS included) ...
+        src = torch.tensor([tokenizer.encode_src([lines[int(row[0])]])[0] + [EOS_ID]])
+        tgt = translation.tokens + [EOS_ID]
+        with torch.no_grad():
+            log_probs = model(src, torch.tensor([[BOS_ID] + tgt[:-1]])).log_softmax(-1)[0]  # (tgt_len, vocab)
+        forced = float(log_probs.gather(1, torch.tensor(tgt)[:, None]).sum())
+        assert float(row[2]) == pytest.approx(forced, abs=2e-3)
+        # ... and the score is it over the GNMT length penalty, EOS counted in the length
+        assert float(row[1]) == pytest.approx(forced / length_penalty(len(tgt), 0.6), abs=2e-3)
+    single = run_cli("mt-translate", "--checkpoint", trained_run, "--scores", input=lines[0] + "\n")
+    assert len(single.stdout.splitlines()[0].split("\t")) == 3
+
+
+def test_translate_on_a_terminal_answers_each_line_as_it_is_entered(trained_run):
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    controller, terminal = pty.openpty()
+    code = "import sys; from mt_transformer.cli import translate_main; sys.argv[0] = 'mt-translate'; translate_main()"
+    process = subprocess.Popen([sys.executable, "-c", code, "--checkpoint", trained_run], stdin=terminal,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": ROOT})
+    os.close(terminal)
+    try:
+        answers = []
+        for sentence in (b"I saw a dog.\n", b"a red apple\n"):
+            os.write(controller, sentence)
+            # the translation arrives while the input is still open
+            ready, _, _ = select.select([process.stdout], [], [], 120)
+            assert ready, "no translation before the end of input"
+            answers.append(process.stdout.readline())
+        os.write(controller, b"\x04")  # Ctrl-D: end of input
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        os.close(controller)
+    assert all(answer.strip() for answer in answers)
+    assert b"Ctrl-D ends" in process.stderr.read()
+
+
 def test_translate_errors_are_one_line(trained_run, tmp_path):
     missing = run_cli("mt-translate", "--checkpoint", str(tmp_path / "nothing"), input="x\n")
     assert missing.returncode == 2
@@ -51,6 +112,22 @@ def test_eval_translates_and_scores(trained_run, corpus, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_prepare_encodes_once_and_training_loads_it(corpus, tmp_path):
+    out = tmp_path / "prepared"
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(out), train={"max_steps": 2, "valid_every": 2}))
+    prepared = run_cli("mt-prepare", "--config", config)
+    assert prepared.returncode == 0, prepared.stderr
+    assert re.search(r"^prepared train \d+ pairs, valid 60 pairs: tokenizer in ", prepared.stdout)
+    assert (out / "spm.model").is_file() and not (out / "checkpoints").exists()
+    trained = run_cli("mt-train", "--config", config)
+    assert trained.returncode == 0, trained.stderr
+    assert "training sentencepiece" not in trained.stderr
+    assert re.search(r"train: \d+ pairs \(cache\)", trained.stderr) and "valid: 60 pairs (cache)" in trained.stderr
+    missing = run_cli("mt-prepare", "--config", config, "--set", f"data.train={tmp_path}/none")
+    assert missing.returncode == 2 and missing.stderr.strip().startswith("error: data.train: file not found")
+
+
 def test_demo_commands_run_as_in_the_makefile(tmp_path):
     """`make demo` in miniature: the same commands and config, with fewer steps and less data."""
     data, run = tmp_path / "demo", tmp_path / "run"

@@ -118,3 +118,63 @@ def test_early_stopping_after_patience_validations_without_improvement_survives_
     assert [m["step"] for m in valid] == [5, 10, 15]
     with open(os.path.join(run_dir, "checkpoints", "best.json")) as f:
         assert json.load(f)["step"] == 5
+
+
+@pytest.mark.slow
+def test_compiled_training_writes_checkpoints_that_load_without_compile(corpus, tmp_path):
+    from safetensors.torch import load_file
+
+    out = str(tmp_path / "compiled")
+    config = write_config(tmp_path / "c.yaml", tiny_config(
+        corpus, out, train={"max_steps": 2, "valid_every": 2, "log_every": 1, "compile": True}))
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    names = load_file(os.path.join(out, "checkpoints", "step_00000002", "model.safetensors")).keys()
+    assert not any("_orig_mod" in name for name in names)
+    translated = run_cli("mt-translate", "--checkpoint", out, input="a red apple\n")
+    assert translated.returncode == 0, translated.stderr
+
+
+def precision_losses(corpus, tmp_path, precision: str) -> list[float]:
+    out = str(tmp_path / precision)
+    config = write_config(tmp_path / f"{precision}.yaml", tiny_config(
+        corpus, out, train={"max_steps": 200, "valid_every": 200, "log_every": 20, "precision": precision,
+                            "device": "cuda"}))
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    return [m["loss"] for m in read_metrics(out) if "loss" in m]
+
+
+# The largest relative gap to fp32 of any logged loss (each the mean over 20 updates).
+PRECISION_TOLERANCE = 0.03
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_tracks_the_fp32_loss_curve(corpus, tmp_path, precision):
+    reference = precision_losses(corpus, tmp_path, "fp32")
+    losses = precision_losses(corpus, tmp_path, precision)
+    assert len(losses) == len(reference) == 10
+    assert losses[-1] < 0.5 * losses[0]  # it learns
+    gaps = [abs(a - b) / b for a, b in zip(losses, reference)]
+    assert max(gaps) < PRECISION_TOLERANCE, gaps
+
+
+@pytest.mark.slow
+def test_tensorboard_logging_writes_event_files_or_says_what_is_missing(corpus, tmp_path):
+    import importlib.util
+
+    out = tmp_path / "tb"
+    config = write_config(tmp_path / "c.yaml", tiny_config(
+        corpus, str(out), train={"max_steps": 4, "valid_every": 4, "log_every": 2, "tensorboard": True}))
+    result = run_cli("mt-train", "--config", config)
+    if importlib.util.find_spec("tensorboard") is None:
+        assert result.returncode == 2 and "pip install tensorboard" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert {"loss", "lr", "valid_bleu"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("loss")] == [2, 4]

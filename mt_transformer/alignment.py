@@ -1,0 +1,101 @@
+"""What the decoder looked at: cross-attention weights of a translation, and hard word alignments
+taken from them.
+
+The weights come from teacher-forcing the finished translation through the model once
+(`Transformer.decode(..., need_weights=True)`), so they are exactly those of the steps that
+produced it. Row t is the step that predicted target piece t (the last row predicts EOS);
+column s is source piece s (the last column is the source EOS).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .masks import padding_mask
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
+
+
+@torch.no_grad()
+def cross_attention(model, src_ids: list[int], tgt_ids: list[int], device: torch.device) -> torch.Tensor:
+    """Weights (layers, heads, tgt_len + 1, src_len + 1) of one sentence pair; +1: the EOS of each side."""
+    model.eval()
+    src = torch.tensor([src_ids + [EOS_ID]], device=device)                   # (1, src_len + 1)
+    tgt_in = torch.tensor([[BOS_ID] + tgt_ids], device=device)                # (1, tgt_len + 1)
+    src_mask = padding_mask(src, PAD_ID)
+    _, weights = model.decode(tgt_in, model.encode(src, src_mask), src_mask, need_weights=True)
+    return torch.stack([w[0] for w in weights]).float().cpu()                 # (layers, heads, tgt+1, src+1)
+
+
+def select(weights: torch.Tensor, layer: int | None = None, head: int | None = None) -> torch.Tensor:
+    """One (tgt, src) matrix: `layer` (0-based; default the last) and `head` (default: the mean of all heads)."""
+    chosen = weights[-1 if layer is None else layer]                          # (heads, tgt, src)
+    return chosen.mean(0) if head is None else chosen[head]
+
+
+def word_index(pieces: list[str]) -> list[int]:
+    """The word each piece belongs to: a new word starts at every piece marked as a word start."""
+    index, current = [], -1
+    for position, piece in enumerate(pieces):
+        if piece.startswith(WORD_START) or position == 0:
+            current += 1
+        index.append(current)
+    return index
+
+
+def word_alignment(matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> list[tuple[int, int]]:
+    """Hard alignment from one (tgt + 1, src + 1) attention matrix: for every target word, the source
+    word it attends to most (pieces' weights summed over the source word, averaged over the target
+    word's pieces; EOS left out). Pairs (source word, target word), 0-based, one per target word."""
+    if not tgt_pieces or not src_pieces:
+        return []
+    src_words, tgt_words = word_index(src_pieces), word_index(tgt_pieces)
+    pieces = matrix[: len(tgt_pieces), : len(src_pieces)]                     # (tgt_pieces, src_pieces)
+    to_src_words = torch.zeros(len(src_pieces), src_words[-1] + 1)
+    to_src_words[torch.arange(len(src_pieces)), torch.tensor(src_words)] = 1.0
+    to_tgt_words = torch.zeros(tgt_words[-1] + 1, len(tgt_pieces))
+    to_tgt_words[torch.tensor(tgt_words), torch.arange(len(tgt_pieces))] = 1.0
+    to_tgt_words /= to_tgt_words.sum(1, keepdim=True)
+    words = to_tgt_words @ pieces @ to_src_words                             # (tgt_words, src_words)
+    return [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
+
+
+def format_alignment(pairs: list[tuple[int, int]]) -> str:
+    """The Pharaoh format of fast_align and Moses: `0-0 1-2 2-1` (source-target)."""
+    return " ".join(f"{s}-{t}" for s, t in pairs)
+
+
+def inspect_translations(model, tokenizer, device, lines: list[str], results, heatmap_dir: str | None, layer: int,
+                         head: int | None, first_index: int = 0) -> list[list[str]]:
+    """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
+    a heatmap of each line's best translation, written to heatmap_dir/NNNN.png."""
+    from .corpus import normalize
+    from .plots import attention_heatmap
+
+    if heatmap_dir:
+        os.makedirs(heatmap_dir, exist_ok=True)
+    alignments = []
+    for index, (line, translations) in enumerate(zip(lines, results)):
+        src_ids = tokenizer.encode_src([normalize(line)])[0]
+        src_pieces, found = tokenizer.src_pieces(src_ids), []
+        for k, translation in enumerate(translations):
+            if not src_ids or not translation.tokens:  # an empty line, or an empty translation
+                found.append("")
+                continue
+            matrix = select(cross_attention(model, src_ids, translation.tokens, device), layer, head)
+            tgt_pieces = tokenizer.tgt_pieces(translation.tokens)
+            found.append(format_alignment(word_alignment(matrix, src_pieces, tgt_pieces)))
+            if heatmap_dir and k == 0:
+                which = f"layer {layer + 1}, " + ("mean of all heads" if head is None else f"head {head + 1}")
+                attention_heatmap(matrix, src_pieces, tgt_pieces,
+                                  os.path.join(heatmap_dir, f"{first_index + index:04d}.png"),
+                                  f"cross-attention, {which}\n{shorten(line, 90)}")
+        alignments.append(found)
+    return alignments
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -1,0 +1,105 @@
+"""Several processes through torchrun: joining the process group, sharing out batches, and the
+few decisions every process must take together.
+
+torchrun starts one process per device and sets RANK, LOCAL_RANK and WORLD_SIZE; `init_group`
+joins the group with NCCL on CUDA and gloo on CPU. A plain `mt-train` has world size 1 and none
+of this costs anything: every collective here returns at once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# Rank 0 validates (minutes on a large valid set) while the others wait at the next collective.
+TIMEOUT = datetime.timedelta(minutes=60)
+
+
+@dataclass(frozen=True)
+class Processes:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def from_environment() -> Processes:
+    """This process's place in the group, from the variables torchrun sets (one process without them)."""
+    return Processes(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                     int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def init_group(processes: Processes, device: torch.device) -> None:
+    if not processes.enabled or dist.is_initialized():
+        return
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT)
+
+
+def destroy_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def shard(batches: list, processes: Processes) -> list:
+    """This rank's batches of an epoch: every world_size-th, starting at its rank.
+
+    Every rank builds the same batch list (same seed, same epoch), so the shards are disjoint
+    and equally long: the last `len % world_size` batches of the epoch are left out, so that all
+    ranks take the same number of steps (the next epoch's shuffle leaves out others).
+    """
+    usable = len(batches) - len(batches) % processes.world_size
+    return batches[processes.rank:usable:processes.world_size]
+
+
+def sum_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    """The element-wise sum of `values` over all ranks, in one all-reduce."""
+    if not dist.is_initialized():
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def broadcast(value, processes: Processes):
+    """Rank 0's `value`, on every rank."""
+    if not dist.is_initialized():
+        return value
+    holder = [value if processes.is_main else None]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def gather(value, processes: Processes) -> list | None:
+    """Every rank's `value` in rank order on rank 0, None elsewhere."""
+    if not dist.is_initialized():
+        return [value]
+    gathered = [None] * processes.world_size if processes.is_main else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered
+
+
+def all_gather(value) -> list:
+    """Every rank's `value` in rank order, on every rank."""
+    if not dist.is_initialized():
+        return [value]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

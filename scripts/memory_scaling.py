@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Does training memory stay flat as the corpus grows? (issue 6, docs/benchmarks.md)
+
+For generated English-German corpora of each size (default 100k and 2M pairs): `mt-prepare`
+(tokenizer + encoding into memory-mapped Arrow; wall time, pairs/s, peak RSS, size on disk),
+then a short `mt-train` on the prepared data (peak RSS), each in its own process measured by
+GNU time. Prints a Markdown table and the ratio of the largest corpus's training RSS to the
+smallest's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from mt_transformer.demo_data import generate  # noqa: E402
+from mt_transformer.files import directory_size  # noqa: E402
+
+
+def measured(command: list[str]) -> tuple[float, float]:
+    """Run `command`; return (wall seconds, peak RSS in MiB)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
+        start = time.monotonic()
+        subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%M", *command], check=True, cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.monotonic() - start
+        return wall, int(report.read().split()[-1]) / 1024
+
+
+def config(corpus: str, run_dir: str, steps: int, spm_sample: int) -> dict:
+    return {
+        "data": {"src_lang": "en", "tgt_lang": "de", "train": f"{corpus}/train", "valid": f"{corpus}/valid",
+                 "vocab_size": 4000, "spm_type": "bpe", "spm_max_sentences": spm_sample, "max_len": 128},
+        "model": {"d_model": 256, "n_heads": 4, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3},
+        "train": {"output_dir": run_dir, "max_tokens": 4096, "max_steps": steps, "warmup": 100, "log_every": 10,
+                  "valid_every": steps, "valid_max_sentences": 50},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 2_000_000])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--spm-sample", type=int, default=200_000,
+                        help="sentences per side sentencepiece samples (data.spm_max_sentences)")
+    parser.add_argument("--workdir", default=None, help="default: a temporary directory, removed afterwards")
+    args = parser.parse_args()
+
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = args.workdir or scratch
+        for size in args.sizes:
+            corpus, run_dir = os.path.join(workdir, f"corpus_{size}"), os.path.join(workdir, f"run_{size}")
+            generate(corpus, train=size, valid=500, test=10, seed=size)
+            path = os.path.join(workdir, f"config_{size}.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                yaml.safe_dump(config(corpus, run_dir, args.steps, args.spm_sample), f)
+            prep_s, prep_rss = measured(["mt-prepare", "--config", path])
+            train_s, train_rss = measured(["mt-train", "--config", path])
+            text_mb = sum(os.path.getsize(f"{corpus}/train.{lang}") for lang in ("en", "de")) / 2**20
+            disk_mb = directory_size(os.path.join(run_dir, "cache")) / 2**20
+            rows.append((size, text_mb, prep_s, size / prep_s, prep_rss, disk_mb, train_s, train_rss))
+            print(f"{size} pairs: prepare {prep_s:.0f} s, train {train_s:.0f} s, training peak RSS {train_rss:.0f} MiB",
+                  file=sys.stderr)
+
+    print("| pairs | text (MB) | mt-prepare (s) | pairs/s | mt-prepare peak RSS (MiB) | encoded on disk (MB) "
+          f"| mt-train {args.steps} steps (s) | mt-train peak RSS (MiB) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size, text_mb, prep_s, rate, prep_rss, disk, train_s, train_rss in rows:
+        print(f"| {size:,} | {text_mb:.0f} | {prep_s:.0f} | {rate:,.0f} | {prep_rss:.0f} | {disk:.0f} | {train_s:.0f} "
+              f"| {train_rss:.0f} |")
+    print(f"\ntraining peak RSS, {rows[-1][0]:,} pairs over {rows[0][0]:,}: {rows[-1][-1] / rows[0][-1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

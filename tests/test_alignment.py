@@ -1,0 +1,59 @@
+import os
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import run_cli
+from mt_transformer.alignment import format_alignment, select, word_alignment, word_index
+
+
+def test_word_index_follows_sentencepiece_word_starts():
+    assert word_index(["▁The", "▁hou", "se", "▁is", "▁red", "."]) == [0, 1, 1, 2, 3, 3]
+    assert word_index(["ab", "c", "▁d"]) == [0, 0, 1]
+
+
+def test_alignment_takes_each_target_words_most_attended_source_word():
+    src = ["▁das", "▁Haus", "chen", "▁ist"]             # words: das, Hauschen, ist
+    tgt = ["▁the", "▁little", "▁house", "▁is"]
+    matrix = torch.zeros(len(tgt) + 1, len(src) + 1)   # +1: EOS rows and columns
+    matrix[0, 0] = 1.0
+    matrix[1, 2] = 0.6                                 # "little" -> "chen", part of word 1
+    matrix[1, 4] = 0.4                                 # (EOS column: never chosen)
+    matrix[2, 1], matrix[2, 2] = 0.5, 0.5              # "house" -> both pieces of word 1
+    matrix[3, 3] = 0.9
+    matrix[4, 4] = 1.0
+    pairs = word_alignment(matrix, src, tgt)
+    assert pairs == [(0, 0), (1, 1), (1, 2), (2, 3)]
+    assert format_alignment(pairs) == "0-0 1-1 1-2 2-3"
+
+
+def test_select_means_heads_or_takes_one():
+    weights = torch.arange(2 * 3 * 2 * 2, dtype=torch.float).view(2, 3, 2, 2)  # (layers, heads, tgt, src)
+    assert torch.equal(select(weights), weights[-1].mean(0))
+    assert torch.equal(select(weights, layer=0, head=2), weights[0, 2])
+
+
+def test_translate_alignment_has_one_pair_per_target_word_and_heatmaps_are_written(trained_run, tmp_path):
+    lines = ["I bought a red apple yesterday.", "", "Tom will sell 5 old cups tomorrow."]
+    heatmaps = tmp_path / "attention"
+    result = run_cli("mt-translate", "--checkpoint", trained_run, "--alignment", "--attention", str(heatmaps),
+                     input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.split("\n")[:-1]]
+    assert len(rows) == 3 and rows[1] == ["", ""]
+    for (text, alignment), line in zip([rows[0], rows[2]], [lines[0], lines[2]]):
+        pairs = [tuple(map(int, pair.split("-"))) for pair in alignment.split()]
+        assert [t for _, t in pairs] == list(range(len(text.split())))  # one per target word, in order
+        assert all(0 <= s < len(line.split()) for s, _ in pairs)
+    assert sorted(os.listdir(heatmaps)) == ["0000.png", "0002.png"]
+    with Image.open(heatmaps / "0000.png") as image:
+        assert image.format == "PNG" and image.size[0] >= 600 and image.size[1] >= 400
+    one_head = run_cli("mt-translate", "--checkpoint", trained_run, "--attention", str(tmp_path / "one"),
+                       "--attention-layer", "1", "--attention-head", "2", input=lines[0] + "\n")
+    assert one_head.returncode == 0, one_head.stderr
+    assert "\t" not in one_head.stdout  # heatmaps only: the output lines stay plain translations
+    assert os.listdir(tmp_path / "one") == ["0000.png"]
+    bad = run_cli("mt-translate", "--checkpoint", trained_run, "--alignment", "--attention-head", "9",
+                  input=lines[0] + "\n")
+    assert bad.returncode == 2 and "--attention-head: 9 is not between 1 and 4" in bad.stderr

@@ -1,0 +1,155 @@
+"""Several processes through torchrun, with gloo on CPU: the same updates as one process that sees
+the same global batches, one writer, resume, and two "nodes" meeting at a c10d rendezvous."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from conftest import ROOT, run_cli, tiny_config, write_config
+from mt_transformer.distributed import Processes, shard
+
+# Summation order differs (an all-reduce of two halves against one running sum), so the weights
+# agree to float precision, not bit for bit: measured at most 4e-7 apart after 3 updates.
+TOLERANCE = 1e-5
+
+
+def test_shards_are_disjoint_equal_and_cover_all_but_the_remainder():
+    batches = list(range(11))
+    shards = [shard(batches, Processes(rank, 3)) for rank in range(3)]
+    assert shards == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+    assert shard(batches, Processes()) == batches
+
+
+def torchrun(*args, timeout: int = 300) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+
+
+def finish(process: subprocess.Popen, timeout: int = 300) -> str:
+    _, stderr = process.communicate(timeout=timeout)
+    assert process.returncode == 0, stderr[-3000:]
+    return stderr
+
+
+def mt_train() -> str:
+    path = shutil.which("mt-train")
+    assert path, "mt-train is not installed (pip install -e .)"
+    return path
+
+
+def weights(run_dir: str, step: int) -> dict:
+    return load_file(os.path.join(run_dir, "checkpoints", f"step_{step:08d}", "model.safetensors"))
+
+
+def largest_difference(a: dict, b: dict) -> float:
+    """The largest difference of any weight, leaving out the attention key biases: softmax ignores a
+    constant added to every key's score, so their gradient is zero but for rounding noise, which
+    Adam's first steps turn into steps of +-lr (measured: 6e-3 apart, with everything else 4e-7)."""
+    assert a.keys() == b.keys()
+    differences = []
+    for name in a:
+        difference = np.abs(a[name] - b[name])
+        if name.endswith("kv_proj.bias"):  # keys' half, then values' half
+            difference = difference[len(difference) // 2:]
+        differences.append(float(difference.max()))
+    return max(differences)
+
+
+def losses(run_dir: str) -> list[tuple[int, float]]:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [(m["step"], m["loss"]) for m in map(json.loads, f) if "loss" in m]
+
+
+def config_for(corpus, directory, name, **train):
+    # 256-token batches: the 2,000-pair corpus makes over 100 of them, so 4 updates stay in one epoch
+    settings = {"max_steps": 3, "valid_every": 3, "log_every": 1, "max_tokens": 256, **train}
+    return write_config(directory / f"{name}.yaml", tiny_config(corpus, str(directory / name), train=settings))
+
+
+@pytest.fixture(scope="module")
+def two_processes(corpus, tmp_path_factory):
+    """The same 3 updates trained by one process (accumulating 2 batches) and by 2 processes (1 each)."""
+    directory = tmp_path_factory.mktemp("ddp")
+    single = run_cli("mt-train", "--config", config_for(corpus, directory, "single", accumulate=2))
+    assert single.returncode == 0, single.stderr
+    stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config",
+                             config_for(corpus, directory, "double")))
+    return directory, stderr
+
+
+@pytest.mark.slow
+def test_two_processes_make_the_updates_of_one_that_sees_the_same_global_batches(two_processes):
+    directory, stderr = two_processes
+    assert "x 2 processes" in stderr
+    assert largest_difference(weights(directory / "single", 3), weights(directory / "double", 3)) < TOLERANCE
+    # the logged loss is the global batch's, written once per step by rank 0
+    single, double = losses(directory / "single"), losses(directory / "double")
+    assert [s for s, _ in double] == [1, 2, 3]
+    assert np.allclose([l for _, l in double], [l for _, l in single], atol=1e-4)
+    assert sorted(os.listdir(directory / "double" / "checkpoints")) == ["best.json", "step_00000003"]
+
+
+@pytest.mark.slow
+def test_two_processes_resume_like_an_uninterrupted_run(corpus, tmp_path):
+    script = mt_train()
+    whole = config_for(corpus, tmp_path, "whole", max_steps=4, valid_every=2)
+    split = config_for(corpus, tmp_path, "split", max_steps=4, valid_every=2)
+    for config in (whole, split):  # dropout on: each rank's random state must come back too
+        with open(config) as f:
+            text = f.read().replace("dropout: 0.0", "dropout: 0.1")
+        with open(config, "w") as f:
+            f.write(text)
+    finish(torchrun("--standalone", "--nproc-per-node", "2", script, "--config", whole))
+    finish(torchrun("--standalone", "--nproc-per-node", "2", script, "--config", split, "--set", "train.max_steps=2"))
+    stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", script, "--config", split))
+    assert "resuming from" in stderr
+    assert losses(tmp_path / "split") == losses(tmp_path / "whole")
+    assert largest_difference(weights(tmp_path / "split", 4), weights(tmp_path / "whole", 4)) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_nodes_meet_at_a_c10d_rendezvous_and_train_as_one_group(two_processes, corpus):
+    directory, _ = two_processes
+    config = config_for(corpus, directory, "nodes")
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [torchrun("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                      "--rdzv-id", "mt-test", mt_train(), "--config", config) for _ in range(2)]
+    outputs = [finish(node) for node in nodes]
+    assert any("x 2 processes" in output for output in outputs)
+    # which node gets rank 0 is a race; the update is the same either way
+    assert largest_difference(weights(directory / "nodes", 3), weights(directory / "double", 3)) < TOLERANCE
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_saves_a_checkpoint_and_stops_every_rank(corpus, tmp_path):
+    import signal
+    import time
+
+    from mt_transformer.checkpoint import list_checkpoints, load_trainer_state
+
+    run_dir = tmp_path / "stopped"
+    config = config_for(corpus, tmp_path, "stopped", max_steps=100_000, valid_every=100_000, log_every=1)
+    process = torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config", config)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:  # training has begun
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert "stopped by SIGTERM at step" in stderr
+    (step, directory), = list_checkpoints(str(run_dir))  # one complete checkpoint, written by rank 0
+    state = load_trainer_state(directory)
+    assert state["step"] == step > 0 and len(state["rng_ranks"]) == 2

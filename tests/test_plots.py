@@ -1,0 +1,60 @@
+import json
+import os
+
+import pytest
+from PIL import Image
+
+from conftest import run_cli
+from mt_transformer.plots import attention_heatmap, plot_curves
+
+
+def image_size(path) -> tuple[int, int]:
+    with Image.open(path) as image:
+        image.verify()  # a whole, valid PNG
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return image.size
+
+
+def fake_metrics(steps=5):
+    rows = []
+    for i in range(1, steps + 1):
+        rows.append({"step": 10 * i, "loss": 5.0 / i, "lr": 1e-3 * i, "tokens_per_s": 2000 + i})
+        rows.append({"step": 10 * i, "valid_loss": 5.5 / i, "valid_bleu": 3.0 * i})
+    return rows
+
+
+def test_curves_are_a_png_of_the_expected_size(tmp_path):
+    path = tmp_path / "curves.png"
+    plot_curves([("a", fake_metrics()), ("b", fake_metrics(3))], str(path))
+    assert image_size(path) == (1100, 750)
+    assert not [n for n in os.listdir(tmp_path) if n != "curves.png"]  # no temporary file left
+
+
+def test_training_refreshes_curves_png(trained_run):
+    width, height = image_size(os.path.join(trained_run, "curves.png"))
+    assert (width, height) == (1100, 750)
+
+
+def test_mt_plot_draws_several_runs_and_refuses_a_directory_without_metrics(tmp_path, trained_run):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in fake_metrics()), encoding="utf-8")
+    out = tmp_path / "both.png"
+    result = run_cli("mt-plot", trained_run, str(other), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert image_size(out) == (1100, 750)
+    missing = run_cli("mt-plot", str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and "no metrics.jsonl" in missing.stderr
+
+
+def test_heatmap_grows_with_the_sentence_and_stays_readable(tmp_path):
+    import torch
+
+    short, long = tmp_path / "short.png", tmp_path / "long.png"
+    attention_heatmap(torch.full((4, 3), 1 / 3), ["▁a", "▁b"], ["▁x", "▁y", "z"], str(short), "short")
+    attention_heatmap(torch.full((21, 31), 1 / 31), [f"▁s{i}" for i in range(30)], [f"▁t{i}" for i in range(20)],
+                      str(long), "long")
+    (w1, h1), (w2, h2) = image_size(short), image_size(long)
+    assert w2 > w1 and h2 > h1
+    assert 500 <= w1 and 300 <= h1 and w2 <= 4000 and h2 <= 4000
