@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import inspect
 import json
 import logging
 import math
@@ -273,8 +274,12 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
 
     ddp = None
     if processes.enabled:
+        # the only buffers are the sinusoidal position tables, equal everywhere: no syncing at each forward
+        # (torch 2.13 renamed the option; older versions know only broadcast_buffers)
+        parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+        no_sync = {"forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers": False}
         ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+            model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync)
     forward = ddp or model
     if t.compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
         forward = torch.compile(forward)
