@@ -214,8 +214,7 @@ def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distr
     distributed.barrier()
     if not processes.is_main:
         prepared = prepare_data(data_config, run_dir, seed)
-    fingerprints = distributed.all_gather(prepared[0].fingerprint())
-    if len(set(fingerprints)) > 1:
+    if processes.enabled and len(set(distributed.all_gather(prepared[0].fingerprint()))) > 1:
         raise UserError(f"train.output_dir: the ranks see different tokenizers in {run_dir}; with several nodes, "
                         f"put it on a filesystem that every node shares")
     return prepared
