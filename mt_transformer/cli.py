@@ -61,7 +61,8 @@ def train_main(argv=None):
     args = parser.parse_args(argv)
 
     from .config import load_config, to_yaml
-    from .train import TrainingStopped, parameter_count, train
+    from .train import parameter_count, train
+    from .training_loop import TrainingStopped
 
     config = load_config(args.config, args.set)
     if args.dry_run:

@@ -41,7 +41,7 @@ from mt_transformer.flops import training_flops  # noqa: E402
 from mt_transformer.model import Transformer  # noqa: E402
 from mt_transformer.prepare import prepare_data  # noqa: E402
 from mt_transformer.schedule import noam_scheduler  # noqa: E402
-from mt_transformer.train import PRECISIONS, training_loss  # noqa: E402
+from mt_transformer.training_loop import PRECISIONS, training_loss  # noqa: E402
 from mt_transformer.translate import load_translator, translate_lines, translate_with  # noqa: E402
 
 MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")

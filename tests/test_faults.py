@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 import mt_transformer.train as train_module
+import mt_transformer.training_loop as training_loop
 from conftest import ROOT, run_cli, tiny_config, write_config
 from mt_transformer import checkpoint
 from mt_transformer.config import UserError, load_config
@@ -30,7 +31,7 @@ def config_for(corpus, tmp_path, **train):
 
 
 def test_diverging_run_stops_and_names_the_last_good_checkpoint(corpus, tmp_path, monkeypatch):
-    real_loss = train_module.linear_cross_entropy  # the training loss (validation computes its own)
+    real_loss = training_loop.linear_cross_entropy  # the training loss (validation computes its own)
     calls = {"training": 0}
 
     def loss_that_diverges(*args):
@@ -38,7 +39,7 @@ def test_diverging_run_stops_and_names_the_last_good_checkpoint(corpus, tmp_path
         calls["training"] += 1
         return loss * float("nan") if calls["training"] > 10 else loss
 
-    monkeypatch.setattr(train_module, "linear_cross_entropy", loss_that_diverges)
+    monkeypatch.setattr(training_loop, "linear_cross_entropy", loss_that_diverges)
     with pytest.raises(UserError) as error:
         train_module.train(config_for(corpus, tmp_path, max_bad_updates=3))
     message = str(error.value)

@@ -1,7 +1,6 @@
 import json
 import os
 
-import pytest
 from PIL import Image
 
 from conftest import run_cli

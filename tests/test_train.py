@@ -43,13 +43,37 @@ def test_resume_continues_from_the_saved_step_like_an_uninterrupted_run(corpus, 
 
 
 def test_metrics_up_to_drops_lines_after_the_checkpoint(tmp_path):
-    from mt_transformer.train import metrics_up_to
+    from mt_transformer.training_loop import metrics_up_to
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 10, "loss": 1}\n{"step": 20, "valid_bleu": 3}\n{"step": 30, "loss": 0.5}\n{"step": 4',
                     encoding="utf-8")
     assert metrics_up_to(str(path), 20) == ['{"step": 10, "loss": 1}', '{"step": 20, "valid_bleu": 3}']
     assert metrics_up_to(str(path), 0) == [] and metrics_up_to(str(tmp_path / "none"), 5) == []
+
+
+def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path, monkeypatch):
+    import time
+
+    from mt_transformer.config import load_config
+    from mt_transformer.train import train
+    from mt_transformer.training_loop import TrainingLoop
+
+    real_validate = TrainingLoop.validate_and_save
+
+    def slow_validate(self):
+        time.sleep(2.0)  # a long validation: the next log interval must not count it
+        return real_validate(self)
+
+    monkeypatch.setattr(TrainingLoop, "validate_and_save", slow_validate)
+    run_dir = str(tmp_path / "run")
+    train(load_config(write_config(tmp_path / "c.yaml", tiny_config(corpus, run_dir, train={
+        "max_steps": 12, "log_every": 2, "valid_every": 3, "max_tokens": 256, "valid_max_sentences": 2}))))
+    logged = [m for m in read_metrics(run_dir) if "tokens_per_s" in m]
+    assert [m["step"] for m in logged] == [2, 4, 6, 8, 10, 12]
+    # each interval is two updates of at most 256 target tokens each: well under a second of training
+    seconds = [2 * 256 / m["tokens_per_s"] for m in logged]
+    assert max(seconds) < 1.0, seconds
 
 
 def test_resume_refuses_a_changed_model(trained_run, corpus, tmp_path):
