@@ -20,14 +20,21 @@ WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 
 
 @torch.no_grad()
-def cross_attention(model, src_ids: list[int], tgt_ids: list[int], device: torch.device) -> torch.Tensor:
-    """Weights (layers, heads, tgt_len + 1, src_len + 1) of one sentence pair; +1: the EOS of each side."""
+def cross_attention(model, src_ids: list[int], hypotheses: list[list[int]], device: torch.device) -> list[torch.Tensor]:
+    """Weights (layers, heads, tgt_len + 1, src_len + 1) of each hypothesis for one source sentence
+    (+1: the EOS of each side); the source is encoded once for all of them."""
     model.eval()
     src = torch.tensor([src_ids + [EOS_ID]], device=device)                   # (1, src_len + 1)
-    tgt_in = torch.tensor([[BOS_ID] + tgt_ids], device=device)                # (1, tgt_len + 1)
-    src_mask = padding_mask(src, PAD_ID)
-    _, weights = model.decode(tgt_in, model.encode(src, src_mask), src_mask, need_weights=True)
-    return torch.stack([w[0] for w in weights]).float().cpu()                 # (layers, heads, tgt+1, src+1)
+    src_mask = padding_mask(src, PAD_ID)                                      # (1, 1, 1, src_len + 1)
+    memory = model.encode(src, src_mask)                                      # (1, src_len + 1, d_model)
+    longest = max(len(ids) for ids in hypotheses)
+    # shorter hypotheses padded at the end: under the causal mask no earlier row sees the padding
+    tgt_in = torch.tensor([[BOS_ID] + ids + [PAD_ID] * (longest - len(ids)) for ids in hypotheses],
+                          device=device)                                      # (hyps, longest + 1)
+    n = len(hypotheses)
+    _, weights = model.decode(tgt_in, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1), need_weights=True)
+    stacked = torch.stack(weights, 1).float().cpu()                           # (hyps, layers, heads, longest+1, src+1)
+    return [stacked[i, :, :, : len(ids) + 1] for i, ids in enumerate(hypotheses)]
 
 
 def select(weights: torch.Tensor, layer: int | None = None, head: int | None = None) -> torch.Tensor:
@@ -81,11 +88,13 @@ def inspect_translations(model, tokenizer, device, lines: list[str], results, he
     for index, (line, translations) in enumerate(zip(lines, results)):
         src_ids = tokenizer.encode_src([normalize(line)])[0]
         src_pieces, found = tokenizer.src_pieces(src_ids), []
+        kept = [t for t in translations if t.tokens] if src_ids else []  # not for an empty line or translation
+        weights = iter(cross_attention(model, src_ids, [t.tokens for t in kept], device) if kept else [])
         for k, translation in enumerate(translations):
-            if not src_ids or not translation.tokens:  # an empty line, or an empty translation
+            if not src_ids or not translation.tokens:
                 found.append("")
                 continue
-            matrix = select(cross_attention(model, src_ids, translation.tokens, device), layer, head)
+            matrix = select(next(weights), layer, head)
             tgt_pieces = tokenizer.tgt_pieces(translation.tokens)
             found.append(format_alignment(word_alignment(matrix, src_pieces, tgt_pieces)))
             if heatmap_dir and k == 0:

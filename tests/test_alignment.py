@@ -1,11 +1,11 @@
 import os
 
-import pytest
 import torch
 from PIL import Image
 
 from conftest import run_cli
-from mt_transformer.alignment import format_alignment, select, word_alignment, word_index
+from mt_transformer.alignment import cross_attention, format_alignment, select, word_alignment, word_index
+from mt_transformer.model import Transformer
 
 
 def test_word_index_follows_sentencepiece_word_starts():
@@ -32,6 +32,18 @@ def test_select_means_heads_or_takes_one():
     weights = torch.arange(2 * 3 * 2 * 2, dtype=torch.float).view(2, 3, 2, 2)  # (layers, heads, tgt, src)
     assert torch.equal(select(weights), weights[-1].mean(0))
     assert torch.equal(select(weights, layer=0, head=2), weights[0, 2])
+
+
+def test_hypotheses_of_different_lengths_get_the_weights_each_gets_alone():
+    torch.manual_seed(0)
+    model = Transformer(20, 20, d_model=16, n_heads=2, d_ff=32, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    src, hypotheses = [5, 6, 7, 8], [[9, 10, 11, 12, 13, 14], [9], [15, 16, 17]]
+    together = cross_attention(model, src, hypotheses, torch.device("cpu"))
+    for ids, weights in zip(hypotheses, together):
+        alone = cross_attention(model, src, [ids], torch.device("cpu"))[0]
+        assert weights.shape == alone.shape == (2, 2, len(ids) + 1, len(src) + 1)
+        torch.testing.assert_close(weights, alone, rtol=0, atol=1e-6)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, len(ids) + 1))
 
 
 def test_translate_alignment_has_one_pair_per_target_word_and_heatmaps_are_written(trained_run, tmp_path):
