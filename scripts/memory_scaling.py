@@ -30,16 +30,19 @@ def measured(command: list[str]) -> tuple[float, float]:
     """Run `command`; return (wall seconds, peak RSS in MiB)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
         start = time.monotonic()
-        subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%M", *command], check=True, cwd=ROOT,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%M", *command], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wall = time.monotonic() - start
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
         return wall, int(report.read().split()[-1]) / 1024
 
 
 def config(corpus: str, run_dir: str, steps: int, spm_sample: int) -> dict:
+    # the generated language has under 2,000 possible pieces: a vocabulary of 1,000
     return {
         "data": {"src_lang": "en", "tgt_lang": "de", "train": f"{corpus}/train", "valid": f"{corpus}/valid",
-                 "vocab_size": 4000, "spm_type": "bpe", "spm_max_sentences": spm_sample, "max_len": 128},
+                 "vocab_size": 1000, "spm_type": "bpe", "spm_max_sentences": spm_sample, "max_len": 128},
         "model": {"d_model": 256, "n_heads": 4, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3},
         "train": {"output_dir": run_dir, "max_tokens": 4096, "max_steps": steps, "warmup": 100, "log_every": 10,
                   "valid_every": steps, "valid_max_sentences": 50},
