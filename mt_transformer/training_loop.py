@@ -47,6 +47,8 @@ def training_loss(model, batch: Batch, smoothing: float, autocast, dtype: torch.
 
 
 def rng_state() -> dict:
+    """This process's random generators (Python, numpy, torch CPU and CUDA), saved with each
+    checkpoint so that a resumed run draws the same dropout masks as an uninterrupted one."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     numpy_state = np.random.get_state()
     state["numpy"] = [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]]
@@ -56,6 +58,7 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
+    """Restore what rng_state() saved."""
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     name, keys, *rest = state["numpy"]
@@ -65,6 +68,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def checkpoint_metadata(config: Config, tokenizer: Tokenizer) -> dict:
+    """What a checkpoint's config.json holds besides the weights: enough to rebuild model and tokenizer."""
     return {"config": config.to_dict(), "src_vocab_size": tokenizer.src_vocab_size,
             "tgt_vocab_size": tokenizer.tgt_vocab_size, "joint_vocab": tokenizer.joint,
             "tokenizer_files": tokenizer.files}
