@@ -7,6 +7,11 @@ averages of the last 3 and last 5 checkpoints, and the best checkpoint greedy. W
 also the best checkpoint and the last-3 average on the test set (BLEU and chrF). Appends one
 JSON line per run to RUNS_DIR/results.jsonl and prints it as a markdown row.
 
+This machine's speed drifts (by a quarter within an hour, session 6), so with --probe N the
+run is preceded by N updates of the same settings without validation, in a scratch directory,
+whose training tokens/s is recorded as `probe_tokens_per_s`: runs whose probes differ did not
+get the same amount of computation from their minutes.
+
     python3 scripts/recipe_runs.py --config configs/recipes/small_cpu.yaml --name dropout0.3 \\
         --set model.dropout=0.3 train.max_minutes=30
 """
@@ -18,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +45,18 @@ def evaluate(model: str, prefix: str, src_lang: str, tgt_lang: str, *options: st
                           "--ref", f"{prefix}.{tgt_lang}", "--json", *options))
 
 
+def probe_speed(config: str, overrides: list[str], steps: int) -> float:
+    """Training tokens/s of `steps` updates with these settings (no validation), leaving out the
+    first log interval (start-up)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        run("mt-train", "--config", config, "--set", *overrides, f"train.output_dir={scratch}",
+            f"train.max_steps={steps}", f"train.log_every={max(steps // 3, 1)}", f"train.valid_every={10 * steps}",
+            "train.max_minutes=0", "train.keep_last=1", "data.valid=null", "data.test=null")
+        with open(os.path.join(scratch, "metrics.jsonl"), encoding="utf-8") as f:
+            rates = [e["tokens_per_s"] for e in map(json.loads, f) if "tokens_per_s" in e]
+    return round(sum(rates[1:]) / (len(rates) - 1), 1) if len(rates) > 1 else rates[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
@@ -47,13 +65,18 @@ def main() -> None:
     parser.add_argument("--runs-dir", default="runs/recipes")
     parser.add_argument("--eval-only", action="store_true", help="score an existing run")
     parser.add_argument("--test", action="store_true", help="also score on data.test")
+    parser.add_argument("--probe", type=int, default=0, metavar="N",
+                        help="first time N updates of the same settings (this machine's speed now)")
     args = parser.parse_args()
 
     out = os.path.join(args.runs_dir, args.name)
     overrides = [*args.set, f"train.output_dir={out}"]
     config = load_config(args.config, overrides)
     d = config.data
-    wall = None
+    wall = probe = None
+    if args.probe and not args.eval_only:
+        probe = probe_speed(args.config, args.set, args.probe)
+        print(f"speed probe: {probe} target tokens/s", file=sys.stderr)
     if not args.eval_only:
         start = time.monotonic()
         run("mt-train", "--config", args.config, "--set", *overrides)
@@ -65,6 +88,8 @@ def main() -> None:
     best = checkpoint.read_best(out)
     row = {"name": args.name, "config": args.config, "set": args.set, "wall_s": wall, "updates": steps[-1],
            "train_minutes": round(entries[-1]["elapsed_s"] / 60, 1), "best_step": best["step"]}
+    if probe is not None:
+        row["probe_tokens_per_s"] = probe
     best_dir = os.path.join(checkpoint.checkpoint_root(out), best["dir"])
     row["valid_best"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
     row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu",
