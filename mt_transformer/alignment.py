@@ -87,16 +87,13 @@ def inspect_translations(model, tokenizer, device, lines: list[str], results, he
     alignments = []
     for index, (line, translations) in enumerate(zip(lines, results)):
         src_ids = tokenizer.encode_src([normalize(line)])[0]
-        src_pieces, found = tokenizer.src_pieces(src_ids), []
-        kept = [t for t in translations if t.tokens] if src_ids else []  # not for an empty line or translation
-        weights = iter(cross_attention(model, src_ids, [t.tokens for t in kept], device) if kept else [])
-        for k, translation in enumerate(translations):
-            if not src_ids or not translation.tokens:
-                found.append("")
-                continue
-            matrix = select(next(weights), layer, head)
-            tgt_pieces = tokenizer.tgt_pieces(translation.tokens)
-            found.append(format_alignment(word_alignment(matrix, src_pieces, tgt_pieces)))
+        src_pieces, found = tokenizer.src_pieces(src_ids), [""] * len(translations)
+        kept = [k for k, t in enumerate(translations) if src_ids and t.tokens]  # not for an empty line or translation
+        weights = cross_attention(model, src_ids, [translations[k].tokens for k in kept], device) if kept else []
+        for k, weight in zip(kept, weights):
+            matrix = select(weight, layer, head)
+            tgt_pieces = tokenizer.tgt_pieces(translations[k].tokens)
+            found[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
             if heatmap_dir and k == 0:
                 which = f"layer {layer + 1}, " + ("mean of all heads" if head is None else f"head {head + 1}")
                 attention_heatmap(matrix, src_pieces, tgt_pieces,
