@@ -4,7 +4,7 @@
 Trains with `mt-train --config CONFIG --set ...` into RUNS_DIR/NAME (unless --eval-only), then
 scores on the valid set with beam 4 (the run's decode settings): the best checkpoint, the
 averages of the last 3 and last 5 checkpoints, and the best checkpoint greedy. With --test,
-also the best checkpoint and the last-3 average on the test set (BLEU and chrF). Appends one
+the same four on the test set (BLEU and chrF). Appends one
 JSON line per run to RUNS_DIR/results.jsonl and prints it as a markdown row.
 
 This machine's speed drifts (by a quarter within an hour, session 6), so with --probe N the
@@ -103,9 +103,11 @@ def main() -> None:
             row[f"valid_avg{n}"] = evaluate(averages[n], d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
             row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
     if args.test and d.test:
-        for label, model in (("best", best_dir), ("avg3", averages.get(3))):
+        models = (("best", best_dir, ()), ("best_greedy", best_dir, ("--beam", "1")),
+                  ("avg3", averages.get(3), ()), ("avg5", averages.get(5), ()))
+        for label, model, options in models:
             if model:
-                scores = evaluate(model, d.test, d.src_lang, d.tgt_lang)
+                scores = evaluate(model, d.test, d.src_lang, d.tgt_lang, *options)
                 row[f"test_{label}"] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
                 row["signatures"] = scores["signature"]
     with open(os.path.join(args.runs_dir, "results.jsonl"), "a", encoding="utf-8") as f:
