@@ -174,16 +174,18 @@ def test_sigkill_at_a_random_step_then_restart_matches_an_uninterrupted_run(corp
     wait_for(lambda: metrics.exists() and any(s >= kill_at for s, _ in losses(run_dir)), process)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    saved = checkpoint.list_checkpoints(str(run_dir))[-1][0]  # the newest complete checkpoint
     restarted = run_cli("mt-train", "--config", config)
     assert restarted.returncode == 0, restarted.stderr
-    assert "resuming from" in restarted.stderr, f"killed at step {kill_at}"
+    resumed = f"resuming from {checkpoint.step_dir(str(run_dir), saved)} (step {saved},"
+    assert resumed in restarted.stderr, f"killed at step {kill_at}"
     assert_same_run(run_dir, uninterrupted)
 
 
 @pytest.mark.slow
 def test_kill_inside_a_save_keeps_the_previous_checkpoint(corpus, tmp_path, uninterrupted):
     config, run_dir = kill_config(corpus, tmp_path, "run")
-    process = start_training(config, **{checkpoint.SAVE_DELAY_ENV: "60"})
+    process = start_training(config, **{checkpoint.SAVE_DELAY_ENV: "20:60"})
     root = run_dir / "checkpoints"
     wait_for(lambda: root.exists() and any(n.startswith(".step_00000020") for n in os.listdir(root)), process)
     process.send_signal(signal.SIGKILL)  # the save of step 20 is half-written

@@ -26,20 +26,7 @@ def test_training_writes_metrics_checkpoints_and_learns(trained_run):
         ["config.json", "model.safetensors", "spm.model", "trainer.pt"]
 
 
-@pytest.mark.slow
-def test_resume_continues_from_the_saved_step_like_an_uninterrupted_run(corpus, tmp_path):
-    whole_dir, split_dir = str(tmp_path / "whole"), str(tmp_path / "split")
-    whole = write_config(tmp_path / "whole.yaml", tiny_config(corpus, whole_dir, train={"max_steps": 40}))
-    split = write_config(tmp_path / "split.yaml", tiny_config(corpus, split_dir, train={"max_steps": 40}))
-    assert run_cli("mt-train", "--config", whole).returncode == 0
-    first = run_cli("mt-train", "--config", split, "--set", "train.max_steps=20")
-    assert first.returncode == 0, first.stderr
-    second = run_cli("mt-train", "--config", split)
-    assert second.returncode == 0, second.stderr
-    assert "resuming from" in second.stderr and "step 20" in second.stderr
-    whole_losses = [(m["step"], m["loss"]) for m in read_metrics(whole_dir) if "loss" in m]
-    split_losses = [(m["step"], m["loss"]) for m in read_metrics(split_dir) if "loss" in m]
-    assert split_losses == whole_losses  # same batches, same dropout masks, same updates
+# Resuming like an uninterrupted run: tests/test_faults.py (a kill at a random step, dropout on).
 
 
 def test_metrics_up_to_drops_lines_after_the_checkpoint(tmp_path):
