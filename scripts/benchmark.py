@@ -241,15 +241,19 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
     return rows
 
 
-def machine(device: torch.device) -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name ("Intel(R) Xeon(R) Processor"): the host behind this machine's cores
+    has changed between sessions, and its speed with it."""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
-        pass
+        return platform.processor() or platform.machine()
+
+
+def machine(device: torch.device) -> str:
     gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads{gpu}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads{gpu}"
 
 
 def markdown(results: dict) -> str:

@@ -10,7 +10,8 @@ JSON line per run to RUNS_DIR/results.jsonl and prints it as a markdown row.
 This machine's speed drifts (by a quarter within an hour, session 6), so with --probe N the
 run is preceded by N updates of the same settings without validation, in a scratch directory,
 whose training tokens/s is recorded as `probe_tokens_per_s`: runs whose probes differ did not
-get the same amount of computation from their minutes.
+get the same amount of computation from their minutes. The row also names the CPU the run
+trained on (`cpu`), as the host behind the machine changed between sessions.
 
     python3 scripts/recipe_runs.py --config configs/recipes/small_cpu.yaml --name dropout0.3 \\
         --set model.dropout=0.3 train.max_minutes=30
@@ -29,6 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmark import cpu_model  # noqa: E402  (scripts/ is on the path when run as a script)
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.config import load_config  # noqa: E402
 
@@ -90,6 +92,8 @@ def main() -> None:
            "train_minutes": round(entries[-1]["elapsed_s"] / 60, 1), "best_step": best["step"]}
     if probe is not None:
         row["probe_tokens_per_s"] = probe
+    if not args.eval_only:
+        row["cpu"] = cpu_model()
     best_dir = os.path.join(checkpoint.checkpoint_root(out), best["dir"])
     row["valid_best"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
     row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu",
