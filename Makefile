@@ -4,7 +4,7 @@ PIP = $(PYTHON) -m pip
 DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
-.PHONY: install demo test test-all bench clean
+.PHONY: install demo test lint bench clean
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
 # first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels.
@@ -26,6 +26,10 @@ demo: install
 
 test: install
 	$(PYTHON) -m pytest -q
+
+lint:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 
 # Translation is timed with the trained Multi30k model when runs/multi30k_de_en exists.
 BENCH_ARGS ?= $(if $(wildcard runs/multi30k_de_en/checkpoints),--checkpoint runs/multi30k_de_en)

@@ -24,22 +24,23 @@ def cross_attention(model, src_ids: list[int], hypotheses: list[list[int]], devi
     """Weights (layers, heads, tgt_len + 1, src_len + 1) of each hypothesis for one source sentence
     (+1: the EOS of each side); the source is encoded once for all of them."""
     model.eval()
-    src = torch.tensor([src_ids + [EOS_ID]], device=device)                   # (1, src_len + 1)
-    src_mask = padding_mask(src, PAD_ID)                                      # (1, 1, 1, src_len + 1)
-    memory = model.encode(src, src_mask)                                      # (1, src_len + 1, d_model)
+    src = torch.tensor([src_ids + [EOS_ID]], device=device)  # (1, src_len + 1)
+    src_mask = padding_mask(src, PAD_ID)  # (1, 1, 1, src_len + 1)
+    memory = model.encode(src, src_mask)  # (1, src_len + 1, d_model)
     longest = max(len(ids) for ids in hypotheses)
     # shorter hypotheses padded at the end: under the causal mask no earlier row sees the padding
-    tgt_in = torch.tensor([[BOS_ID] + ids + [PAD_ID] * (longest - len(ids)) for ids in hypotheses],
-                          device=device)                                      # (hyps, longest + 1)
+    tgt_in = torch.tensor(
+        [[BOS_ID] + ids + [PAD_ID] * (longest - len(ids)) for ids in hypotheses], device=device
+    )  # (hyps, longest + 1)
     n = len(hypotheses)
     _, weights = model.decode(tgt_in, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1), need_weights=True)
-    stacked = torch.stack(weights, 1).float().cpu()                           # (hyps, layers, heads, longest+1, src+1)
+    stacked = torch.stack(weights, 1).float().cpu()  # (hyps, layers, heads, longest+1, src+1)
     return [stacked[i, :, :, : len(ids) + 1] for i, ids in enumerate(hypotheses)]
 
 
 def select(weights: torch.Tensor, layer: int | None = None, head: int | None = None) -> torch.Tensor:
     """One (tgt, src) matrix: `layer` (0-based; default the last) and `head` (default: the mean of all heads)."""
-    chosen = weights[-1 if layer is None else layer]                          # (heads, tgt, src)
+    chosen = weights[-1 if layer is None else layer]  # (heads, tgt, src)
     return chosen.mean(0) if head is None else chosen[head]
 
 
@@ -60,13 +61,13 @@ def word_alignment(matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list
     if not tgt_pieces or not src_pieces:
         return []
     src_words, tgt_words = word_index(src_pieces), word_index(tgt_pieces)
-    pieces = matrix[: len(tgt_pieces), : len(src_pieces)]                     # (tgt_pieces, src_pieces)
+    pieces = matrix[: len(tgt_pieces), : len(src_pieces)]  # (tgt_pieces, src_pieces)
     to_src_words = torch.zeros(len(src_pieces), src_words[-1] + 1)
     to_src_words[torch.arange(len(src_pieces)), torch.tensor(src_words)] = 1.0
     to_tgt_words = torch.zeros(tgt_words[-1] + 1, len(tgt_pieces))
     to_tgt_words[torch.tensor(tgt_words), torch.arange(len(tgt_pieces))] = 1.0
     to_tgt_words /= to_tgt_words.sum(1, keepdim=True)
-    words = to_tgt_words @ pieces @ to_src_words                             # (tgt_words, src_words)
+    words = to_tgt_words @ pieces @ to_src_words  # (tgt_words, src_words)
     return [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
 
 
@@ -75,8 +76,17 @@ def format_alignment(pairs: list[tuple[int, int]]) -> str:
     return " ".join(f"{s}-{t}" for s, t in pairs)
 
 
-def inspect_translations(model, tokenizer, device, lines: list[str], results, heatmap_dir: str | None, layer: int,
-                         head: int | None, first_index: int = 0) -> list[list[str]]:
+def inspect_translations(
+    model,
+    tokenizer,
+    device,
+    lines: list[str],
+    results,
+    heatmap_dir: str | None,
+    layer: int,
+    head: int | None,
+    first_index: int = 0,
+) -> list[list[str]]:
     """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
     a heatmap of each line's best translation, written to heatmap_dir/NNNN.png."""
     from .corpus import normalize
@@ -96,9 +106,13 @@ def inspect_translations(model, tokenizer, device, lines: list[str], results, he
             found[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
             if heatmap_dir and k == 0:
                 which = f"layer {layer + 1}, " + ("mean of all heads" if head is None else f"head {head + 1}")
-                attention_heatmap(matrix, src_pieces, tgt_pieces,
-                                  os.path.join(heatmap_dir, f"{first_index + index:04d}.png"),
-                                  f"cross-attention, {which}\n{shorten(line, 90)}")
+                attention_heatmap(
+                    matrix,
+                    src_pieces,
+                    tgt_pieces,
+                    os.path.join(heatmap_dir, f"{first_index + index:04d}.png"),
+                    f"cross-attention, {which}\n{shorten(line, 90)}",
+                )
         alignments.append(found)
     return alignments
 

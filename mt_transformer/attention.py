@@ -18,21 +18,25 @@ from torch import nn
 
 
 def attention_with_weights(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-    is_causal: bool = False, dropout: float = 0.0,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T / sqrt(d_k)) v, also returning the weights (batch, heads, q_len, k_len).
 
     mask: bool, True = may attend, broadcastable to (batch, heads, q_len, k_len).
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))       # (batch, heads, q_len, k_len)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (batch, heads, q_len, k_len)
     if is_causal:
         causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
-    output = F.dropout(weights, p=dropout) @ v                      # (batch, heads, q_len, head_dim)
+    output = F.dropout(weights, p=dropout) @ v  # (batch, heads, q_len, head_dim)
     return output, weights
 
 
@@ -46,9 +50,9 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
         self.n_heads, self.head_dim, self.dropout = n_heads, d_model // n_heads, dropout
-        self.q_proj = nn.Linear(d_model, d_model)        # W^Q for all heads
-        self.kv_proj = nn.Linear(d_model, 2 * d_model)   # W^K and W^V for all heads, one matmul
-        self.out_proj = nn.Linear(d_model, d_model)      # W^O
+        self.q_proj = nn.Linear(d_model, d_model)  # W^Q for all heads
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)  # W^K and W^V for all heads, one matmul
+        self.out_proj = nn.Linear(d_model, d_model)  # W^O
         for linear in (self.q_proj, self.kv_proj, self.out_proj):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
@@ -63,8 +67,13 @@ class MultiHeadAttention(nn.Module):
         return self._split_heads(k), self._split_heads(v)
 
     def forward(
-        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-        is_causal: bool = False, need_weights: bool = False,
+        self,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Queries from x (rows, q_len, d_model) attend over projected k, v (batch, heads, k_len, head_dim).
 
@@ -77,10 +86,13 @@ class MultiHeadAttention(nn.Module):
         batch, group = k.size(0), rows // k.size(0)
         if rows != batch * group:
             raise ValueError(f"{rows} query rows cannot share keys/values of {batch} sentences")
-        q = self._split_heads(self.q_proj(x))                  # (rows, heads, q_len, head_dim)
+        q = self._split_heads(self.q_proj(x))  # (rows, heads, q_len, head_dim)
         if group > 1:  # (batch * group, heads, q_len, hd) -> (batch, heads, group * q_len, hd)
-            q = q.reshape(batch, group, self.n_heads, q_len, self.head_dim).transpose(1, 2) \
-                 .reshape(batch, self.n_heads, group * q_len, self.head_dim)
+            q = (
+                q.reshape(batch, group, self.n_heads, q_len, self.head_dim)
+                .transpose(1, 2)
+                .reshape(batch, self.n_heads, group * q_len, self.head_dim)
+            )
         dropout = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
@@ -93,8 +105,14 @@ class MultiHeadAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
         if group > 1:  # back to (rows, heads, q_len, ...)
-            unfold = lambda t: t.reshape(batch, self.n_heads, group, q_len, t.size(-1)).transpose(1, 2) \
-                                .reshape(rows, self.n_heads, q_len, t.size(-1))
+
+            def unfold(t):
+                return (
+                    t.reshape(batch, self.n_heads, group, q_len, t.size(-1))
+                    .transpose(1, 2)
+                    .reshape(rows, self.n_heads, q_len, t.size(-1))
+                )
+
             out, weights = unfold(out), (unfold(weights) if weights is not None else None)
         out = out.transpose(1, 2).reshape(rows, q_len, self.n_heads * self.head_dim)  # (rows, q_len, d_model)
         return self.out_proj(out), weights

@@ -26,8 +26,9 @@ def last_checkpoints(run_dir: str, count: int) -> list[str]:
     """The `count` newest checkpoints of a run, oldest first."""
     found = checkpoint.list_checkpoints(run_dir)
     if len(found) < count:
-        raise UserError(f"{run_dir}: {len(found)} checkpoints, {count} asked for "
-                        f"(train.keep_last decides how many a run keeps)")
+        raise UserError(
+            f"{run_dir}: {len(found)} checkpoints, {count} asked for (train.keep_last decides how many a run keeps)"
+        )
     return [path for _, path in found[-count:]]
 
 
@@ -61,12 +62,15 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
             raise UserError(f"{directory}: a different model from {first_dir}; only checkpoints of one model average")
         files = Tokenizer(directory).files
         if files != Tokenizer(first_dir).files or not all(
-                filecmp.cmp(os.path.join(directory, f), os.path.join(first_dir, f), shallow=False) for f in files):
+            filecmp.cmp(os.path.join(directory, f), os.path.join(first_dir, f), shallow=False) for f in files
+        ):
             raise UserError(f"{directory}: its tokenizer differs from {first_dir}'s")
         for name, tensor in weights.items():
             if tensor.shape != total[name].shape:
-                raise UserError(f"{directory}: {name} has shape {tuple(tensor.shape)}, "
-                                f"not {tuple(total[name].shape)} as in {first_dir}")
+                raise UserError(
+                    f"{directory}: {name} has shape {tuple(tensor.shape)}, "
+                    f"not {tuple(total[name].shape)} as in {first_dir}"
+                )
             total[name] += tensor.to(torch.float64)
     # summed in float64, so the average of identical checkpoints is exactly their weights
     averaged = {name: (tensor / len(inputs)).to(dtypes[name]).contiguous() for name, tensor in total.items()}

@@ -62,30 +62,30 @@ def token_batches(
 
 @dataclass
 class Batch:
-    src: torch.Tensor      # (batch, src_len): subwords + EOS, padded
-    tgt_in: torch.Tensor   # (batch, tgt_len): BOS + subwords, padded
+    src: torch.Tensor  # (batch, src_len): subwords + EOS, padded
+    tgt_in: torch.Tensor  # (batch, tgt_len): BOS + subwords, padded
     tgt_out: torch.Tensor  # (batch, tgt_len): subwords + EOS, padded
 
     @property
     def target_tokens(self) -> int:
         return int((self.tgt_out != PAD_ID).sum())
 
-    def to(self, device) -> "Batch":
+    def to(self, device) -> Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in, self.tgt_out)))
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         return Batch(*(t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out)))
 
     @property
     def size(self) -> int:
         return self.src.size(0)
 
-    def split(self, pieces: int) -> list["Batch"]:
+    def split(self, pieces: int) -> list[Batch]:
         """Up to `pieces` batches of consecutive rows, each trimmed to its own longest sentence."""
         rows = -(-self.size // pieces)  # ceiling division
         parts = []
         for start in range(0, self.size, rows):
-            src, tgt_in, tgt_out = (t[start:start + rows] for t in (self.src, self.tgt_in, self.tgt_out))
+            src, tgt_in, tgt_out = (t[start : start + rows] for t in (self.src, self.tgt_in, self.tgt_out))
             src_len, tgt_len = int((src != PAD_ID).sum(1).max()), int((tgt_out != PAD_ID).sum(1).max())
             parts.append(Batch(src[:, :src_len], tgt_in[:, :tgt_len], tgt_out[:, :tgt_len]))
         return parts
@@ -102,8 +102,9 @@ def pad(sequences: list[list[int]], prefix: list[int] = (), suffix: list[int] = 
 
 
 def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
-    return Batch(src=pad(src_ids, suffix=[EOS_ID]), tgt_in=pad(tgt_ids, prefix=[BOS_ID]),
-                 tgt_out=pad(tgt_ids, suffix=[EOS_ID]))
+    return Batch(
+        src=pad(src_ids, suffix=[EOS_ID]), tgt_in=pad(tgt_ids, prefix=[BOS_ID]), tgt_out=pad(tgt_ids, suffix=[EOS_ID])
+    )
 
 
 class BatchedDataset(torch.utils.data.Dataset):
@@ -124,7 +125,11 @@ def batch_loader(dataset, batches: list[np.ndarray], num_workers: int = 0, pin_m
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches), batch_size=None, shuffle=False,
-        num_workers=num_workers, pin_memory=pin_memory, persistent_workers=False,
+        BatchedDataset(dataset, batches),
+        batch_size=None,
+        shuffle=False,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=False,
         generator=torch.Generator().manual_seed(0),
     )

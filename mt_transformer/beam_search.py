@@ -18,8 +18,8 @@ import torch
 @dataclass
 class Hypothesis:
     tokens: list[int]  # without BOS and EOS
-    score: float       # log_prob / length_penalty
-    log_prob: float    # sum of token log-probabilities, EOS included
+    score: float  # log_prob / length_penalty
+    log_prob: float  # sum of token log-probabilities, EOS included
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -35,21 +35,29 @@ def forbid_all_but_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos_id: int)
 
 
 @torch.inference_mode()
-def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch.Tensor,
-                bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
-                n_best: int = 1) -> list[list[Hypothesis]]:
+def beam_search(
+    model,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    max_len: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    n_best: int = 1,
+) -> list[list[Hypothesis]]:
     """Return the n_best hypotheses of each sentence, best first.
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
     batch, device, beam = src.size(0), src.device, beam_size
     # one encoding per sentence: its `beam` rows share it (the cross-attention folds them together)
-    memory = model.encode(src, src_mask)                                   # (batch, src_len, d_model)
+    memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
     cache = model.new_cache()
-    sentence = torch.arange(batch, device=device)                          # original index of each live sentence
+    sentence = torch.arange(batch, device=device)  # original index of each live sentence
     max_len = max_len.to(device)
     tokens = torch.full((batch * beam, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.full((batch, beam), float("-inf"), device=device)       # cumulative log-probs
+    scores = torch.full((batch, beam), float("-inf"), device=device)  # cumulative log-probs
     scores[:, 0] = 0.0
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     shortest_limit = int(max_len.min())
@@ -58,14 +66,14 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch
         live, owners = sentence.numel(), sentence.tolist()
         logits, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)      # (live*beam, vocab)
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (live*beam, vocab)
         if step >= shortest_limit:  # (a host-side check: the full-vocabulary masking costs 2% otherwise)
             forbid_all_but_eos(log_probs, (max_len <= step).repeat_interleave(beam), eos_id)
         # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
         # so only those are scored: no (live, beam * vocab) sums
         per_row = min(2 * beam, log_probs.size(-1))
-        row_log_probs, row_tokens = log_probs.topk(per_row, dim=-1)       # (live*beam, per_row)
-        row_scores = scores.view(-1, 1) + row_log_probs                    # cumulative log-probs
+        row_log_probs, row_tokens = log_probs.topk(per_row, dim=-1)  # (live*beam, per_row)
+        row_scores = scores.view(-1, 1) + row_log_probs  # cumulative log-probs
         top_scores, top_index = row_scores.view(live, -1).topk(2 * beam, dim=1)  # (live, 2*beam)
         top_beam = top_index // per_row
         top_token = row_tokens.view(live, -1).gather(1, top_index)
@@ -79,8 +87,9 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch
                 if len(finished[owner]) < beam:
                     row = i * beam + int(top_beam[i, j])
                     log_prob = float(top_scores[i, j])
-                    finished[owner].append(Hypothesis(tokens[row, 1:].tolist(), log_prob / length_penalty(step + 1, alpha),
-                                                      log_prob))
+                    finished[owner].append(
+                        Hypothesis(tokens[row, 1:].tolist(), log_prob / length_penalty(step + 1, alpha), log_prob)
+                    )
 
         # the best `beam` non-EOS candidates continue
         scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=1)  # (live, beam)
@@ -91,7 +100,7 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch
         if bool(done.all()):
             break
         if bool(done.any()):  # finished sentences leave the batch
-            keep = (~done).nonzero().view(-1)                              # (still_live,)
+            keep = (~done).nonzero().view(-1)  # (still_live,)
             rows, sentence, max_len, scores = rows[keep], sentence[keep], max_len[keep], scores[keep]
             shortest_limit = int(max_len.min())
             keep_rows = (keep[:, None] * beam + torch.arange(beam, device=device)).view(-1)

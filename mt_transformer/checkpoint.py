@@ -62,8 +62,15 @@ def _test_delay(step: int) -> None:
         time.sleep(float(seconds))
 
 
-def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: dict, trainer_state: dict,
-                    tokenizer_dir: str, tokenizer_files: list[str]) -> str:
+def save_checkpoint(
+    run_dir: str,
+    step: int,
+    model: torch.nn.Module,
+    metadata: dict,
+    trainer_state: dict,
+    tokenizer_dir: str,
+    tokenizer_files: list[str],
+) -> str:
     """Write checkpoint `step` atomically; returns its directory."""
     root = checkpoint_root(run_dir)
     os.makedirs(root, exist_ok=True)
@@ -83,8 +90,9 @@ def save_checkpoint(run_dir: str, step: int, model: torch.nn.Module, metadata: d
     except (OSError, RuntimeError, SafetensorError) as error:  # torch.save reports a full disk as a RuntimeError
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0][:200]
         free = shutil.disk_usage(root).free / 2**20
-        raise SaveError(f"{final}: the checkpoint could not be written ({reason}; {free:.0f} MB free on its disk)") \
-            from None
+        raise SaveError(
+            f"{final}: the checkpoint could not be written ({reason}; {free:.0f} MB free on its disk)"
+        ) from None
     return final
 
 
@@ -111,8 +119,10 @@ def read_best(run_dir: str) -> dict | None:
 
 
 def write_best(run_dir: str, step: int, bleu: float) -> None:
-    write_text(os.path.join(checkpoint_root(run_dir), BEST_FILE),
-               json.dumps({"step": step, "bleu": bleu, "dir": step_name(step)}))
+    write_text(
+        os.path.join(checkpoint_root(run_dir), BEST_FILE),
+        json.dumps({"step": step, "bleu": bleu, "dir": step_name(step)}),
+    )
 
 
 def prune(run_dir: str, keep_last: int) -> None:
@@ -130,8 +140,10 @@ def resolve(path: str) -> str:
     if os.path.isfile(os.path.join(path, MODEL_FILE)):
         return path
     if os.path.isfile(path):
-        raise UserError(f"{path}: a file, not a checkpoint; mt_transformer checkpoints are directories holding "
-                        f"{MODEL_FILE} (pickled checkpoints are never loaded)")
+        raise UserError(
+            f"{path}: a file, not a checkpoint; mt_transformer checkpoints are directories holding "
+            f"{MODEL_FILE} (pickled checkpoints are never loaded)"
+        )
     if not os.path.isdir(path):
         raise UserError(f"{path}: no such checkpoint or run directory")
     best = read_best(path)
@@ -170,7 +182,8 @@ def load_trainer_state(directory: str) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise UserError(f"{path}: refused: it holds objects other than tensors and plain data, which could run "
-                        f"code when loaded") from None
+        raise UserError(
+            f"{path}: refused: it holds objects other than tensors and plain data, which could run code when loaded"
+        ) from None
     except (RuntimeError, EOFError, OSError) as error:
         raise UserError(f"{path}: not a readable trainer state ({type(error).__name__})") from None

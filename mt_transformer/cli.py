@@ -26,8 +26,9 @@ def _entry_point(function):
 
     @functools.wraps(function)
     def main(argv=None) -> int:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S",
-                            stream=sys.stderr)
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
+        )
         try:
             return function(argv) or 0
         except UserError as error:
@@ -55,9 +56,17 @@ def _device(name: str):
 def train_main(argv=None):
     parser = argparse.ArgumentParser(prog="mt-train", description="Train a Transformer translation model.")
     parser.add_argument("--config", required=True, help="YAML config file")
-    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override config keys, e.g. --set train.max_steps=100 model.dropout=0.3")
-    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and parameter count, then stop")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override config keys, e.g. --set train.max_steps=100 model.dropout=0.3",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and parameter count, then stop"
+    )
     args = parser.parse_args(argv)
 
     from .config import load_config, to_yaml
@@ -83,10 +92,17 @@ def prepare_main(argv=None):
     parser = argparse.ArgumentParser(
         prog="mt-prepare",
         description="Train the tokenizer and encode the training and valid data of a config, without training: "
-                    "mt-train with the same config (every torchrun rank, and every later run) loads the result.")
+        "mt-train with the same config (every torchrun rank, and every later run) loads the result.",
+    )
     parser.add_argument("--config", required=True, help="YAML config file, the one mt-train will use")
-    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override config keys, as for mt-train")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override config keys, as for mt-train",
+    )
     args = parser.parse_args(argv)
 
     from .config import check_data_files, load_config
@@ -101,8 +117,10 @@ def prepare_main(argv=None):
     _, encoded = prepare_data(config.data, run_dir, config.train.seed)
     cache_dir = config.data.cache_dir or os.path.join(run_dir, "cache")
     counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
-    print(f"prepared {counts}: tokenizer in {run_dir}, encoded data in {cache_dir} "
-          f"({directory_size(cache_dir) / 2**20:.1f} MB)")
+    print(
+        f"prepared {counts}: tokenizer in {run_dir}, encoded data in {cache_dir} "
+        f"({directory_size(cache_dir) / 2**20:.1f} MB)"
+    )
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -114,21 +132,33 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def _decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = True) -> None:
-    parser.add_argument("--checkpoint", required=checkpoint_required,
-                        help="a run directory (its best checkpoint) or one checkpoint")
+    parser.add_argument(
+        "--checkpoint", required=checkpoint_required, help="a run directory (its best checkpoint) or one checkpoint"
+    )
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: decode.max_tokens)")
-    parser.add_argument("--max-input-len", type=int,
-                        help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
-                             "(default: decode.max_input_len, else the training data.max_len)")
+    parser.add_argument(
+        "--max-input-len",
+        type=int,
+        help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
+        "(default: decode.max_input_len, else the training data.max_len)",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"],
-                        help="ctranslate2: --checkpoint is a directory written by mt-export --format ctranslate2")
-    parser.add_argument("--compute-type", default="default",
-                        help="with --engine ctranslate2: float32, int8, int8_float32, ... (default: as exported)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="with --engine ctranslate2: CPU threads (default: as many as torch uses)")
+    parser.add_argument(
+        "--engine",
+        default="torch",
+        choices=["torch", "ctranslate2"],
+        help="ctranslate2: --checkpoint is a directory written by mt-export --format ctranslate2",
+    )
+    parser.add_argument(
+        "--compute-type",
+        default="default",
+        help="with --engine ctranslate2: float32, int8, int8_float32, ... (default: as exported)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="with --engine ctranslate2: CPU threads (default: as many as torch uses)"
+    )
 
 
 def _translate(args, lines: list[str], n_best: int = 1):
@@ -140,8 +170,8 @@ def _translate(args, lines: list[str], n_best: int = 1):
 @dataclasses.dataclass
 class _Loaded:
     translate: typing.Callable  # (lines, progress=True) -> per line, its translations
-    config: dict                # the checkpoint's config, a dict of its sections
-    model: object = None        # the PyTorch model (None with --engine ctranslate2)
+    config: dict  # the checkpoint's config, a dict of its sections
+    model: object = None  # the PyTorch model (None with --engine ctranslate2)
     tokenizer: object = None
     device: object = None
 
@@ -154,8 +184,9 @@ def _translator(args, n_best: int = 1) -> _Loaded:
         from . import ctranslate2_engine
 
         device = "cuda" if args.device.startswith("cuda") else "cpu"
-        translator, tokenizer, metadata = ctranslate2_engine.load(args.checkpoint, device, args.compute_type,
-                                                                  args.threads)
+        translator, tokenizer, metadata = ctranslate2_engine.load(
+            args.checkpoint, device, args.compute_type, args.threads
+        )
     else:
         device = _device(args.device)
         model, tokenizer, metadata = load_translator(args.checkpoint, device)
@@ -173,18 +204,36 @@ def _translator(args, n_best: int = 1) -> _Loaded:
     max_input_len = max_input_len or metadata["config"]["data"]["max_len"]
     if args.engine == "ctranslate2":
         max_positions = model_config["max_positions"]
-        search = ctranslate2_engine.Ct2Search(translator, tokenizer, beam, alpha, decode["max_len_a"],
-                                              decode["max_len_b"], n_best, max_positions)
-        return _Loaded(lambda lines, progress=True: translate_with(
-            search, tokenizer, lines, max_tokens, min(max_input_len, max_positions - 1), progress=progress),
-            metadata["config"])
-    return _Loaded(lambda lines, progress=True: translate_lines(
-        model, tokenizer, lines, device, beam_size=beam, alpha=alpha,
-        max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"], n_best=n_best, max_tokens=max_tokens,
-        max_input_len=max_input_len,
-        max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
-        progress=progress,
-    ), metadata["config"], model, tokenizer, device)
+        search = ctranslate2_engine.Ct2Search(
+            translator, tokenizer, beam, alpha, decode["max_len_a"], decode["max_len_b"], n_best, max_positions
+        )
+        return _Loaded(
+            lambda lines, progress=True: translate_with(
+                search, tokenizer, lines, max_tokens, min(max_input_len, max_positions - 1), progress=progress
+            ),
+            metadata["config"],
+        )
+    return _Loaded(
+        lambda lines, progress=True: translate_lines(
+            model,
+            tokenizer,
+            lines,
+            device,
+            beam_size=beam,
+            alpha=alpha,
+            max_len_a=decode["max_len_a"],
+            max_len_b=decode["max_len_b"],
+            n_best=n_best,
+            max_tokens=max_tokens,
+            max_input_len=max_input_len,
+            max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
+            progress=progress,
+        ),
+        metadata["config"],
+        model,
+        tokenizer,
+        device,
+    )
 
 
 def _write_output(path: str | None, text: str) -> None:
@@ -203,22 +252,37 @@ def translate_main(argv=None):
     _decode_options(parser)
     parser.add_argument("-i", "--input", help="input file (default: stdin)")
     parser.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
-    parser.add_argument("--nbest", type=int, default=1,
-                        help="K best translations per line, printed as INDEX<TAB>SCORE<TAB>TEXT")
-    parser.add_argument("--scores", action="store_true",
-                        help="print each translation as SCORE<TAB>LOG_PROB<TAB>TEXT (with --nbest: "
-                             "INDEX<TAB>SCORE<TAB>LOG_PROB<TAB>TEXT): the length-normalised score the beam ranks by "
-                             "and the summed token log-probability")
-    parser.add_argument("--alignment", action="store_true",
-                        help="add TAB + hard word alignments from the cross-attention to each line, as "
-                             "source-target pairs of 0-based word positions: 0-0 1-2 2-1")
-    parser.add_argument("--attention", metavar="OUT_DIR",
-                        help="write a heatmap of the cross-attention of each translation to OUT_DIR/NNNN.png "
-                             "(NNNN: the input line, from 0000)")
-    parser.add_argument("--attention-layer", type=int, metavar="N",
-                        help="the decoder layer for --attention and --alignment, from 1 (default: the last)")
-    parser.add_argument("--attention-head", type=int, metavar="H",
-                        help="one attention head, from 1 (default: the mean of all heads)")
+    parser.add_argument(
+        "--nbest", type=int, default=1, help="K best translations per line, printed as INDEX<TAB>SCORE<TAB>TEXT"
+    )
+    parser.add_argument(
+        "--scores",
+        action="store_true",
+        help="print each translation as SCORE<TAB>LOG_PROB<TAB>TEXT (with --nbest: "
+        "INDEX<TAB>SCORE<TAB>LOG_PROB<TAB>TEXT): the length-normalised score the beam ranks by "
+        "and the summed token log-probability",
+    )
+    parser.add_argument(
+        "--alignment",
+        action="store_true",
+        help="add TAB + hard word alignments from the cross-attention to each line, as "
+        "source-target pairs of 0-based word positions: 0-0 1-2 2-1",
+    )
+    parser.add_argument(
+        "--attention",
+        metavar="OUT_DIR",
+        help="write a heatmap of the cross-attention of each translation to OUT_DIR/NNNN.png "
+        "(NNNN: the input line, from 0000)",
+    )
+    parser.add_argument(
+        "--attention-layer",
+        type=int,
+        metavar="N",
+        help="the decoder layer for --attention and --alignment, from 1 (default: the last)",
+    )
+    parser.add_argument(
+        "--attention-head", type=int, metavar="H", help="one attention head, from 1 (default: the mean of all heads)"
+    )
     args = parser.parse_args(argv)
     if args.nbest < 1:
         raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
@@ -240,13 +304,23 @@ def _inspect(args, loaded: _Loaded, lines: list[str], results, first_index: int 
     from .alignment import inspect_translations
 
     layers, heads = len(loaded.model.decoder), loaded.config["model"]["n_heads"]
-    for name, value, count in (("--attention-layer", args.attention_layer, layers),
-                               ("--attention-head", args.attention_head, heads)):
+    for name, value, count in (
+        ("--attention-layer", args.attention_layer, layers),
+        ("--attention-head", args.attention_head, heads),
+    ):
         if value is not None and not 1 <= value <= count:
             raise UserError(f"{name}: {value} is not between 1 and {count}")
-    alignments = inspect_translations(loaded.model, loaded.tokenizer, loaded.device, lines, results,
-                                      args.attention, (args.attention_layer or layers) - 1,
-                                      args.attention_head - 1 if args.attention_head else None, first_index)
+    alignments = inspect_translations(
+        loaded.model,
+        loaded.tokenizer,
+        loaded.device,
+        lines,
+        results,
+        args.attention,
+        (args.attention_layer or layers) - 1,
+        args.attention_head - 1 if args.attention_head else None,
+        first_index,
+    )
     return alignments if args.alignment else None
 
 
@@ -282,27 +356,38 @@ def _format_translations(results, args, alignments=None, first_index: int = 0):
 @_entry_point
 def eval_main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="mt-eval", description="Score translations with sacreBLEU (BLEU, chrF, TER), or translate and score.")
+        prog="mt-eval", description="Score translations with sacreBLEU (BLEU, chrF, TER), or translate and score."
+    )
     parser.add_argument("--hyp", help="hypothesis file (detokenized)")
     parser.add_argument("--ref", required=True, help="reference file")
     parser.add_argument("--src", help="with --checkpoint: source file to translate, then score")
     _decode_options(parser, checkpoint_required=False)
     parser.add_argument("-o", "--output", help="with --checkpoint: also write the translations here")
     parser.add_argument("--metrics", nargs="+", default=["bleu", "chrf"], choices=["bleu", "chrf", "ter"])
-    parser.add_argument("--tgt-lang", help="target language code: BLEU tokenizes zh, ja and ko text as sacreBLEU "
-                        "does for them (default: the checkpoint's data.tgt_lang with --checkpoint)")
-    parser.add_argument("--compare", metavar="BASELINE", help="a second system's translations of the same source: "
-                        "paired bootstrap resampling and approximate randomization (sacreBLEU's) say whether the "
-                        "hypotheses differ from it by more than chance")
-    parser.add_argument("--tests", nargs="+", default=["bootstrap", "randomization"],
-                        choices=["bootstrap", "randomization"],
-                        help="with --compare: which paired tests (default: both)")
+    parser.add_argument(
+        "--tgt-lang",
+        help="target language code: BLEU tokenizes zh, ja and ko text as sacreBLEU "
+        "does for them (default: the checkpoint's data.tgt_lang with --checkpoint)",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="BASELINE",
+        help="a second system's translations of the same source: "
+        "paired bootstrap resampling and approximate randomization (sacreBLEU's) say whether the "
+        "hypotheses differ from it by more than chance",
+    )
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        default=["bootstrap", "randomization"],
+        choices=["bootstrap", "randomization"],
+        help="with --compare: which paired tests (default: both)",
+    )
     parser.add_argument("--sentence", action="store_true", help="also score every sentence (sentence BLEU, chrF)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
-    from .evaluate import (format_scores, format_significance, paired_significance, read_lines, score,
-                           sentence_scores)
+    from .evaluate import format_scores, format_significance, paired_significance, read_lines, score, sentence_scores
 
     references = read_lines(args.ref)
     tgt_lang = args.tgt_lang
@@ -331,21 +416,30 @@ def eval_main(argv=None):
         text.append(format_significance(result["compare"], system, args.compare))
     if args.sentence:
         result["sentences"] = sentence_scores(hypotheses, references, args.metrics, tgt_lang)
-        text.append("\n".join(["line\t" + "\t".join(n.upper() for n in args.metrics)] +
-                               [f"{i}\t" + "\t".join(f"{row[n]:.2f}" for n in args.metrics)
-                                for i, row in enumerate(result["sentences"], start=1)]))
+        text.append(
+            "\n".join(
+                ["line\t" + "\t".join(n.upper() for n in args.metrics)]
+                + [
+                    f"{i}\t" + "\t".join(f"{row[n]:.2f}" for n in args.metrics)
+                    for i, row in enumerate(result["sentences"], start=1)
+                ]
+            )
+        )
     print(json.dumps(result) if args.json else "\n".join(text))
 
 
 @_entry_point
 def export_main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="mt-export", description="Convert a trained checkpoint for deployment with another inference engine.")
+        prog="mt-export", description="Convert a trained checkpoint for deployment with another inference engine."
+    )
     parser.add_argument("--checkpoint", required=True, help="a run directory (its best checkpoint) or one checkpoint")
     parser.add_argument("--format", required=True, choices=["ctranslate2"], help="the engine to export for")
-    parser.add_argument("--quantization", choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
-                        help="store the weights quantized (default: float32; the compute type can still be "
-                             "chosen at translation time)")
+    parser.add_argument(
+        "--quantization",
+        choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
+        help="store the weights quantized (default: float32; the compute type can still be chosen at translation time)",
+    )
     parser.add_argument("output_dir", help="the directory to write (replaced if it exists)")
     args = parser.parse_args(argv)
 
@@ -357,16 +451,20 @@ def export_main(argv=None):
     ctranslate2_engine.import_ctranslate2()  # a clear message before the model is loaded
     model, tokenizer, metadata = load_translator(args.checkpoint, torch.device("cpu"))
     ctranslate2_engine.export(model, tokenizer, metadata, args.output_dir, args.quantization)
-    print(f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
-          f"--checkpoint {args.output_dir})")
+    print(
+        f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
+        f"--checkpoint {args.output_dir})"
+    )
 
 
 @_entry_point
 def average_main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="mt-average", description="Average the weights of several checkpoints of one run (paper section 6.1).")
-    parser.add_argument("--inputs", nargs="+", required=True,
-                        help="checkpoint directories, or with --last one run directory")
+        prog="mt-average", description="Average the weights of several checkpoints of one run (paper section 6.1)."
+    )
+    parser.add_argument(
+        "--inputs", nargs="+", required=True, help="checkpoint directories, or with --last one run directory"
+    )
     parser.add_argument("--last", type=int, help="average the N newest checkpoints of the run given in --inputs")
     parser.add_argument("--output", required=True, help="the checkpoint directory to write (replaced if it exists)")
     args = parser.parse_args(argv)
@@ -381,15 +479,19 @@ def average_main(argv=None):
             raise UserError(f"--last: must be at least 1, got {args.last}")
         inputs = last_checkpoints(inputs[0], args.last)
     average_checkpoints(inputs, args.output)
-    print(f"wrote {args.output}: the average of {len(inputs)} checkpoints "
-          f"({', '.join(os.path.basename(os.path.normpath(i)) for i in inputs)})")
+    print(
+        f"wrote {args.output}: the average of {len(inputs)} checkpoints "
+        f"({', '.join(os.path.basename(os.path.normpath(i)) for i in inputs)})"
+    )
 
 
 @_entry_point
 def plot_main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="mt-plot", description="Draw the training curves of one or several runs on shared axes (from their "
-                                    "metrics.jsonl): loss, valid BLEU, learning rate and tokens/s against the step.")
+        prog="mt-plot",
+        description="Draw the training curves of one or several runs on shared axes (from their "
+        "metrics.jsonl): loss, valid BLEU, learning rate and tokens/s against the step.",
+    )
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (train.output_dir)")
     parser.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default: curves.png)")
     args = parser.parse_args(argv)

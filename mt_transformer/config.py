@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 import typing
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal
 
 import yaml
 
@@ -33,14 +34,14 @@ class DataConfig:
     # `{train}.{tgt_lang}`; tsv/jsonl: `train` is a file; hub: `train` is a split name of
     # the `datasets` dataset `hub_name` (config `hub_config`).
     format: Literal["text", "tsv", "jsonl", "hub"] = "text"
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
-    hub_name: Optional[str] = None
-    hub_config: Optional[str] = None
+    train: str | None = None
+    valid: str | None = None
+    test: str | None = None
+    hub_name: str | None = None
+    hub_config: str | None = None
     # Column names for jsonl/hub rows that are not {"translation": {src_lang: .., tgt_lang: ..}}.
-    src_column: Optional[str] = None
-    tgt_column: Optional[str] = None
+    src_column: str | None = None
+    tgt_column: str | None = None
     # sentencepiece
     vocab_size: int = 8000
     joint_vocab: bool = True
@@ -51,7 +52,7 @@ class DataConfig:
     max_len: int = 256
     max_ratio: float = 3.0
     num_proc: int = 1
-    cache_dir: Optional[str] = None  # default: {train.output_dir}/cache
+    cache_dir: str | None = None  # default: {train.output_dir}/cache
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _coerce(value, annotation, key: str):
     """Convert a YAML value to the field's annotated type, or raise ConfigError naming `key`."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
-    if origin is typing.Union:  # Optional[X]
+    if origin in (typing.Union, types.UnionType):  # X | None
         if value is None:
             return None
         inner = [a for a in args if a is not type(None)][0]
@@ -241,31 +242,49 @@ def validate(config: Config) -> None:
         for name in names:
             value = getattr(getattr(config, section), name)
             _check(value > 0, f"{section}.{name}: must be positive, got {value}")
-    for name in ("max_epochs", "max_minutes", "keep_last", "num_workers", "threads", "valid_max_sentences",
-                 "max_bad_updates", "patience"):
+    for name in (
+        "max_epochs",
+        "max_minutes",
+        "keep_last",
+        "num_workers",
+        "threads",
+        "valid_max_sentences",
+        "max_bad_updates",
+        "patience",
+    ):
         value = getattr(t, name)
         _check(value >= 0, f"train.{name}: must be zero or positive, got {value}")
     _check(d.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {d.vocab_size}")
-    _check(0 <= d.character_coverage <= 1,
-           f"data.character_coverage: must be in (0, 1], or 0 to choose from the text, got {d.character_coverage}")
+    _check(
+        0 <= d.character_coverage <= 1,
+        f"data.character_coverage: must be in (0, 1], or 0 to choose from the text, got {d.character_coverage}",
+    )
     _check(d.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {d.max_ratio}")
     _check(d.src_lang != d.tgt_lang, f"data.tgt_lang: must differ from data.src_lang ({d.src_lang!r})")
-    _check(m.d_model % m.n_heads == 0,
-           f"model.d_model: {m.d_model} is not divisible by model.n_heads ({m.n_heads})")
-    _check(m.positions != "sinusoidal" or m.d_model % 2 == 0,
-           f"model.d_model: must be even for sinusoidal positions, got {m.d_model}")
+    _check(m.d_model % m.n_heads == 0, f"model.d_model: {m.d_model} is not divisible by model.n_heads ({m.n_heads})")
+    _check(
+        m.positions != "sinusoidal" or m.d_model % 2 == 0,
+        f"model.d_model: must be even for sinusoidal positions, got {m.d_model}",
+    )
     _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
     _check(0 <= m.attention_dropout < 1, f"model.attention_dropout: must be in [0, 1), got {m.attention_dropout}")
-    _check(m.max_positions > d.max_len, f"model.max_positions: must exceed data.max_len ({d.max_len}), got {m.max_positions}")
-    _check(t.max_tokens >= d.max_len + 1,
-           f"train.max_tokens: must be at least data.max_len + 1 ({d.max_len + 1}), got {t.max_tokens}")
+    _check(
+        m.max_positions > d.max_len,
+        f"model.max_positions: must exceed data.max_len ({d.max_len}), got {m.max_positions}",
+    )
+    _check(
+        t.max_tokens >= d.max_len + 1,
+        f"train.max_tokens: must be at least data.max_len + 1 ({d.max_len + 1}), got {t.max_tokens}",
+    )
     _check(t.lr_scale > 0, f"train.lr_scale: must be positive, got {t.lr_scale}")
     _check(0 <= t.label_smoothing < 1, f"train.label_smoothing: must be in [0, 1), got {t.label_smoothing}")
     _check(all(0 <= b < 1 for b in t.adam_betas), f"train.adam_betas: each must be in [0, 1), got {list(t.adam_betas)}")
     _check(t.adam_eps > 0, f"train.adam_eps: must be positive, got {t.adam_eps}")
     _check(t.clip_norm >= 0, f"train.clip_norm: must be zero or positive, got {t.clip_norm}")
-    _check(t.device == "auto" or t.device == "cpu" or t.device.startswith("cuda"),
-           f"train.device: expected auto, cpu or cuda[:N], got {t.device!r}")
+    _check(
+        t.device == "auto" or t.device == "cpu" or t.device.startswith("cuda"),
+        f"train.device: expected auto, cpu or cuda[:N], got {t.device!r}",
+    )
     _check(dec.n_best <= dec.beam_size, f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})")
     _check(dec.alpha >= 0, f"decode.alpha: must be zero or positive, got {dec.alpha}")
     _check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a: max_len_a and max_len_b must be >= 0")

@@ -56,9 +56,7 @@ def _text_pairs(src_path: str, tgt_path: str, key: str) -> datasets.Dataset:
     src, tgt = _read_text(src_path), _read_text(tgt_path)
     if len(src) != len(tgt):
         raise UserError(f"{key}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
-    return datasets.concatenate_datasets(
-        [src.rename_column("text", "src"), tgt.rename_column("text", "tgt")], axis=1
-    )
+    return datasets.concatenate_datasets([src.rename_column("text", "src"), tgt.rename_column("text", "tgt")], axis=1)
 
 
 def _split_tsv(batch: dict, indices: list[int], path: str) -> dict:
@@ -76,13 +74,18 @@ def _row_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str, src_colu
     """Map jsonl/hub rows (a `translation` dict or named columns) to `src`/`tgt` columns."""
     columns = dataset.column_names
     if not (src_column or tgt_column) and "translation" in columns:
+
         def pick(batch):
             try:
-                return {"src": [p[src_lang] for p in batch["translation"]],
-                        "tgt": [p[tgt_lang] for p in batch["translation"]]}
+                return {
+                    "src": [p[src_lang] for p in batch["translation"]],
+                    "tgt": [p[tgt_lang] for p in batch["translation"]],
+                }
             except (KeyError, TypeError):
-                raise UserError(f"{key}: rows' translation field lacks {src_lang!r} or {tgt_lang!r} "
-                                f"(set data.src_lang and data.tgt_lang)") from None
+                raise UserError(
+                    f"{key}: rows' translation field lacks {src_lang!r} or {tgt_lang!r} "
+                    f"(set data.src_lang and data.tgt_lang)"
+                ) from None
     else:
         src_name, tgt_name = src_column or src_lang, tgt_column or tgt_lang
         missing = [c for c in (src_name, tgt_name) if c not in columns]
@@ -91,6 +94,7 @@ def _row_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str, src_colu
 
         def pick(batch):
             return {"src": batch[src_name], "tgt": batch[tgt_name]}
+
     # the input columns are removed before the output is added, so "src"/"tgt" inputs cannot clash
     return dataset.map(pick, batched=True, remove_columns=columns)
 
@@ -118,8 +122,9 @@ def load_pairs(
         dataset = _text_pairs(f"{location}.{src_lang}", f"{location}.{tgt_lang}", key)
     elif format == "tsv":
         lines = _read_text(location)
-        dataset = lines.map(_split_tsv, batched=True, with_indices=True, remove_columns=["text"],
-                            fn_kwargs={"path": location})
+        dataset = lines.map(
+            _split_tsv, batched=True, with_indices=True, remove_columns=["text"], fn_kwargs={"path": location}
+        )
     elif format == "jsonl":
         try:
             rows = datasets.load_dataset("json", data_files={"rows": location}, split="rows")
@@ -143,6 +148,5 @@ def load_pairs(
 
 def drop_empty(dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:
     """Drop pairs with an empty side (training data only). Returns the dataset and the count dropped."""
-    kept = dataset.filter(lambda batch: [bool(s) and bool(t) for s, t in zip(batch["src"], batch["tgt"])],
-                          batched=True)
+    kept = dataset.filter(lambda batch: [bool(s) and bool(t) for s, t in zip(batch["src"], batch["tgt"])], batched=True)
     return kept, len(dataset) - len(kept)

@@ -33,16 +33,27 @@ from .files import atomic_dir
 from .tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
 
 SETTINGS_FILE = "mt_transformer.json"
-COMPUTE_TYPES = ("default", "auto", "float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
-                 "int8_bfloat16")
+COMPUTE_TYPES = (
+    "default",
+    "auto",
+    "float32",
+    "int8",
+    "int8_float32",
+    "int16",
+    "float16",
+    "bfloat16",
+    "int8_float16",
+    "int8_bfloat16",
+)
 
 
 def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        raise UserError("ctranslate2 is not installed: pip install ctranslate2 "
-                        "(or pip install 'mt_transformer[ctranslate2]')") from None
+        raise UserError(
+            "ctranslate2 is not installed: pip install ctranslate2 (or pip install 'mt_transformer[ctranslate2]')"
+        ) from None
     return ctranslate2
 
 
@@ -75,10 +86,13 @@ def build_spec(model, tokenizer: Tokenizer, max_positions: int):
 
     pre_norm = isinstance(model.encoder_norm, torch.nn.LayerNorm)
     n_heads = model.encoder[0].self_attn.n_heads
-    spec = transformer_spec.TransformerSpec.from_config((len(model.encoder), len(model.decoder)), n_heads,
-                                                        pre_norm=pre_norm)
-    for side, embed, positions in ((spec.encoder, model.src_embed, model.src_positions),
-                                   (spec.decoder, model.tgt_embed, model.tgt_positions)):
+    spec = transformer_spec.TransformerSpec.from_config(
+        (len(model.encoder), len(model.decoder)), n_heads, pre_norm=pre_norm
+    )
+    for side, embed, positions in (
+        (spec.encoder, model.src_embed, model.src_positions),
+        (spec.decoder, model.tgt_embed, model.tgt_positions),
+    ):
         embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
         embeddings.weight = _array(embed.weight)
         side.scale_embeddings = True  # multiply by sqrt(d_model), as TokenEmbedding does
@@ -113,7 +127,10 @@ def build_spec(model, tokenizer: Tokenizer, max_positions: int):
     spec.config.layer_norm_epsilon = model.encoder[0].norms[0].eps
     spec.config.add_source_eos = True  # our encoder reads the source followed by EOS
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
-        tgt_pieces[UNK_ID], tgt_pieces[BOS_ID], tgt_pieces[EOS_ID])
+        tgt_pieces[UNK_ID],
+        tgt_pieces[BOS_ID],
+        tgt_pieces[EOS_ID],
+    )
     spec.config.decoder_start_token = spec.config.bos_token
     return spec
 
@@ -130,10 +147,16 @@ def export(model, tokenizer: Tokenizer, metadata: dict, out_dir: str, quantizati
             spec.save(tmp)
             for name in tokenizer.files:
                 shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
-            settings = {"engine": "ctranslate2", "quantization": quantization, "max_positions": max_positions,
-                        "config": {key: metadata["config"][key] for key in ("data", "model", "decode")},
-                        "src_vocab_size": metadata["src_vocab_size"], "tgt_vocab_size": metadata["tgt_vocab_size"],
-                        "joint_vocab": metadata["joint_vocab"], "step": metadata.get("step")}
+            settings = {
+                "engine": "ctranslate2",
+                "quantization": quantization,
+                "max_positions": max_positions,
+                "config": {key: metadata["config"][key] for key in ("data", "model", "decode")},
+                "src_vocab_size": metadata["src_vocab_size"],
+                "tgt_vocab_size": metadata["tgt_vocab_size"],
+                "joint_vocab": metadata["joint_vocab"],
+                "step": metadata.get("step"),
+            }
             with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
                 json.dump(settings, f, indent=2)
     except OSError as error:
@@ -145,13 +168,16 @@ def load(directory: str, device: str = "cpu", compute_type: str = "default", thr
     ctranslate2 = import_ctranslate2()
     path = os.path.join(directory, SETTINGS_FILE)
     if not os.path.isfile(path):
-        raise UserError(f"{directory}: not a CTranslate2 export of mt_transformer (no {SETTINGS_FILE}; "
-                        f"make one with mt-export --format ctranslate2)")
+        raise UserError(
+            f"{directory}: not a CTranslate2 export of mt_transformer (no {SETTINGS_FILE}; "
+            f"make one with mt-export --format ctranslate2)"
+        )
     with open(path, encoding="utf-8") as f:
         settings = json.load(f)
     try:
-        translator = ctranslate2.Translator(directory, device=device, compute_type=compute_type,
-                                            intra_threads=threads or torch.get_num_threads())
+        translator = ctranslate2.Translator(
+            directory, device=device, compute_type=compute_type, intra_threads=threads or torch.get_num_threads()
+        )
     except (RuntimeError, ValueError) as error:
         raise UserError(f"{directory}: CTranslate2 could not load it ({str(error).splitlines()[0]})") from None
     return translator, Tokenizer(directory), settings
@@ -160,8 +186,17 @@ def load(directory: str, device: str = "cpu", compute_type: str = "default", thr
 class Ct2Search:
     """Translate batches of source subword ids with a CTranslate2 translator (as translate.Decoder does with torch)."""
 
-    def __init__(self, translator, tokenizer: Tokenizer, beam_size: int, alpha: float, max_len_a: float,
-                 max_len_b: int, n_best: int, max_positions: int):
+    def __init__(
+        self,
+        translator,
+        tokenizer: Tokenizer,
+        beam_size: int,
+        alpha: float,
+        max_len_a: float,
+        max_len_b: int,
+        n_best: int,
+        max_positions: int,
+    ):
         self.translator, self.tokenizer = translator, tokenizer
         self.beam_size, self.alpha, self.n_best = beam_size, alpha, n_best
         self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
@@ -169,9 +204,14 @@ class Ct2Search:
     def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
         limits = [min(int(self.max_len_a * len(s) + self.max_len_b), self.max_positions - 1) for s in sources]
         results = self.translator.translate_batch(
-            [self.tokenizer.src_pieces(s) for s in sources], beam_size=self.beam_size,
-            length_penalty=self.alpha, num_hypotheses=self.n_best, max_decoding_length=max(limits),
-            max_input_length=0, return_scores=True)
+            [self.tokenizer.src_pieces(s) for s in sources],
+            beam_size=self.beam_size,
+            length_penalty=self.alpha,
+            num_hypotheses=self.n_best,
+            max_decoding_length=max(limits),
+            max_input_length=0,
+            return_scores=True,
+        )
         found = []
         for result, limit in zip(results, limits):
             hypotheses = []

@@ -23,37 +23,94 @@ UNITS = ["", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht",
 TEENS = ["zehn", "elf", "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn", "siebzehn", "achtzehn", "neunzehn"]
 TENS = ["", "", "zwanzig", "dreißig", "vierzig", "fünfzig", "sechzig", "siebzig", "achtzig", "neunzig"]
 ORDINAL_IRREGULAR = {1: "ersten", 3: "dritten", 7: "siebten", 8: "achten"}
-MONTHS = [("January", "Januar"), ("February", "Februar"), ("March", "März"), ("April", "April"), ("May", "Mai"),
-          ("June", "Juni"), ("July", "Juli"), ("August", "August"), ("September", "September"),
-          ("October", "Oktober"), ("November", "November"), ("December", "Dezember")]
+MONTHS = [
+    ("January", "Januar"),
+    ("February", "Februar"),
+    ("March", "März"),
+    ("April", "April"),
+    ("May", "Mai"),
+    ("June", "Juni"),
+    ("July", "Juli"),
+    ("August", "August"),
+    ("September", "September"),
+    ("October", "Oktober"),
+    ("November", "November"),
+    ("December", "Dezember"),
+]
 # (english singular, english plural, gender, german singular, german plural)
-NOUNS = [("apple", "apples", "m", "Apfel", "Äpfel"), ("bottle", "bottles", "f", "Flasche", "Flaschen"),
-         ("book", "books", "n", "Buch", "Bücher"), ("chair", "chairs", "m", "Stuhl", "Stühle"),
-         ("lamp", "lamps", "f", "Lampe", "Lampen"), ("glass", "glasses", "n", "Glas", "Gläser"),
-         ("table", "tables", "m", "Tisch", "Tische"), ("cup", "cups", "f", "Tasse", "Tassen"),
-         ("bicycle", "bicycles", "n", "Fahrrad", "Fahrräder"), ("key", "keys", "m", "Schlüssel", "Schlüssel"),
-         ("box", "boxes", "f", "Kiste", "Kisten"), ("house", "houses", "n", "Haus", "Häuser"),
-         ("letter", "letters", "m", "Brief", "Briefe"), ("flower", "flowers", "f", "Blume", "Blumen"),
-         ("egg", "eggs", "n", "Ei", "Eier"), ("dog", "dogs", "m", "Hund", "Hunde"),
-         ("cat", "cats", "f", "Katze", "Katzen"), ("shirt", "shirts", "n", "Hemd", "Hemden")]
-ADJECTIVES = [("red", "rot"), ("blue", "blau"), ("green", "grün"), ("small", "klein"), ("big", "groß"),
-              ("old", "alt"), ("new", "neu"), ("cheap", "billig"), ("beautiful", "schön"), ("heavy", "schwer"),
-              ("white", "weiß"), ("black", "schwarz")]
+NOUNS = [
+    ("apple", "apples", "m", "Apfel", "Äpfel"),
+    ("bottle", "bottles", "f", "Flasche", "Flaschen"),
+    ("book", "books", "n", "Buch", "Bücher"),
+    ("chair", "chairs", "m", "Stuhl", "Stühle"),
+    ("lamp", "lamps", "f", "Lampe", "Lampen"),
+    ("glass", "glasses", "n", "Glas", "Gläser"),
+    ("table", "tables", "m", "Tisch", "Tische"),
+    ("cup", "cups", "f", "Tasse", "Tassen"),
+    ("bicycle", "bicycles", "n", "Fahrrad", "Fahrräder"),
+    ("key", "keys", "m", "Schlüssel", "Schlüssel"),
+    ("box", "boxes", "f", "Kiste", "Kisten"),
+    ("house", "houses", "n", "Haus", "Häuser"),
+    ("letter", "letters", "m", "Brief", "Briefe"),
+    ("flower", "flowers", "f", "Blume", "Blumen"),
+    ("egg", "eggs", "n", "Ei", "Eier"),
+    ("dog", "dogs", "m", "Hund", "Hunde"),
+    ("cat", "cats", "f", "Katze", "Katzen"),
+    ("shirt", "shirts", "n", "Hemd", "Hemden"),
+]
+ADJECTIVES = [
+    ("red", "rot"),
+    ("blue", "blau"),
+    ("green", "grün"),
+    ("small", "klein"),
+    ("big", "groß"),
+    ("old", "alt"),
+    ("new", "neu"),
+    ("cheap", "billig"),
+    ("beautiful", "schön"),
+    ("heavy", "schwer"),
+    ("white", "weiß"),
+    ("black", "schwarz"),
+]
 # (english, german, person: 1 = first singular, 3 = third singular, 4 = first plural, 6 = third plural)
-SUBJECTS = [("I", "ich", 1), ("we", "wir", 4), ("my brother", "mein Bruder", 3), ("my sister", "meine Schwester", 3),
-            ("the teacher", "der Lehrer", 3), ("the children", "die Kinder", 6), ("our neighbours", "unsere Nachbarn", 6),
-            ("Anna", "Anna", 3), ("Tom", "Tom", 3), ("they", "sie", 6)]
+SUBJECTS = [
+    ("I", "ich", 1),
+    ("we", "wir", 4),
+    ("my brother", "mein Bruder", 3),
+    ("my sister", "meine Schwester", 3),
+    ("the teacher", "der Lehrer", 3),
+    ("the children", "die Kinder", 6),
+    ("our neighbours", "unsere Nachbarn", 6),
+    ("Anna", "Anna", 3),
+    ("Tom", "Tom", 3),
+    ("they", "sie", 6),
+]
 # (english past, english base, german participle, german infinitive)
-VERBS = [("bought", "buy", "gekauft", "kaufen"), ("sold", "sell", "verkauft", "verkaufen"),
-         ("found", "find", "gefunden", "finden"), ("saw", "see", "gesehen", "sehen"),
-         ("ordered", "order", "bestellt", "bestellen"), ("painted", "paint", "gemalt", "malen"),
-         ("carried", "carry", "getragen", "tragen"), ("washed", "wash", "gewaschen", "waschen")]
+VERBS = [
+    ("bought", "buy", "gekauft", "kaufen"),
+    ("sold", "sell", "verkauft", "verkaufen"),
+    ("found", "find", "gefunden", "finden"),
+    ("saw", "see", "gesehen", "sehen"),
+    ("ordered", "order", "bestellt", "bestellen"),
+    ("painted", "paint", "gemalt", "malen"),
+    ("carried", "carry", "getragen", "tragen"),
+    ("washed", "wash", "gewaschen", "waschen"),
+]
 HABEN = {1: "habe", 3: "hat", 4: "haben", 6: "haben"}
 WERDEN = {1: "werde", 3: "wird", 4: "werden", 6: "werden"}
-PAST_TIMES = [("yesterday", "gestern"), ("last week", "letzte Woche"), ("this morning", "heute Morgen"),
-              ("on Monday", "am Montag"), ("on Friday", "am Freitag")]
-FUTURE_TIMES = [("tomorrow", "morgen"), ("next week", "nächste Woche"), ("on Sunday", "am Sonntag"),
-                ("on Tuesday", "am Dienstag")]
+PAST_TIMES = [
+    ("yesterday", "gestern"),
+    ("last week", "letzte Woche"),
+    ("this morning", "heute Morgen"),
+    ("on Monday", "am Montag"),
+    ("on Friday", "am Freitag"),
+]
+FUTURE_TIMES = [
+    ("tomorrow", "morgen"),
+    ("next week", "nächste Woche"),
+    ("on Sunday", "am Sonntag"),
+    ("on Tuesday", "am Dienstag"),
+]
 
 
 def number_word(n: int) -> str:
@@ -80,7 +137,11 @@ def noun_phrase(rng: random.Random, case: str) -> tuple[str, str, bool]:
     """
     en_sg, en_pl, gender, de_sg, de_pl = rng.choice(NOUNS)
     en_adj, de_adj = rng.choice(ADJECTIVES)
-    kind = rng.choice(["a", "the", "the_plural", "number", "number"]) if case == "acc" else rng.choice(["the", "the_plural"])
+    kind = (
+        rng.choice(["a", "the", "the_plural", "number", "number"])
+        if case == "acc"
+        else rng.choice(["the", "the_plural"])
+    )
     if kind == "a":
         article = {"m": "einen", "f": "eine", "n": "ein"}[gender]
         ending = {"m": "en", "f": "e", "n": "es"}[gender]
@@ -114,18 +175,26 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
     if kind < 0.45:  # perfect tense: the participle goes last
         en_time, de_time = date_phrase(rng) if rng.random() < 0.5 else rng.choice(PAST_TIMES)
         if rng.random() < 0.3 and not en_time.startswith("on"):  # fronted time phrase: verb second
-            return (f"{capitalize(en_time)}, {en_subj} {en_past} {en_obj}.",
-                    f"{capitalize(de_time)} {HABEN[person]} {de_subj} {de_obj} {participle}.")
-        return (f"{capitalize(en_subj)} {en_past} {en_obj} {en_time}.",
-                f"{capitalize(de_subj)} {HABEN[person]} {de_time} {de_obj} {participle}.")
+            return (
+                f"{capitalize(en_time)}, {en_subj} {en_past} {en_obj}.",
+                f"{capitalize(de_time)} {HABEN[person]} {de_subj} {de_obj} {participle}.",
+            )
+        return (
+            f"{capitalize(en_subj)} {en_past} {en_obj} {en_time}.",
+            f"{capitalize(de_subj)} {HABEN[person]} {de_time} {de_obj} {participle}.",
+        )
     if kind < 0.8:  # future: the infinitive goes last
         en_time, de_time = date_phrase(rng) if rng.random() < 0.5 else rng.choice(FUTURE_TIMES)
-        return (f"{capitalize(en_subj)} will {en_base} {en_obj} {en_time}.",
-                f"{capitalize(de_subj)} {WERDEN[person]} {de_time} {de_obj} {infinitive}.")
+        return (
+            f"{capitalize(en_subj)} will {en_base} {en_obj} {en_time}.",
+            f"{capitalize(de_subj)} {WERDEN[person]} {de_time} {de_obj} {infinitive}.",
+        )
     en_obj, de_obj, plural = noun_phrase(rng, "nom")  # a price: nominative, and the verb agrees in number
     price = rng.randint(2, 99)
-    return (f"{capitalize(en_obj)} {'cost' if plural else 'costs'} {price} euros.",
-            f"{capitalize(de_obj)} {'kosten' if plural else 'kostet'} {number_word(price)} Euro.")
+    return (
+        f"{capitalize(en_obj)} {'cost' if plural else 'costs'} {price} euros.",
+        f"{capitalize(de_obj)} {'kosten' if plural else 'kostet'} {number_word(price)} Euro.",
+    )
 
 
 def generate(out_dir: str, train: int = 30000, valid: int = 500, test: int = 1000, seed: int = 1) -> None:

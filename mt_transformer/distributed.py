@@ -36,8 +36,9 @@ class Processes:
 
 def from_environment() -> Processes:
     """This process's place in the group, from the variables torchrun sets (one process without them)."""
-    return Processes(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                     int(os.environ.get("LOCAL_RANK", 0)))
+    return Processes(
+        int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+    )
 
 
 def init_group(processes: Processes, device: torch.device) -> None:
@@ -61,7 +62,7 @@ def shard(batches: list, processes: Processes) -> list:
     ranks take the same number of steps (the next epoch's shuffle leaves out others).
     """
     usable = len(batches) - len(batches) % processes.world_size
-    return batches[processes.rank:usable:processes.world_size]
+    return batches[processes.rank : usable : processes.world_size]
 
 
 def sum_over_ranks(values: list[float], device: torch.device) -> list[float]:

@@ -13,9 +13,10 @@ def sinusoidal_encoding(length: int, d_model: int) -> torch.Tensor:
 
     Returns (length, d_model).
     """
-    position = torch.arange(length, dtype=torch.float32)[:, None]               # (length, 1)
-    inverse_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32)
-                             * (-math.log(10000.0) / d_model))                  # (d_model / 2,)
+    position = torch.arange(length, dtype=torch.float32)[:, None]  # (length, 1)
+    inverse_freq = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )  # (d_model / 2,)
     encoding = torch.zeros(length, d_model)
     encoding[:, 0::2] = torch.sin(position * inverse_freq)
     encoding[:, 1::2] = torch.cos(position * inverse_freq)
@@ -34,14 +35,14 @@ class SinusoidalPositions(nn.Module):
         """Encodings of positions offset .. offset+length-1: (length, d_model)."""
         if offset + length > self.table.size(0):
             self.table = sinusoidal_encoding(2 * (offset + length), self.d_model).to(self.table.device)
-        return self.table[offset: offset + length]
+        return self.table[offset : offset + length]
 
 
 class LearnedPositions(nn.Module):
     def __init__(self, d_model: int, max_positions: int):
         super().__init__()
         self.embedding = nn.Embedding(max_positions, d_model)
-        nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model ** -0.5)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         if offset + length > self.embedding.num_embeddings:
@@ -58,7 +59,7 @@ class TokenEmbedding(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.scale = math.sqrt(d_model)
         # std d_model^-0.5 so that scaled embeddings start with unit variance (as fairseq)
-        nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model ** -0.5)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.embedding.weight[pad_id].zero_()
 

@@ -40,8 +40,12 @@ def bleu_metric(tgt_lang: str | None, effective_order: bool = False) -> BLEU:
         return BLEU(trg_lang=tgt_lang or "", effective_order=effective_order)
     except RuntimeError:  # MeCab missing
         fallback = "char" if tgt_lang == "ja" else "13a"
-        logging.getLogger(__name__).warning("BLEU for %s: MeCab is not installed (pip install sacrebleu[%s]); "
-                                            "tokenizing with %s instead", tgt_lang, tgt_lang, fallback)
+        logging.getLogger(__name__).warning(
+            "BLEU for %s: MeCab is not installed (pip install sacrebleu[%s]); tokenizing with %s instead",
+            tgt_lang,
+            tgt_lang,
+            fallback,
+        )
         return BLEU(tokenize=fallback, effective_order=effective_order)
 
 
@@ -65,23 +69,33 @@ def score(hypotheses: list[str], references: list[str], metrics=("bleu", "chrf")
 
 def format_scores(result: dict) -> str:
     """One line per metric: `BLEU = 34.10  (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0)`."""
-    return "\n".join(f"{name.upper()} = {result[name]:.2f}  ({result['signature'][name]})"
-                     for name in result if name != "signature")
+    return "\n".join(
+        f"{name.upper()} = {result[name]:.2f}  ({result['signature'][name]})" for name in result if name != "signature"
+    )
 
 
-def sentence_scores(hypotheses: list[str], references: list[str], metrics=("bleu", "chrf"),
-                    tgt_lang: str | None = None) -> list[dict]:
+def sentence_scores(
+    hypotheses: list[str], references: list[str], metrics=("bleu", "chrf"), tgt_lang: str | None = None
+) -> list[dict]:
     """Each sentence's scores, [{"bleu": 41.2, "chrf": 60.3}, ...] (sentence BLEU with effective order)."""
     scorers = {name: metric(name, tgt_lang, sentence_level=True) for name in metrics}
-    return [{name: round(scorer.sentence_score(hypothesis, [reference]).score, 2) for name, scorer in scorers.items()}
-            for hypothesis, reference in zip(hypotheses, references)]
+    return [
+        {name: round(scorer.sentence_score(hypothesis, [reference]).score, 2) for name, scorer in scorers.items()}
+        for hypothesis, reference in zip(hypotheses, references)
+    ]
 
 
 TESTS = {"bootstrap": ("bs", 1000), "randomization": ("ar", 10000)}  # sacreBLEU's defaults
 
 
-def paired_significance(hypotheses: list[str], baseline: list[str], references: list[str], metrics=("bleu", "chrf"),
-                        tgt_lang: str | None = None, tests=("bootstrap", "randomization")) -> dict:
+def paired_significance(
+    hypotheses: list[str],
+    baseline: list[str],
+    references: list[str],
+    metrics=("bleu", "chrf"),
+    tgt_lang: str | None = None,
+    tests=("bootstrap", "randomization"),
+) -> dict:
     """Is `hypotheses` better or worse than `baseline` by more than chance? sacreBLEU's paired tests
     (as `sacrebleu REF -i BASELINE HYP --paired-bs` / `--paired-ar` compute them, seed 12345):
 
@@ -100,14 +114,19 @@ def paired_significance(hypotheses: list[str], baseline: list[str], references: 
         return result
     for test in tests:  # all metrics in one PairedTest, as the sacrebleu command runs them
         test_type, samples = TESTS[test]
-        signature, table = PairedTest([("baseline", baseline), ("system", hypotheses)],
-                                      {name: metric(name, tgt_lang) for name in metrics}, [references],
-                                      test_type=test_type, n_samples=samples)()
+        signature, table = PairedTest(
+            [("baseline", baseline), ("system", hypotheses)],
+            {name: metric(name, tgt_lang) for name in metrics},
+            [references],
+            test_type=test_type,
+            n_samples=samples,
+        )()
         for name, key in zip(metrics, signature):  # key: the metric's display name, e.g. "chrF2"
             base, system = table[key]
             entry = result[name]
-            entry.update({"system": round(system.score, 2), "baseline": round(base.score, 2),
-                          f"{test}_p": system.p_value})
+            entry.update(
+                {"system": round(system.score, 2), "baseline": round(base.score, 2), f"{test}_p": system.p_value}
+            )
             if test == "bootstrap":
                 entry.update({"system_mean": round(float(system.mean), 2), "system_ci": round(float(system.ci), 2)})
             signatures[f"{name}_{test}"] = str(signature[key])
@@ -125,6 +144,8 @@ def format_significance(result: dict, system: str, baseline: str, level: float =
         p_values = ", ".join(f"{t} p = {entry[f'{t}_p']:.4f}" for t in tests)
         significant = all(entry[f"{t}_p"] < level for t in tests)
         verdict = f"significant at p < {level}" if significant else f"not significant at p < {level}"
-        lines.append(f"{name.upper()} {system} = {entry['system']:.2f}  {baseline} = {entry['baseline']:.2f}  "
-                     f"difference {entry['system'] - entry['baseline']:+.2f}  ({p_values}): {verdict}")
+        lines.append(
+            f"{name.upper()} {system} = {entry['system']:.2f}  {baseline} = {entry['baseline']:.2f}  "
+            f"difference {entry['system'] - entry['baseline']:+.2f}  ({p_values}): {verdict}"
+        )
     return "\n".join(lines)

@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def forward_flops(src_lens: Sequence[int], tgt_lens: Sequence[int], d_model: int, d_ff: int, encoder_layers: int,
-                  decoder_layers: int, tgt_vocab: int) -> int:
+def forward_flops(
+    src_lens: Sequence[int],
+    tgt_lens: Sequence[int],
+    d_model: int,
+    d_ff: int,
+    encoder_layers: int,
+    decoder_layers: int,
+    tgt_vocab: int,
+) -> int:
     """FLOPs of one teacher-forced forward pass, logits included, over sentence pairs of these
     lengths (source with its EOS, target with its BOS)."""
     d = d_model
@@ -25,14 +32,22 @@ def forward_flops(src_lens: Sequence[int], tgt_lens: Sequence[int], d_model: int
     encoder = encoder_layers * (src * (4 * d * d + 2 * d * d_ff) + 2 * d * src_sq)
     decoder = decoder_layers * (
         tgt * (4 * d * d + 2 * d * d + 2 * d * d_ff)  # self-attention, cross-attention Q and output, FFN
-        + src * 2 * d * d                            # cross-attention K and V, from the encoder output
-        + 2 * d * (tgt_sq + src_tgt))                # self- and cross-attention scores and sums
+        + src * 2 * d * d  # cross-attention K and V, from the encoder output
+        + 2 * d * (tgt_sq + src_tgt)
+    )  # self- and cross-attention scores and sums
     output = tgt * d * tgt_vocab
     return 2 * (encoder + decoder + output)
 
 
-def training_flops(src_lens: Sequence[int], tgt_lens: Sequence[int], d_model: int, d_ff: int, encoder_layers: int,
-                   decoder_layers: int, tgt_vocab: int) -> int:
+def training_flops(
+    src_lens: Sequence[int],
+    tgt_lens: Sequence[int],
+    d_model: int,
+    d_ff: int,
+    encoder_layers: int,
+    decoder_layers: int,
+    tgt_vocab: int,
+) -> int:
     """Forward and backward: the backward pass multiplies twice as much as the forward (gradients
     of the inputs and of the weights)."""
     return 3 * forward_flops(src_lens, tgt_lens, d_model, d_ff, encoder_layers, decoder_layers, tgt_vocab)

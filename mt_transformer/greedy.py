@@ -9,17 +9,18 @@ from .beam_search import Hypothesis, forbid_all_but_eos
 
 
 @torch.inference_mode()
-def greedy_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch.Tensor,
-                  bos_id: int, eos_id: int) -> list[Hypothesis]:
+def greedy_search(
+    model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch.Tensor, bos_id: int, eos_id: int
+) -> list[Hypothesis]:
     """Most probable next token at each step until EOS or max_len[i] tokens (then EOS is forced).
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
     batch, device = src.size(0), src.device
-    memory = model.encode(src, src_mask)                                   # (batch, src_len, d_model)
+    memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
     cache = model.new_cache()
     max_len = max_len.to(device)
-    sentence = torch.arange(batch, device=device)                          # original index of each live row
+    sentence = torch.arange(batch, device=device)  # original index of each live row
     last = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)
     log_prob = torch.zeros(batch, device=device)
     tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -27,10 +28,10 @@ def greedy_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: tor
     for step in range(int(max_len.max()) + 1):
         logits, _ = model.decode(last, memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)      # (live, vocab)
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (live, vocab)
         if step >= shortest_limit:
             forbid_all_but_eos(log_probs, max_len <= step, eos_id)
-        token_log_prob, token = log_probs.max(dim=-1)                      # (live,)
+        token_log_prob, token = log_probs.max(dim=-1)  # (live,)
         log_prob.index_add_(0, sentence, token_log_prob)
         for owner, t in zip(sentence.tolist(), token.tolist()):  # one host sync per step
             tokens[owner].append(t)
@@ -43,5 +44,7 @@ def greedy_search(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: tor
             sentence, max_len, last, src_mask = sentence[keep], max_len[keep], last[keep], src_mask[keep]
             cache.select(keep, sentences=keep)
             shortest_limit = int(max_len.min())
-    return [Hypothesis(row[:-1] if row and row[-1] == eos_id else row, score, score)
-            for row, score in zip(tokens, log_prob.tolist())]
+    return [
+        Hypothesis(row[:-1] if row and row[-1] == eos_id else row, score, score)
+        for row, score in zip(tokens, log_prob.tolist())
+    ]

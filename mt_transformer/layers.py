@@ -45,8 +45,7 @@ class _ResidualLayer(nn.Module):
 
 
 class EncoderLayer(_ResidualLayer):
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-                 pre_norm: bool):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float, pre_norm: bool):
         super().__init__(d_model, dropout, pre_norm, n_sublayers=2)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.ffn = FeedForward(d_model, d_ff)
@@ -62,6 +61,7 @@ class EncoderLayer(_ResidualLayer):
 @dataclass
 class LayerCache:
     """One decoder layer's keys/values, each (batch, heads, len, head_dim)."""
+
     self_k: torch.Tensor | None = None  # grows by one position per decoding step
     self_v: torch.Tensor | None = None
     cross_k: torch.Tensor | None = None  # projected from the encoder output once
@@ -69,16 +69,19 @@ class LayerCache:
 
 
 class DecoderLayer(_ResidualLayer):
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-                 pre_norm: bool):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float, pre_norm: bool):
         super().__init__(d_model, dropout, pre_norm, n_sublayers=3)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.ffn = FeedForward(d_model, d_ff)
 
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-        cache: LayerCache | None = None, need_weights: bool = False,
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (batch, tgt_len, d_model), memory: (batch, src_len, d_model), src_mask: (batch, 1, 1, src_len).
 
@@ -86,7 +89,7 @@ class DecoderLayer(_ResidualLayer):
         Returns x and, if need_weights, the cross-attention weights (batch, heads, tgt_len, src_len).
         """
         h = self._input(x, 0)
-        k, v = self.self_attn.project_kv(h)                              # (batch, heads, tgt_len, head_dim)
+        k, v = self.self_attn.project_kv(h)  # (batch, heads, tgt_len, head_dim)
         if cache is not None:
             if cache.self_k is not None:
                 if x.size(1) != 1:
@@ -101,7 +104,7 @@ class DecoderLayer(_ResidualLayer):
         if cache is not None and cache.cross_k is not None:
             k, v = cache.cross_k, cache.cross_v
         else:
-            k, v = self.cross_attn.project_kv(memory)                    # (batch, heads, src_len, head_dim)
+            k, v = self.cross_attn.project_kv(memory)  # (batch, heads, src_len, head_dim)
             if cache is not None:
                 cache.cross_k, cache.cross_v = k, v
         y, weights = self.cross_attn(h, k, v, mask=src_mask, need_weights=need_weights)

@@ -25,8 +25,9 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: f
 
     logits: (batch, tgt_len, vocab); target: (batch, tgt_len).
     """
-    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=smoothing, reduction="sum")
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum"
+    )
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -41,19 +42,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         for start in range(0, hidden.size(0), block_rows):
-            h = hidden[start:start + block_rows].to(dtype)                      # (rows, d_model)
-            t = target[start:start + block_rows]                                # (rows,)
-            logits = (h @ w.t()).float()                                        # (rows, vocab)
-            log_z = torch.logsumexp(logits, dim=-1)                             # (rows,)
+            h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
+            t = target[start : start + block_rows]  # (rows,)
+            logits = (h @ w.t()).float()  # (rows, vocab)
+            log_z = torch.logsumexp(logits, dim=-1)  # (rows,)
             # -log p(t) (1 - s) - sum_v log p(v) s / V  =  log_z - (1 - s) x_t - s / V sum_v x_v
-            loss += (log_z - (1 - smoothing) * logits.gather(1, t[:, None]).squeeze(1)
-                     - smoothing / vocab * logits.sum(-1)).sum()
+            loss += (
+                log_z - (1 - smoothing) * logits.gather(1, t[:, None]).squeeze(1) - smoothing / vocab * logits.sum(-1)
+            ).sum()
             # d loss / d logits = softmax - the smoothed target distribution
             grad = logits.sub_(log_z[:, None]).exp_().sub_(smoothing / vocab)  # (rows, vocab)
             grad[torch.arange(t.size(0), device=t.device), t] -= 1 - smoothing
             grad = grad.to(dtype)
-            grad_hidden[start:start + block_rows] = grad @ w                    # (rows, d_model)
-            grad_weight += (grad.t() @ h).float()                               # (vocab, d_model)
+            grad_hidden[start : start + block_rows] = grad @ w  # (rows, d_model)
+            grad_weight += (grad.t() @ h).float()  # (vocab, d_model)
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         return loss
 
@@ -63,8 +65,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, smoothing: float,
-                         dtype: torch.dtype = torch.float32, block_rows: int = BLOCK_ROWS) -> torch.Tensor:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    smoothing: float,
+    dtype: torch.dtype = torch.float32,
+    block_rows: int = BLOCK_ROWS,
+) -> torch.Tensor:
     """label_smoothed_loss(hidden @ weight.T, target, smoothing), without the full logits.
 
     hidden: (batch, tgt_len, d_model) decoder states; weight: (vocab, d_model) output projection;

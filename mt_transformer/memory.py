@@ -14,7 +14,8 @@ import torch
 def is_out_of_memory(error: BaseException) -> bool:
     """CUDA's OutOfMemoryError, or the CPU allocator's failure (a plain RuntimeError)."""
     return isinstance(error, torch.OutOfMemoryError) or (
-        isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+    )
 
 
 def release_memory(device: torch.device) -> None:

@@ -26,6 +26,7 @@ from .tokenizer import PAD_ID
 @dataclass
 class DecoderCache:
     """Keys/values of every decoder layer plus how many target positions they hold."""
+
     layers: list[LayerCache]
     length: int = 0
 
@@ -77,10 +78,12 @@ class Transformer(nn.Module):
         if tie_embeddings:
             self.output.weight = self.tgt_embed.weight
         else:
-            nn.init.normal_(self.output.weight, mean=0.0, std=d_model ** -0.5)
+            nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len). Returns memory (batch, src_len, d_model)."""
+        """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len).
+
+        Returns memory (batch, src_len, d_model)."""
         x = self.dropout(self.src_embed(src) + self.src_positions(src.size(1)))
         for layer in self.encoder:
             x = layer(x, src_mask)
@@ -90,8 +93,12 @@ class Transformer(nn.Module):
         return DecoderCache([LayerCache() for _ in self.decoder])
 
     def decode(
-        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-        cache: DecoderCache | None = None, need_weights: bool = False,
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """tgt_in: (batch, tgt_len) ids (with a cache: only the new positions).
 
@@ -102,8 +109,12 @@ class Transformer(nn.Module):
         return self.output(states), weights  # (batch, tgt_len, vocab)
 
     def decoder_states(
-        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-        cache: DecoderCache | None = None, need_weights: bool = False,
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """The decoder stack without the output projection: (batch, tgt_len, d_model), and the weights."""
         offset = cache.length if cache is not None else 0
@@ -127,4 +138,3 @@ class Transformer(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Distinct parameters (tied matrices counted once)."""
     return sum(p.numel() for p in model.parameters())
-

@@ -14,8 +14,13 @@ from matplotlib.figure import Figure
 from .files import atomic_path
 
 # (metrics.jsonl key, panel title, line style); the two losses share a panel
-CURVES = [("loss", "loss (train: solid, valid: dashed)", "-"), ("valid_loss", None, "--"),
-          ("valid_bleu", "valid BLEU", "-"), ("lr", "learning rate", "-"), ("tokens_per_s", "target tokens/s", "-")]
+CURVES = [
+    ("loss", "loss (train: solid, valid: dashed)", "-"),
+    ("valid_loss", None, "--"),
+    ("valid_bleu", "valid BLEU", "-"),
+    ("lr", "learning rate", "-"),
+    ("tokens_per_s", "target tokens/s", "-"),
+]
 PANELS = {"loss": 0, "valid_loss": 0, "valid_bleu": 1, "lr": 2, "tokens_per_s": 3}
 
 
@@ -42,9 +47,15 @@ def plot_curves(runs: list[tuple[str, list[dict]]], path: str) -> None:
             if points:
                 steps, values = zip(*points)
                 label = name if key != "valid_loss" else None
-                axes[PANELS[key]].plot(steps, values, style, color=f"C{colour % 10}", label=label,
-                                       marker="o" if key.startswith("valid") and len(points) < 30 else None,
-                                       markersize=3)
+                axes[PANELS[key]].plot(
+                    steps,
+                    values,
+                    style,
+                    color=f"C{colour % 10}",
+                    label=label,
+                    marker="o" if key.startswith("valid") and len(points) < 30 else None,
+                    markersize=3,
+                )
     for key, title, _ in CURVES:
         if title:
             axes[PANELS[key]].set_title(title)

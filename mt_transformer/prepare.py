@@ -49,21 +49,24 @@ class SubwordEncoder:
         if self._processors is None:
             import sentencepiece as spm
 
-            self._processors = (spm.SentencePieceProcessor(model_file=self.src_model),
-                                spm.SentencePieceProcessor(model_file=self.tgt_model))
+            self._processors = (
+                spm.SentencePieceProcessor(model_file=self.src_model),
+                spm.SentencePieceProcessor(model_file=self.tgt_model),
+            )
         src_sp, tgt_sp = self._processors
         src = src_sp.encode(batch["src"], out_type=int)
         tgt = tgt_sp.encode(batch["tgt"], out_type=int)
-        return {"src_ids": src, "tgt_ids": tgt,
-                "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
+        return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
 
 
-FEATURES = datasets.Features({
-    "src_ids": datasets.Sequence(datasets.Value("int32")),
-    "tgt_ids": datasets.Sequence(datasets.Value("int32")),
-    "src_len": datasets.Value("int32"),
-    "tgt_len": datasets.Value("int32"),
-})
+FEATURES = datasets.Features(
+    {
+        "src_ids": datasets.Sequence(datasets.Value("int32")),
+        "tgt_ids": datasets.Sequence(datasets.Value("int32")),
+        "src_len": datasets.Value("int32"),
+        "tgt_len": datasets.Value("int32"),
+    }
+)
 
 
 def encode_split(
@@ -97,18 +100,23 @@ def encode_split(
         pairs, stats["empty"] = drop_empty(pairs)
     # other splits keep their text: validation translates it and scores against it
     features = FEATURES if training else datasets.Features({**pairs.features, **FEATURES})
-    encoded = pairs.map(SubwordEncoder(src_model, tgt_model), batched=True, num_proc=num_proc if num_proc > 1 else None,
-                        remove_columns=pairs.column_names if training else None, features=features)
+    encoded = pairs.map(
+        SubwordEncoder(src_model, tgt_model),
+        batched=True,
+        num_proc=num_proc if num_proc > 1 else None,
+        remove_columns=pairs.column_names if training else None,
+        features=features,
+    )
     if training:
         before = len(encoded)
         encoded = encoded.filter(
-            lambda b: [0 < s <= max_len and 0 < t <= max_len for s, t in zip(b["src_len"], b["tgt_len"])],
-            batched=True)
+            lambda b: [0 < s <= max_len and 0 < t <= max_len for s, t in zip(b["src_len"], b["tgt_len"])], batched=True
+        )
         stats["too_long"] = before - len(encoded)
         before = len(encoded)
         encoded = encoded.filter(
-            lambda b: [max(s, t) <= max_ratio * min(s, t) for s, t in zip(b["src_len"], b["tgt_len"])],
-            batched=True)
+            lambda b: [max(s, t) <= max_ratio * min(s, t) for s, t in zip(b["src_len"], b["tgt_len"])], batched=True
+        )
         stats["bad_ratio"] = before - len(encoded)
     stats["kept"] = len(encoded)
 
@@ -131,8 +139,17 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
     from .tokenizer import Tokenizer, train_tokenizer
 
     def loader(split):
-        return lambda: load_pairs(data.format, getattr(data, split), data.src_lang, data.tgt_lang, f"data.{split}",
-                                  data.hub_name, data.hub_config, data.src_column, data.tgt_column)
+        return lambda: load_pairs(
+            data.format,
+            getattr(data, split),
+            data.src_lang,
+            data.tgt_lang,
+            f"data.{split}",
+            data.hub_name,
+            data.hub_config,
+            data.src_column,
+            data.tgt_column,
+        )
 
     settings = {name: getattr(data, name) for name in TOKENIZER_SETTINGS}
     settings_path = os.path.join(run_dir, "tokenizer.json")
@@ -143,17 +160,33 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
             if name == "character_coverage" and settings[name] == 0:
                 continue  # "choose from the text" accepts the coverage the run's tokenizer has
             if saved.get(name) != settings[name]:
-                raise UserError(f"data.{name}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
-                                f"({saved.get(name)!r}); use a new train.output_dir")
+                raise UserError(
+                    f"data.{name}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
+                    f"({saved.get(name)!r}); use a new train.output_dir"
+                )
         tokenizer = Tokenizer(run_dir)
     else:
         pairs, _ = drop_empty(loader("train")())
         if len(pairs) == 0:
             raise UserError(f"data.train: {data.train}: no pair has text on both sides")
-        log.info("training sentencepiece (%s, vocab %d, %s) on %d pairs", data.spm_type, data.vocab_size,
-                 "joint" if data.joint_vocab else "one per side", len(pairs))
-        tokenizer = train_tokenizer(run_dir, pairs["src"], pairs["tgt"], data.joint_vocab,
-                                    data.vocab_size, data.spm_type, data.character_coverage, data.spm_max_sentences, seed)
+        log.info(
+            "training sentencepiece (%s, vocab %d, %s) on %d pairs",
+            data.spm_type,
+            data.vocab_size,
+            "joint" if data.joint_vocab else "one per side",
+            len(pairs),
+        )
+        tokenizer = train_tokenizer(
+            run_dir,
+            pairs["src"],
+            pairs["tgt"],
+            data.joint_vocab,
+            data.vocab_size,
+            data.spm_type,
+            data.character_coverage,
+            data.spm_max_sentences,
+            seed,
+        )
         write_text(settings_path, json.dumps(settings, indent=2))
 
     cache_dir = data.cache_dir or os.path.join(run_dir, "cache")
@@ -164,17 +197,34 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
         if getattr(data, split) is None:
             continue
         training = split == "train"
-        source = {"format": data.format, "location": getattr(data, split), "hub": [data.hub_name, data.hub_config],
-                  "columns": [data.src_column, data.tgt_column], "langs": [data.src_lang, data.tgt_lang]}
-        key = cache_key(source, data_files(data, split), model_files,
-                        {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio})
-        encoded[split], stats = encode_split(loader(split), cache_dir, key, src_model, tgt_model, training,
-                                             data.max_len, data.max_ratio, data.num_proc)
+        source = {
+            "format": data.format,
+            "location": getattr(data, split),
+            "hub": [data.hub_name, data.hub_config],
+            "columns": [data.src_column, data.tgt_column],
+            "langs": [data.src_lang, data.tgt_lang],
+        }
+        key = cache_key(
+            source,
+            data_files(data, split),
+            model_files,
+            {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio},
+        )
+        encoded[split], stats = encode_split(
+            loader(split), cache_dir, key, src_model, tgt_model, training, data.max_len, data.max_ratio, data.num_proc
+        )
         origin = "cache" if stats["cached"] else "encoded"
         if training:
-            log.info("train: %d pairs (%s), dropped %d empty, %d longer than %d subwords, %d with length ratio over %g",
-                     stats["kept"], origin, stats["empty"], stats["too_long"], data.max_len, stats["bad_ratio"],
-                     data.max_ratio)
+            log.info(
+                "train: %d pairs (%s), dropped %d empty, %d longer than %d subwords, %d with length ratio over %g",
+                stats["kept"],
+                origin,
+                stats["empty"],
+                stats["too_long"],
+                data.max_len,
+                stats["bad_ratio"],
+                data.max_ratio,
+            )
         else:
             log.info("%s: %d pairs (%s)", split, stats["kept"], origin)
     return tokenizer, encoded

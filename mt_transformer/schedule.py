@@ -13,7 +13,7 @@ import torch
 def noam_factor(step: int, d_model: int, warmup: int) -> float:
     """The schedule's value at update `step` (1-based)."""
     step = max(step, 1)
-    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:

@@ -10,7 +10,7 @@ import itertools
 import logging
 import os
 import re
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import sentencepiece as spm
 
@@ -66,7 +66,10 @@ def train_sentencepiece(
             character_coverage=character_coverage,
             input_sentence_size=max_sentences,
             shuffle_input_sentence=True,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
             max_sentence_length=1 << 16,
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
@@ -75,8 +78,10 @@ def train_sentencepiece(
         message = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
         limit = re.search(r"<= (\d+)", message)
         if "Vocabulary size" in message and limit:
-            raise UserError(f"data.vocab_size: {vocab_size} is too large for this data; "
-                            f"at most {limit.group(1)} pieces are possible") from None
+            raise UserError(
+                f"data.vocab_size: {vocab_size} is too large for this data; "
+                f"at most {limit.group(1)} pieces are possible"
+            ) from None
         raise UserError(f"sentencepiece training failed: {message}") from None
     write_bytes(path, model.getvalue())
 
@@ -165,8 +170,9 @@ def train_tokenizer(
         coverage = character_coverage or auto_coverage(lines)
         if not character_coverage:
             log.info("%s: character coverage %g (chosen from the text)", name, coverage)
-        train_sentencepiece(lines, os.path.join(directory, name), max_sentences=limit,
-                            character_coverage=coverage, **options)
+        train_sentencepiece(
+            lines, os.path.join(directory, name), max_sentences=limit, character_coverage=coverage, **options
+        )
 
     if joint:
         train(_Interleaved(src_lines, tgt_lines), JOINT_FILE, 2 * max_sentences)

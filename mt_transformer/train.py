@@ -28,6 +28,7 @@ from .training_loop import TrainingLoop, set_rng_state, tensorboard_writer
 
 log = logging.getLogger(__name__)
 
+
 def select_device(name: str, processes: distributed.Processes = distributed.Processes()) -> torch.device:
     """The configured device; under torchrun with CUDA, the GPU of this process's local rank."""
     if name == "auto":
@@ -36,8 +37,10 @@ def select_device(name: str, processes: distributed.Processes = distributed.Proc
         raise UserError(f"train.device: {name} asked for, but CUDA is not available")
     if processes.enabled and name.startswith("cuda"):
         if processes.local_rank >= torch.cuda.device_count():
-            raise UserError(f"local rank {processes.local_rank} has no GPU: this machine has "
-                            f"{torch.cuda.device_count()}; lower torchrun's --nproc-per-node")
+            raise UserError(
+                f"local rank {processes.local_rank} has no GPU: this machine has "
+                f"{torch.cuda.device_count()}; lower torchrun's --nproc-per-node"
+            )
         return torch.device("cuda", processes.local_rank)
     return torch.device(name)
 
@@ -53,8 +56,10 @@ def check_compatible(saved: dict, config: Config, where: str) -> None:
         for name in names:
             old, new = saved["config"][section].get(name), current[section][name]
             if old != new:
-                raise UserError(f"{section}.{name}: {new!r} in the config but {old!r} in {where}; "
-                                f"use a new train.output_dir or restore the setting")
+                raise UserError(
+                    f"{section}.{name}: {new!r} in the config but {old!r} in {where}; "
+                    f"use a new train.output_dir or restore the setting"
+                )
 
 
 def check_output_dir(path: str) -> None:
@@ -88,9 +93,11 @@ def check_disk_space(run_dir: str, parameters: int, keep_last: int, saves: int) 
     needed = max(kept - len(checkpoint.list_checkpoints(run_dir)), 1) * size
     free = shutil.disk_usage(run_dir).free
     if free < needed:
-        raise UserError(f"train.output_dir: {free / 2**20:.0f} MB free on the disk of {run_dir}, but this run keeps up "
-                        f"to {kept} checkpoints of about {size / 2**20:.0f} MB at once (train.keep_last: {keep_last}); "
-                        f"free some space or lower train.keep_last")
+        raise UserError(
+            f"train.output_dir: {free / 2**20:.0f} MB free on the disk of {run_dir}, but this run keeps up "
+            f"to {kept} checkpoints of about {size / 2**20:.0f} MB at once (train.keep_last: {keep_last}); "
+            f"free some space or lower train.keep_last"
+        )
 
 
 def train(config: Config) -> dict:
@@ -119,8 +126,10 @@ def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distr
     if not processes.is_main:
         prepared = prepare_data(data_config, run_dir, seed)
     if processes.enabled and len(set(distributed.all_gather(prepared[0].fingerprint()))) > 1:
-        raise UserError(f"train.output_dir: the ranks see different tokenizers in {run_dir}; with several nodes, "
-                        f"put it on a filesystem that every node shares")
+        raise UserError(
+            f"train.output_dir: the ranks see different tokenizers in {run_dir}; with several nodes, "
+            f"put it on a filesystem that every node shares"
+        )
     return prepared
 
 
@@ -145,21 +154,45 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     if processes.is_main:
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
-    model = build_model(dataclasses.asdict(config.model), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
-                        tokenizer.joint).to(device)
+    model = build_model(
+        dataclasses.asdict(config.model), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+    ).to(device)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(t.seed + processes.rank)
-    log.info("model: %d parameters, %s on %s%s", count_parameters(model), t.precision, device,
-             f" x {processes.world_size} processes" if processes.enabled else "")
+    log.info(
+        "model: %d parameters, %s on %s%s",
+        count_parameters(model),
+        t.precision,
+        device,
+        f" x {processes.world_size} processes" if processes.enabled else "",
+    )
     if processes.is_main:
-        check_disk_space(run_dir, count_parameters(model), t.keep_last,
-                         saves=math.ceil(t.max_steps / t.valid_every) + 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=t.lr_scale, betas=t.adam_betas, eps=t.adam_eps,
-                                 weight_decay=t.weight_decay, fused=device.type == "cuda")
+        check_disk_space(
+            run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1
+        )
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=t.lr_scale,
+        betas=t.adam_betas,
+        eps=t.adam_eps,
+        weight_decay=t.weight_decay,
+        fused=device.type == "cuda",
+    )
     scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
     scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
-    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_bleu": None, "best_step": None, "since_best": 0,
-             "elapsed": 0.0, "skipped": 0, "out_of_memory": 0, "oom_dropped": 0, "world_size": processes.world_size}
+    state = {
+        "step": 0,
+        "epoch": 0,
+        "batch_in_epoch": 0,
+        "best_bleu": None,
+        "best_step": None,
+        "since_best": 0,
+        "elapsed": 0.0,
+        "skipped": 0,
+        "out_of_memory": 0,
+        "oom_dropped": 0,
+        "world_size": processes.world_size,
+    }
     if found:
         step_dir = found[-1][1]
         checkpoint.load_weights(model, step_dir)
@@ -182,12 +215,14 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
         no_sync = {"forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers": False}
         ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync)
+            model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync
+        )
     forward = ddp or model
     if t.compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
         forward = torch.compile(forward)
-    loop = TrainingLoop(config, model, optimizer, scheduler, scaler, tokenizer, data, device, state, processes,
-                        forward, ddp)
+    loop = TrainingLoop(
+        config, model, optimizer, scheduler, scaler, tokenizer, data, device, state, processes, forward, ddp
+    )
     with logging_redirect_tqdm():
         return loop.run()
 

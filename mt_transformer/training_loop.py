@@ -42,7 +42,7 @@ def training_loss(model, batch: Batch, smoothing: float, autocast, dtype: torch.
     """
     forward = model if forward is None else forward
     with autocast:
-        states = forward(batch.src, batch.tgt_in, project=False)           # (batch, tgt_len, d_model)
+        states = forward(batch.src, batch.tgt_in, project=False)  # (batch, tgt_len, d_model)
     return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype)
 
 
@@ -69,9 +69,13 @@ def set_rng_state(state: dict) -> None:
 
 def checkpoint_metadata(config: Config, tokenizer: Tokenizer) -> dict:
     """What a checkpoint's config.json holds besides the weights: enough to rebuild model and tokenizer."""
-    return {"config": config.to_dict(), "src_vocab_size": tokenizer.src_vocab_size,
-            "tgt_vocab_size": tokenizer.tgt_vocab_size, "joint_vocab": tokenizer.joint,
-            "tokenizer_files": tokenizer.files}
+    return {
+        "config": config.to_dict(),
+        "src_vocab_size": tokenizer.src_vocab_size,
+        "tgt_vocab_size": tokenizer.tgt_vocab_size,
+        "joint_vocab": tokenizer.joint,
+        "tokenizer_files": tokenizer.files,
+    }
 
 
 def metrics_up_to(path: str, step: int) -> list[str]:
@@ -102,8 +106,10 @@ class TrainingStopped(Exception):
     """SIGTERM or SIGINT arrived: a checkpoint was saved at the next update boundary."""
 
     def __init__(self, signum: int, step: int, directory: str):
-        super().__init__(f"stopped by {signal.Signals(signum).name} at step {step}: checkpoint saved in {directory}; "
-                         f"run the same command again to resume")
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} at step {step}: checkpoint saved in {directory}; "
+            f"run the same command again to resume"
+        )
         self.signum = signum
 
 
@@ -119,9 +125,28 @@ class TrainingLoop:
     others the early-stopping count.
     """
 
-    def __init__(self, config, model, optimizer, scheduler, scaler, tokenizer, data, device, state,
-                 processes: distributed.Processes = distributed.Processes(), forward=None, ddp=None):
-        self.config, self.model, self.optimizer, self.scheduler, self.scaler = config, model, optimizer, scheduler, scaler
+    def __init__(
+        self,
+        config,
+        model,
+        optimizer,
+        scheduler,
+        scaler,
+        tokenizer,
+        data,
+        device,
+        state,
+        processes: distributed.Processes = distributed.Processes(),
+        forward=None,
+        ddp=None,
+    ):
+        self.config, self.model, self.optimizer, self.scheduler, self.scaler = (
+            config,
+            model,
+            optimizer,
+            scheduler,
+            scaler,
+        )
         self.tokenizer, self.data, self.device, self.state = tokenizer, data, device, state
         self.processes, self.forward, self.ddp = processes, model if forward is None else forward, ddp
         self.is_main = processes.is_main
@@ -171,22 +196,34 @@ class TrainingLoop:
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
         batches_since_update = 0  # a whole epoch of them means the run cannot make progress
         model.train()
-        bar = tqdm(total=t.max_steps, initial=state["step"], unit="step", dynamic_ncols=True,
-                   disable=None if self.is_main else True)
+        bar = tqdm(
+            total=t.max_steps,
+            initial=state["step"],
+            unit="step",
+            dynamic_ncols=True,
+            disable=None if self.is_main else True,
+        )
 
         def finished() -> bool:
-            return (state["step"] >= t.max_steps or self.time_up
-                    or bool(t.max_epochs and state["epoch"] >= t.max_epochs) or self.out_of_patience())
+            return (
+                state["step"] >= t.max_steps
+                or self.time_up
+                or bool(t.max_epochs and state["epoch"] >= t.max_epochs)
+                or self.out_of_patience()
+            )
 
         while not finished():
             batches = token_batches(src_lens, tgt_lens, t.max_tokens, t.seed, state["epoch"])
             if len(batches) < self.processes.world_size:
-                raise UserError(f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "
-                                f"{self.processes.world_size} processes; use fewer processes or a smaller "
-                                f"train.max_tokens")
+                raise UserError(
+                    f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "
+                    f"{self.processes.world_size} processes; use fewer processes or a smaller "
+                    f"train.max_tokens"
+                )
             batches = distributed.shard(batches, self.processes)
-            loader = batch_loader(train_set, batches[state["batch_in_epoch"]:], t.num_workers,
-                                  pin_memory=self.device.type == "cuda")
+            loader = batch_loader(
+                train_set, batches[state["batch_in_epoch"] :], t.num_workers, pin_memory=self.device.type == "cuda"
+            )
             for batch in loader:
                 state["batch_in_epoch"] += 1
                 batches_since_update += 1
@@ -221,18 +258,25 @@ class TrainingLoop:
                     break
             else:
                 if batches_since_update >= len(batches) + t.accumulate - 1:
-                    raise UserError(f"epoch {state['epoch'] + 1} ended without a single update ({state['oom_dropped']} "
-                                    f"dropped for lack of memory, {state['skipped']} non-finite); see the warnings above")
+                    raise UserError(
+                        f"epoch {state['epoch'] + 1} ended without a single update ({state['oom_dropped']} "
+                        f"dropped for lack of memory, {state['skipped']} non-finite); see the warnings above"
+                    )
                 state["epoch"], state["batch_in_epoch"] = state["epoch"] + 1, 0
         bar.close()
         if self.out_of_patience():
-            log.info("early stop: valid BLEU has not improved for %d validations (best %.2f at step %d)",
-                     state["since_best"], state["best_bleu"], state["best_step"])
+            log.info(
+                "early stop: valid BLEU has not improved for %d validations (best %.2f at step %d)",
+                state["since_best"],
+                state["best_bleu"],
+                state["best_step"],
+            )
         if validated_at != state["step"]:
             state["elapsed"] = self.elapsed()
             last_metrics = self.validate_and_save()
-        log.info("training done: step %d, epoch %d, %.1f minutes", state["step"], state["epoch"] + 1,
-                 state["elapsed"] / 60)
+        log.info(
+            "training done: step %d, epoch %d, %.1f minutes", state["step"], state["epoch"] + 1, state["elapsed"] / 60
+        )
         return last_metrics
 
     def agree(self, loss: torch.Tensor, tokens: int) -> tuple[torch.Tensor, int]:
@@ -242,7 +286,8 @@ class TrainingLoop:
         if not self.processes.enabled:
             return loss, tokens
         loss_sum, tokens, time_up, signalled = distributed.sum_over_ranks(
-            [float(loss), tokens, self.time_up, self.stop_signal is not None], self.device)
+            [float(loss), tokens, self.time_up, self.stop_signal is not None], self.device
+        )
         self.time_up = time_up > 0
         # another rank's signal stops this one too (torchrun sends them to all ranks anyway)
         self.agreed_signal = (self.stop_signal or signal.SIGTERM) if signalled else None
@@ -279,17 +324,24 @@ class TrainingLoop:
         return found[-1][1] if found else "none saved yet"
 
     def how_to_resume(self) -> str:
-        return (f"last good checkpoint: {self.last_good_checkpoint()}; free some space and run the same command "
-                f"again to resume")
+        return (
+            f"last good checkpoint: {self.last_good_checkpoint()}; free some space and run the same command "
+            f"again to resume"
+        )
 
     def diverged_message(self) -> str:
         t = self.config.train
-        cause = ("fp16 overflowed although the loss scale was lowered (try train.precision: bf16) or "
-                 if t.precision == "fp16" else "")
-        return (f"training diverged: {self.bad_in_a_row} updates in a row had a non-finite loss or gradient "
-                f"(train.max_bad_updates: {t.max_bad_updates}); likely cause: {cause}a learning rate too high for "
-                f"this model (try a lower train.lr_scale, a longer train.warmup or train.clip_norm: 1.0); "
-                f"last good checkpoint: {self.last_good_checkpoint()}")
+        cause = (
+            "fp16 overflowed although the loss scale was lowered (try train.precision: bf16) or "
+            if t.precision == "fp16"
+            else ""
+        )
+        return (
+            f"training diverged: {self.bad_in_a_row} updates in a row had a non-finite loss or gradient "
+            f"(train.max_bad_updates: {t.max_bad_updates}); likely cause: {cause}a learning rate too high for "
+            f"this model (try a lower train.lr_scale, a longer train.warmup or train.clip_norm: 1.0); "
+            f"last good checkpoint: {self.last_good_checkpoint()}"
+        )
 
     def forward_backward(self, group: list[Batch]) -> torch.Tensor | None:
         """Forward and backward passes over the micro-batches of one update, summing their gradients;
@@ -308,21 +360,30 @@ class TrainingLoop:
                 if not is_out_of_memory(error):
                     raise
                 if self.processes.enabled:
-                    raise UserError(f"out of memory on rank {self.processes.rank}; lower train.max_tokens (and raise "
-                                    f"train.accumulate to keep the batch), or data.max_len") from None
+                    raise UserError(
+                        f"out of memory on rank {self.processes.rank}; lower train.max_tokens (and raise "
+                        f"train.accumulate to keep the batch), or data.max_len"
+                    ) from None
             self.optimizer.zero_grad(set_to_none=True)
             release_memory(self.device)
             self.state["out_of_memory"] += 1
             shapes = [tuple(b.src.shape) + tuple(b.tgt_in.shape[1:]) for b in group]
             if pieces >= largest:
                 self.state["oom_dropped"] += 1
-                log.warning("out of memory even one sentence at a time (batches of (sentences, source, target) %s): "
-                            "update dropped (%d so far); a lower data.max_len avoids this", shapes,
-                            self.state["oom_dropped"])
+                log.warning(
+                    "out of memory even one sentence at a time (batches of (sentences, source, target) %s): "
+                    "update dropped (%d so far); a lower data.max_len avoids this",
+                    shapes,
+                    self.state["oom_dropped"],
+                )
                 return None
             pieces = min(2 * pieces, largest)
-            log.warning("out of memory on batches of (sentences, source, target) %s: retrying in %d pieces each; "
-                        "a lower train.max_tokens avoids this", shapes, pieces)
+            log.warning(
+                "out of memory on batches of (sentences, source, target) %s: retrying in %d pieces each; "
+                "a lower train.max_tokens avoids this",
+                shapes,
+                pieces,
+            )
 
     def _accumulate(self, group: list[Batch], pieces: int) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
@@ -331,27 +392,44 @@ class TrainingLoop:
             # DDP all-reduces the gradients in the last backward of the update only
             last = i == len(parts) - 1
             with self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext():
-                loss = training_loss(self.model, part.to(self.device), self.config.train.label_smoothing,
-                                     self.autocast, PRECISIONS[self.config.train.precision], self.forward)
+                loss = training_loss(
+                    self.model,
+                    part.to(self.device),
+                    self.config.train.label_smoothing,
+                    self.autocast,
+                    PRECISIONS[self.config.train.precision],
+                    self.forward,
+                )
                 self.scaler.scale(loss).backward()
             total += loss.detach()
         return total
 
     def log_train(self, interval: dict, bar, elapsed: float) -> None:
         seconds = max(time.monotonic() - interval["time"], 1e-9)
-        entry = {"step": self.state["step"], "epoch": self.state["epoch"] + 1,
-                 "loss": round(float(interval["loss"]) / max(interval["tokens"], 1), 4),
-                 "lr": self.scheduler.get_last_lr()[0], "tokens_per_s": round(interval["tokens"] / seconds, 1),
-                 "skipped": self.state["skipped"], "out_of_memory": self.state["out_of_memory"],
-                 "oom_dropped": self.state["oom_dropped"],
-                 "elapsed_s": round(elapsed, 1)}
+        entry = {
+            "step": self.state["step"],
+            "epoch": self.state["epoch"] + 1,
+            "loss": round(float(interval["loss"]) / max(interval["tokens"], 1), 4),
+            "lr": self.scheduler.get_last_lr()[0],
+            "tokens_per_s": round(interval["tokens"] / seconds, 1),
+            "skipped": self.state["skipped"],
+            "out_of_memory": self.state["out_of_memory"],
+            "oom_dropped": self.state["oom_dropped"],
+            "elapsed_s": round(elapsed, 1),
+        }
         self.log_metrics(entry)
         skipped = {k: entry[k] for k in ("skipped", "out_of_memory") if entry[k]}
-        bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}", tok_s=f"{entry['tokens_per_s']:.0f}",
-                        **skipped)
+        bar.set_postfix(
+            loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}", tok_s=f"{entry['tokens_per_s']:.0f}", **skipped
+        )
         if bar.disable:
-            log.info("step %d  loss %.3f  lr %.2e  %.0f tok/s", entry["step"], entry["loss"], entry["lr"],
-                     entry["tokens_per_s"])
+            log.info(
+                "step %d  loss %.3f  lr %.2e  %.0f tok/s",
+                entry["step"],
+                entry["loss"],
+                entry["lr"],
+                entry["tokens_per_s"],
+            )
 
     def log_metrics(self, entry: dict) -> None:
         """Add a line to metrics.jsonl, rewriting it atomically (about 1 ms for 1,000 lines), and to
@@ -374,8 +452,9 @@ class TrainingLoop:
         from .plots import plot_curves
 
         try:
-            plot_curves([("", [json.loads(line) for line in self.metrics_lines])],
-                        os.path.join(self.run_dir, "curves.png"))
+            plot_curves(
+                [("", [json.loads(line) for line in self.metrics_lines])], os.path.join(self.run_dir, "curves.png")
+            )
         except (OSError, RuntimeError, ValueError) as error:
             log.warning("curves.png not refreshed: %s", error)
 
@@ -383,13 +462,34 @@ class TrainingLoop:
         t, d, state = self.config.train, self.config.data, self.state
         metrics = {"step": state["step"]}
         if "valid" in self.data and self.is_main:
-            metrics.update(validation_loss(self.model, self.data["valid"], t.max_tokens, d.max_len, t.label_smoothing,
-                                           self.device, self.autocast))
-            metrics["valid_bleu"] = validation_bleu(self.model, self.tokenizer, self.data["valid"],
-                                                    t.valid_max_sentences, dataclasses.asdict(self.config.decode),
-                                                    d.max_len, self.device, d.tgt_lang)
-            log.info("step %d  valid loss %.3f  ppl %.2f  BLEU %.2f", state["step"], metrics["valid_loss"],
-                     metrics["valid_ppl"], metrics["valid_bleu"])
+            metrics.update(
+                validation_loss(
+                    self.model,
+                    self.data["valid"],
+                    t.max_tokens,
+                    d.max_len,
+                    t.label_smoothing,
+                    self.device,
+                    self.autocast,
+                )
+            )
+            metrics["valid_bleu"] = validation_bleu(
+                self.model,
+                self.tokenizer,
+                self.data["valid"],
+                t.valid_max_sentences,
+                dataclasses.asdict(self.config.decode),
+                d.max_len,
+                self.device,
+                d.tgt_lang,
+            )
+            log.info(
+                "step %d  valid loss %.3f  ppl %.2f  BLEU %.2f",
+                state["step"],
+                metrics["valid_loss"],
+                metrics["valid_ppl"],
+                metrics["valid_bleu"],
+            )
             self.model.train()  # both validations leave the model in eval mode
         metrics["elapsed_s"] = round(state["elapsed"], 1)
         self.log_metrics(metrics)
@@ -400,8 +500,9 @@ class TrainingLoop:
         elif "valid_bleu" in metrics:
             state["since_best"] += 1
         # early stopping is decided by rank 0's count, on every rank
-        state.update(distributed.broadcast({k: state[k] for k in ("best_bleu", "best_step", "since_best")},
-                                           self.processes))
+        state.update(
+            distributed.broadcast({k: state[k] for k in ("best_bleu", "best_step", "since_best")}, self.processes)
+        )
         self.save()
         if is_best:
             checkpoint.write_best(self.run_dir, state["step"], metrics["valid_bleu"])
@@ -418,12 +519,24 @@ class TrainingLoop:
         rng_ranks = distributed.gather(rng_state(), self.processes)
         directory = checkpoint.step_dir(self.run_dir, self.state["step"])
         if self.is_main:
-            trainer_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                             "scaler": self.scaler.state_dict(), "rng": rng_ranks[0], **self.state}
+            trainer_state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": rng_ranks[0],
+                **self.state,
+            }
             if self.processes.enabled:
                 trainer_state["rng_ranks"] = rng_ranks
-            directory = checkpoint.save_checkpoint(self.run_dir, self.state["step"], self.model, self.metadata,
-                                                   trainer_state, self.run_dir, self.tokenizer.files)
+            directory = checkpoint.save_checkpoint(
+                self.run_dir,
+                self.state["step"],
+                self.model,
+                self.metadata,
+                trainer_state,
+                self.run_dir,
+                self.tokenizer.files,
+            )
         distributed.barrier()  # a rank that stops next reports a checkpoint that exists
         return directory
 

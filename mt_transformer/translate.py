@@ -14,11 +14,11 @@ from tqdm import tqdm
 
 from .batching import pad
 from .beam_search import Hypothesis, beam_search
+from .config import UserError
 from .corpus import normalize
 from .greedy import greedy_search
 from .masks import padding_mask
 from .memory import is_out_of_memory, release_memory
-from .config import UserError
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,11 @@ def cut_points(pieces: list[str], limit: int) -> list[int]:
     cuts, start = [], 0
     while len(pieces) - start > limit:
         window = range(start + limit, start + limit // 2, -1)  # a cut at j ends the part before piece j
-        cut = (next((j for j in window if pieces[j - 1].endswith(SENTENCE_ENDS)), None)
-               or next((j for j in window if pieces[j].startswith("▁")), None) or start + limit)
+        cut = (
+            next((j for j in window if pieces[j - 1].endswith(SENTENCE_ENDS)), None)
+            or next((j for j in window if pieces[j].startswith("▁")), None)
+            or start + limit
+        )
         cuts.append(cut)
         start = cut
     return cuts
@@ -77,8 +80,11 @@ def join_hypotheses(parts: list[list[Hypothesis]]) -> list[Hypothesis]:
     joined = []
     for k in range(max(len(p) for p in parts)):
         chosen = [p[min(k, len(p) - 1)] for p in parts]
-        joined.append(Hypothesis([t for h in chosen for t in h.tokens], sum(h.score for h in chosen),
-                                 sum(h.log_prob for h in chosen)))
+        joined.append(
+            Hypothesis(
+                [t for h in chosen for t in h.tokens], sum(h.score for h in chosen), sum(h.log_prob for h in chosen)
+            )
+        )
     return joined
 
 
@@ -86,15 +92,25 @@ class Decoder:
     """Search over batches of subword sequences, surviving out-of-memory errors: a batch that does not
     fit is halved, and a single input that does not fit is translated in two parts."""
 
-    def __init__(self, model, tokenizer: Tokenizer, device: torch.device, beam_size: int, alpha: float,
-                 max_len_a: float, max_len_b: int, n_best: int, max_positions: int | None):
+    def __init__(
+        self,
+        model,
+        tokenizer: Tokenizer,
+        device: torch.device,
+        beam_size: int,
+        alpha: float,
+        max_len_a: float,
+        max_len_b: int,
+        n_best: int,
+        max_positions: int | None,
+    ):
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.beam_size, self.alpha, self.n_best = beam_size, alpha, n_best
         self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
 
     def search(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
-        src = pad(sources, suffix=[EOS_ID]).to(self.device)                     # (batch, src_len)
-        src_mask = padding_mask(src, PAD_ID)                                    # (batch, 1, 1, src_len)
+        src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
+        src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
         max_len = torch.tensor([int(self.max_len_a * len(s) + self.max_len_b) for s in sources])
         if self.max_positions is not None:  # learned positions: the decoder cannot go further
             max_len = max_len.clamp(max=self.max_positions - 1)
@@ -110,8 +126,11 @@ class Decoder:
                 raise
         release_memory(self.device)
         if len(sources) > 1:
-            log.warning("out of memory translating %d sentences of up to %d subwords: halving the batch",
-                        len(sources), max(map(len, sources)))
+            log.warning(
+                "out of memory translating %d sentences of up to %d subwords: halving the batch",
+                len(sources),
+                max(map(len, sources)),
+            )
             half = len(sources) // 2
             return self(sources[:half]) + self(sources[half:])
         source = sources[0]
@@ -124,9 +143,19 @@ class Decoder:
 
 
 def translate_lines(
-    model, tokenizer: Tokenizer, lines: list[str], device: torch.device, beam_size: int = 4,
-    alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50, n_best: int = 1,
-    max_tokens: int = 8192, max_input_len: int = 0, max_positions: int | None = None, progress: bool = False,
+    model,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    device: torch.device,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    n_best: int = 1,
+    max_tokens: int = 8192,
+    max_input_len: int = 0,
+    max_positions: int | None = None,
+    progress: bool = False,
 ) -> list[list[Translation]]:
     """Translate `lines` with the PyTorch model; returns, per line, up to n_best translations, best first.
 
@@ -142,8 +171,9 @@ def translate_lines(
     return translate_with(search, tokenizer, lines, max_tokens, limit, progress)
 
 
-def translate_with(search, tokenizer: Tokenizer, lines: list[str], max_tokens: int, max_input_len: int | None,
-                   progress: bool = False) -> list[list[Translation]]:
+def translate_with(
+    search, tokenizer: Tokenizer, lines: list[str], max_tokens: int, max_input_len: int | None, progress: bool = False
+) -> list[list[Translation]]:
     """Tokenize, cut over-long inputs, batch longest first, run `search` (a callable from a list of
     subword-id sequences to their hypotheses: Decoder, or ctranslate2_engine.Ct2Search), join the
     parts, detokenize, and return the results in input order."""
@@ -153,8 +183,13 @@ def translate_with(search, tokenizer: Tokenizer, lines: list[str], max_tokens: i
         parts = [sequence]
         if max_input_len and len(sequence) > max_input_len:
             parts = split_at(sequence, cut_points(tokenizer.src_pieces(sequence), max_input_len))
-            log.warning("line %d: %d subwords, more than %d: translated in %d parts", line + 1, len(sequence),
-                        max_input_len, len(parts))
+            log.warning(
+                "line %d: %d subwords, more than %d: translated in %d parts",
+                line + 1,
+                len(sequence),
+                max_input_len,
+                len(parts),
+            )
         segments += parts
         owners += [line] * len(parts)
 
@@ -192,8 +227,10 @@ def load_translator(path: str, device: torch.device):
         raise UserError(f"{directory}/{checkpoint.CONFIG_FILE}: not an mt_transformer checkpoint config") from None
     tokenizer = Tokenizer(directory)
     if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != tuple(sizes):
-        raise UserError(f"{directory}: the tokenizer has vocabularies of {tokenizer.src_vocab_size}/"
-                        f"{tokenizer.tgt_vocab_size} pieces but the model was built for {sizes[0]}/{sizes[1]}")
+        raise UserError(
+            f"{directory}: the tokenizer has vocabularies of {tokenizer.src_vocab_size}/"
+            f"{tokenizer.tgt_vocab_size} pieces but the model was built for {sizes[0]}/{sizes[1]}"
+        )
     try:
         model = Transformer(sizes[0], sizes[1], share_vocab=joint, **model_args)
     except TypeError as error:

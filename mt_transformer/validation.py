@@ -30,16 +30,28 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
         total_nll += float(label_smoothed_loss(logits, batch.tgt_out, 0.0))
         tokens += batch.target_tokens
     tokens = max(tokens, 1)
-    return {"valid_loss": total_loss / tokens, "valid_nll": total_nll / tokens,
-            "valid_ppl": math.exp(min(total_nll / tokens, 100.0))}
+    return {
+        "valid_loss": total_loss / tokens,
+        "valid_nll": total_nll / tokens,
+        "valid_ppl": math.exp(min(total_nll / tokens, 100.0)),
+    }
 
 
-def validation_bleu(model, tokenizer, dataset, max_sentences: int, decode: dict, max_len: int, device,
-                    tgt_lang: str | None = None) -> float:
+def validation_bleu(
+    model, tokenizer, dataset, max_sentences: int, decode: dict, max_len: int, device, tgt_lang: str | None = None
+) -> float:
     if max_sentences:
         dataset = dataset.select(range(min(max_sentences, len(dataset))))
     sources, references = list(dataset["src"]), list(dataset["tgt"])
-    translations = translate_lines(model, tokenizer, sources, device, beam_size=1,
-                                   max_len_a=decode["max_len_a"], max_len_b=decode["max_len_b"],
-                                   max_tokens=decode["max_tokens"], max_input_len=decode["max_input_len"] or max_len)
+    translations = translate_lines(
+        model,
+        tokenizer,
+        sources,
+        device,
+        beam_size=1,
+        max_len_a=decode["max_len_a"],
+        max_len_b=decode["max_len_b"],
+        max_tokens=decode["max_tokens"],
+        max_input_len=decode["max_input_len"] or max_len,
+    )
     return score([t[0].text for t in translations], references, metrics=("bleu",), tgt_lang=tgt_lang)["bleu"]

@@ -45,17 +45,38 @@ from mt_transformer.training_loop import PRECISIONS, training_loss  # noqa: E402
 from mt_transformer.translate import load_translator, translate_lines, translate_with  # noqa: E402
 
 MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")
-MODEL = dict(d_model=256, n_heads=4, d_ff=1024, encoder_layers=3, decoder_layers=3, dropout=0.1, attention_dropout=0.1,
-             norm="pre")
+MODEL = dict(
+    d_model=256,
+    n_heads=4,
+    d_ff=1024,
+    encoder_layers=3,
+    decoder_layers=3,
+    dropout=0.1,
+    attention_dropout=0.1,
+    norm="pre",
+)
 
 
 def corpus(workdir: str) -> tuple[DataConfig, str]:
     if os.path.isfile(os.path.join(MULTI30K, "train.de")):
-        return DataConfig(src_lang="de", tgt_lang="en", train=f"{MULTI30K}/train", valid=f"{MULTI30K}/valid",
-                          vocab_size=8000, max_len=128), "multi30k-de-en"
+        return DataConfig(
+            src_lang="de",
+            tgt_lang="en",
+            train=f"{MULTI30K}/train",
+            valid=f"{MULTI30K}/valid",
+            vocab_size=8000,
+            max_len=128,
+        ), "multi30k-de-en"
     generate(os.path.join(workdir, "demo"), train=30000, valid=1000, test=10)
-    return DataConfig(src_lang="en", tgt_lang="de", train=f"{workdir}/demo/train", valid=f"{workdir}/demo/valid",
-                      vocab_size=1000, spm_type="bpe", max_len=128), "generated demo corpus (multi30k not found)"
+    return DataConfig(
+        src_lang="en",
+        tgt_lang="de",
+        train=f"{workdir}/demo/train",
+        valid=f"{workdir}/demo/valid",
+        vocab_size=1000,
+        spm_type="bpe",
+        max_len=128,
+    ), "generated demo corpus (multi30k not found)"
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -71,8 +92,11 @@ def synchronize(device: torch.device) -> None:
 
 def matmul_ceiling(device: torch.device, dtype: torch.dtype) -> float:
     """The best measured FLOP/s of square and model-shaped matrix products in this dtype."""
-    shapes = [(2048, 2048, 2048), (4096, 256, 1024), (4096, 1024, 256)] if device.type == "cpu" else \
-             [(8192, 8192, 8192), (16384, 4096, 4096)]
+    shapes = (
+        [(2048, 2048, 2048), (4096, 256, 1024), (4096, 1024, 256)]
+        if device.type == "cpu"
+        else [(8192, 8192, 8192), (16384, 4096, 4096)]
+    )
     best = 0.0
     for m, k, n in shapes:
         a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
@@ -104,8 +128,9 @@ def new_optimizer(model, device):
 
 def batch_flops(batch, vocab: int) -> int:
     src_lens, tgt_lens = (batch.src != 0).sum(1).tolist(), (batch.tgt_out != 0).sum(1).tolist()
-    return training_flops(src_lens, tgt_lens, MODEL["d_model"], MODEL["d_ff"], MODEL["encoder_layers"],
-                          MODEL["decoder_layers"], vocab)
+    return training_flops(
+        src_lens, tgt_lens, MODEL["d_model"], MODEL["d_ff"], MODEL["encoder_layers"], MODEL["decoder_layers"], vocab
+    )
 
 
 def bench_training(model, dataset, device, precision: str, max_tokens: int, warmup_updates: int, updates: int):
@@ -131,16 +156,21 @@ def bench_training(model, dataset, device, precision: str, max_tokens: int, warm
             flops += batch_flops(batch, vocab)
     synchronize(device)
     seconds = time.perf_counter() - start
-    return {"target_tokens_per_s": round(target / seconds, 1),
-            "source_target_tokens_per_s": round((source + target) / seconds, 1),
-            "seconds_per_update": round(seconds / updates, 4), "padding_fraction": round(1 - real / padded, 4),
-            "updates_timed": updates, "peak_memory_mb": round(peak_memory_mb(device), 1),
-            "model_flops_per_s": round(flops / seconds)}
+    return {
+        "target_tokens_per_s": round(target / seconds, 1),
+        "source_target_tokens_per_s": round((source + target) / seconds, 1),
+        "seconds_per_update": round(seconds / updates, 4),
+        "padding_fraction": round(1 - real / padded, 4),
+        "updates_timed": updates,
+        "peak_memory_mb": round(peak_memory_mb(device), 1),
+        "model_flops_per_s": round(flops / seconds),
+    }
 
 
 def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096, updates: int = 3):
     """Seconds per update of `budget` target tokens in sentences of one length (sources as long)."""
     from mt_transformer.batching import Batch
+
     optimizer, scheduler = new_optimizer(model, device)
     autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
     model.train()
@@ -157,9 +187,15 @@ def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096,
             training_step(model, batch, optimizer, scheduler, autocast, PRECISIONS[precision])
         synchronize(device)
         seconds = (time.perf_counter() - start) / updates
-        rows.append({"length": length, "sentences": sentences, "seconds_per_update": round(seconds, 4),
-                     "target_tokens_per_s": round(sentences * length / seconds, 1),
-                     "model_flops_per_s": round(batch_flops(batch, vocab) / seconds)})
+        rows.append(
+            {
+                "length": length,
+                "sentences": sentences,
+                "seconds_per_update": round(seconds, 4),
+                "target_tokens_per_s": round(sentences * length / seconds, 1),
+                "model_flops_per_s": round(batch_flops(batch, vocab) / seconds),
+            }
+        )
     return rows
 
 
@@ -168,9 +204,13 @@ def bench_translation(model, tokenizer, lines: list[str], device, beam: int, max
     results = translate_lines(model, tokenizer, lines, device, beam_size=beam, max_tokens=max_tokens)
     seconds = time.perf_counter() - start
     tokens = sum(len(r[0].tokens) + 1 for r in results)
-    return {"beam": beam, "max_tokens": max_tokens, "sentences": len(lines),
-            "sentences_per_s": round(len(lines) / seconds, 1), "output_tokens_per_s": round(tokens / seconds, 1)}, \
-        [r[0].text for r in results]
+    return {
+        "beam": beam,
+        "max_tokens": max_tokens,
+        "sentences": len(lines),
+        "sentences_per_s": round(len(lines) / seconds, 1),
+        "output_tokens_per_s": round(tokens / seconds, 1),
+    }, [r[0].text for r in results]
 
 
 def bench_ctranslate2(model, tokenizer, metadata, lines: list[str], device, ours_greedy: list[str], workdir: str):
@@ -185,14 +225,26 @@ def bench_ctranslate2(model, tokenizer, metadata, lines: list[str], device, ours
     for compute_type in ("float32", "int8"):
         translator, ct2_tokenizer, _ = ctranslate2_engine.load(out, device.type, compute_type)
         for beam in (1, 4):
-            search = Ct2Search(translator, ct2_tokenizer, beam, decode["alpha"], decode["max_len_a"],
-                               decode["max_len_b"], 1, metadata["config"]["model"]["max_positions"])
+            search = Ct2Search(
+                translator,
+                ct2_tokenizer,
+                beam,
+                decode["alpha"],
+                decode["max_len_a"],
+                decode["max_len_b"],
+                1,
+                metadata["config"]["model"]["max_positions"],
+            )
             translate_with(search, ct2_tokenizer, lines[:50], 8192, None)  # warm-up
             start = time.perf_counter()
             results = translate_with(search, ct2_tokenizer, lines, 8192, None)
             seconds = time.perf_counter() - start
-            row = {"compute_type": compute_type, "beam": beam, "sentences_per_s": round(len(lines) / seconds, 1),
-                   "output_tokens_per_s": round(sum(len(r[0].tokens) + 1 for r in results) / seconds, 1)}
+            row = {
+                "compute_type": compute_type,
+                "beam": beam,
+                "sentences_per_s": round(len(lines) / seconds, 1),
+                "output_tokens_per_s": round(sum(len(r[0].tokens) + 1 for r in results) / seconds, 1),
+            }
             if beam == 1:
                 same = sum(r[0].text == ours for r, ours in zip(results, ours_greedy))
                 row["greedy_equal_to_ours"] = round(same / len(lines), 4)
@@ -204,6 +256,7 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
     """MFU of the paper's base and big models (configs/base.yaml, big.yaml) training in bf16 on
     batches of `tokens` target tokens (random sentences of 32 tokens), with and without torch.compile."""
     import yaml
+
     rows = []
     for name in ("base", "big"):
         with open(os.path.join(ROOT, "configs", f"{name}.yaml"), encoding="utf-8") as f:
@@ -219,6 +272,7 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
             sentences = max(1, tokens // length)
             ids = torch.randint(4, vocab, (sentences, length + 1), generator=torch.Generator().manual_seed(1))
             from mt_transformer.batching import Batch
+
             batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
             model.train()
             for _ in range(3):  # warm-up (and compilation)
@@ -229,12 +283,25 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
                 training_step(runner, batch, optimizer, scheduler, autocast, torch.bfloat16)
             synchronize(device)
             seconds = (time.perf_counter() - start) / updates
-            flops = training_flops([length] * sentences, [length] * sentences, model_args["d_model"],
-                                   model_args["d_ff"], model_args["encoder_layers"], model_args["decoder_layers"], vocab)
-            rows.append({"config": name, "compile": compiled, "target_tokens": sentences * length,
-                         "seconds_per_update": round(seconds, 4),
-                         "target_tokens_per_s": round(sentences * length / seconds, 1),
-                         "model_flops_per_s": round(flops / seconds)})
+            flops = training_flops(
+                [length] * sentences,
+                [length] * sentences,
+                model_args["d_model"],
+                model_args["d_ff"],
+                model_args["encoder_layers"],
+                model_args["decoder_layers"],
+                vocab,
+            )
+            rows.append(
+                {
+                    "config": name,
+                    "compile": compiled,
+                    "target_tokens": sentences * length,
+                    "seconds_per_update": round(seconds, 4),
+                    "target_tokens_per_s": round(sentences * length / seconds, 1),
+                    "model_flops_per_s": round(flops / seconds),
+                }
+            )
             del model, runner, optimizer
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -260,36 +327,60 @@ def markdown(results: dict) -> str:
     t, ceilings = results["training"], results["ceilings_gflops"]
     achieved = t["model_flops_per_s"] / 1e9
     # against each measured ceiling; a ceiling below what training reaches (bf16 without bf16 units) is no limit
-    mfu = " / ".join(f"{achieved / c:.1%} of {name}" if c > achieved else f"{name} slower than this"
-                     for name, c in ceilings.items())
-    lines = [f"machine: {results['machine']}  ",
-             f"corpus: {results['corpus']}, {results['precision']}; translation model: {results['translation_model']}  ",
-             "matrix-multiply ceilings measured: " + ", ".join(f"{n} {c:.0f} GFLOP/s" for n, c in ceilings.items()), "",
-             "| training | target tok/s | src+tgt tok/s | s/update | padding | peak MB | model GFLOP/s | MFU |",
-             "|---|---|---|---|---|---|---|---|",
-             f"| d256 3+3 | {t['target_tokens_per_s']:,.0f} | {t['source_target_tokens_per_s']:,.0f} | "
-             f"{t['seconds_per_update']} | {t['padding_fraction']:.1%} | {t['peak_memory_mb']:,.0f} | "
-             f"{t['model_flops_per_s'] / 1e9:.1f} | {mfu} |", "",
-             "| sentence length | sentences | s/update | target tok/s | model GFLOP/s |", "|---|---|---|---|---|"]
-    lines += [f"| {r['length']} | {r['sentences']} | {r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | "
-              f"{r['model_flops_per_s'] / 1e9:.1f} |" for r in results["lengths"]]
+    mfu = " / ".join(
+        f"{achieved / c:.1%} of {name}" if c > achieved else f"{name} slower than this" for name, c in ceilings.items()
+    )
+    lines = [
+        f"machine: {results['machine']}  ",
+        f"corpus: {results['corpus']}, {results['precision']}; translation model: {results['translation_model']}  ",
+        "matrix-multiply ceilings measured: " + ", ".join(f"{n} {c:.0f} GFLOP/s" for n, c in ceilings.items()),
+        "",
+        "| training | target tok/s | src+tgt tok/s | s/update | padding | peak MB | model GFLOP/s | MFU |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| d256 3+3 | {t['target_tokens_per_s']:,.0f} | {t['source_target_tokens_per_s']:,.0f} | "
+        f"{t['seconds_per_update']} | {t['padding_fraction']:.1%} | {t['peak_memory_mb']:,.0f} | "
+        f"{t['model_flops_per_s'] / 1e9:.1f} | {mfu} |",
+        "",
+        "| sentence length | sentences | s/update | target tok/s | model GFLOP/s |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['length']} | {r['sentences']} | {r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | "
+        f"{r['model_flops_per_s'] / 1e9:.1f} |"
+        for r in results["lengths"]
+    ]
     lines += ["", "| translation | max_tokens | sentences | sent/s | output tok/s |", "|---|---|---|---|---|"]
-    lines += [f"| {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | {r['max_tokens']} | {r['sentences']} | "
-              f"{r['sentences_per_s']} | {r['output_tokens_per_s']} |" for r in results["translation"] + results["beams"]]
+    lines += [
+        f"| {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | {r['max_tokens']} | {r['sentences']} | "
+        f"{r['sentences_per_s']} | {r['output_tokens_per_s']} |"
+        for r in results["translation"] + results["beams"]
+    ]
     if results.get("paper_configs"):
         bf16 = ceilings["bf16"]
-        lines += ["", f"| bf16 training | torch.compile | target tokens/update | s/update | target tok/s | "
-                      f"model TFLOP/s | MFU (of bf16 {bf16 / 1000:.0f} TFLOP/s) |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['config']} | {'yes' if r['compile'] else 'no'} | {r['target_tokens']:,} | "
-                  f"{r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | {r['model_flops_per_s'] / 1e12:.1f} | "
-                  f"{r['model_flops_per_s'] / 1e9 / bf16:.1%} |" for r in results["paper_configs"]]
+        lines += [
+            "",
+            f"| bf16 training | torch.compile | target tokens/update | s/update | target tok/s | "
+            f"model TFLOP/s | MFU (of bf16 {bf16 / 1000:.0f} TFLOP/s) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['config']} | {'yes' if r['compile'] else 'no'} | {r['target_tokens']:,} | "
+            f"{r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | {r['model_flops_per_s'] / 1e12:.1f} | "
+            f"{r['model_flops_per_s'] / 1e9 / bf16:.1%} |"
+            for r in results["paper_configs"]
+        ]
     if results.get("ctranslate2"):
-        lines += ["", "| CTranslate2 | search | sent/s | output tok/s | greedy outputs equal to ours |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {r['compute_type']} | {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | "
-                  f"{r['sentences_per_s']} | {r['output_tokens_per_s']} | "
-                  f"{format(r['greedy_equal_to_ours'], '.1%') if 'greedy_equal_to_ours' in r else ''} |"
-                  for r in results["ctranslate2"]]
+        lines += [
+            "",
+            "| CTranslate2 | search | sent/s | output tok/s | greedy outputs equal to ours |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['compute_type']} | {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | "
+            f"{r['sentences_per_s']} | {r['output_tokens_per_s']} | "
+            f"{format(r['greedy_equal_to_ours'], '.1%') if 'greedy_equal_to_ours' in r else ''} |"
+            for r in results["ctranslate2"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -301,23 +392,33 @@ def write_section(path: str, device: str, text: str) -> None:
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     page = pattern.sub(lambda _: block, page) if pattern.search(page) else page.rstrip("\n") + "\n\n" + block + "\n"
     from mt_transformer.files import write_text
+
     write_text(path, page)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--markdown", default=os.path.join(ROOT, "docs", "benchmarks.md"),
-                        help="replace this device's section of this page ('' for none)")
+    parser.add_argument(
+        "--markdown",
+        default=os.path.join(ROOT, "docs", "benchmarks.md"),
+        help="replace this device's section of this page ('' for none)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS))
     parser.add_argument("--updates", type=int, default=30, help="timed training updates")
     parser.add_argument("--sentences", type=int, default=1000, help="sentences translated per setting")
-    parser.add_argument("--checkpoint", help="time translation with this trained run or checkpoint "
-                                             "(default: the freshly initialised model, whose outputs run to the length limit)")
-    parser.add_argument("--paper-configs", action=argparse.BooleanOptionalAction, default=None,
-                        help="bf16 MFU of the base and big configs with and without torch.compile "
-                             "(default: on CUDA only)")
+    parser.add_argument(
+        "--checkpoint",
+        help="time translation with this trained run or checkpoint "
+        "(default: the freshly initialised model, whose outputs run to the length limit)",
+    )
+    parser.add_argument(
+        "--paper-configs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bf16 MFU of the base and big configs with and without torch.compile (default: on CUDA only)",
+    )
     parser.add_argument("--paper-tokens", type=int, default=16384, help="target tokens per update for --paper-configs")
     parser.add_argument("--paper-updates", type=int, default=10, help="timed updates for --paper-configs")
     parser.add_argument("--no-compile", action="store_true", help="--paper-configs without the torch.compile runs")
@@ -329,12 +430,18 @@ def main() -> None:
         data, corpus_name = corpus(workdir)
         tokenizer, encoded = prepare_data(data, workdir, seed=1)
         model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **MODEL).to(device)
-        ceilings = {"fp32": matmul_ceiling(device, torch.float32) / 1e9,
-                    "bf16": matmul_ceiling(device, torch.bfloat16) / 1e9}
-        results = {"machine": machine(device), "corpus": corpus_name, "precision": args.precision,
-                   "ceilings_gflops": {k: round(v, 1) for k, v in ceilings.items()},
-                   "training": bench_training(model, encoded["train"], device, args.precision, 4096, 5, args.updates),
-                   "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size)}
+        ceilings = {
+            "fp32": matmul_ceiling(device, torch.float32) / 1e9,
+            "bf16": matmul_ceiling(device, torch.bfloat16) / 1e9,
+        }
+        results = {
+            "machine": machine(device),
+            "corpus": corpus_name,
+            "precision": args.precision,
+            "ceilings_gflops": {k: round(v, 1) for k, v in ceilings.items()},
+            "training": bench_training(model, encoded["train"], device, args.precision, 4096, 5, args.updates),
+            "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size),
+        }
         lines = list(encoded["valid"]["src"])[: args.sentences]
         metadata = None
         if args.checkpoint:
@@ -348,8 +455,9 @@ def main() -> None:
             for max_tokens in (2048, 8192):
                 row, outputs[beam] = bench_translation(model, tokenizer, lines, device, beam, max_tokens)
                 results["translation"].append(row)
-        results["beams"] = [bench_translation(model, tokenizer, lines[:300], device, beam, 8192)[0]
-                            for beam in (1, 2, 4, 8, 16)]
+        results["beams"] = [
+            bench_translation(model, tokenizer, lines[:300], device, beam, 8192)[0] for beam in (1, 2, 4, 8, 16)
+        ]
         try:
             import ctranslate2  # noqa: F401
         except ImportError:
@@ -358,8 +466,9 @@ def main() -> None:
             results["ctranslate2"] = bench_ctranslate2(model, tokenizer, metadata, lines, device, outputs[1], workdir)
 
         if args.paper_configs or (args.paper_configs is None and device.type == "cuda"):
-            results["paper_configs"] = bench_paper_configs(device, args.paper_tokens, args.paper_updates,
-                                                           (False,) if args.no_compile else (False, True))
+            results["paper_configs"] = bench_paper_configs(
+                device, args.paper_tokens, args.paper_updates, (False,) if args.no_compile else (False, True)
+            )
 
     text = markdown(results)
     print(text)

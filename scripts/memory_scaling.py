@@ -30,8 +30,13 @@ def measured(command: list[str]) -> tuple[float, float]:
     """Run `command`; return (wall seconds, peak RSS in MiB)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
         start = time.monotonic()
-        done = subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%M", *command], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            ["/usr/bin/time", "-o", report.name, "-f", "%M", *command],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         wall = time.monotonic() - start
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
@@ -41,11 +46,26 @@ def measured(command: list[str]) -> tuple[float, float]:
 def config(corpus: str, run_dir: str, steps: int, spm_sample: int) -> dict:
     # the generated language has under 2,000 possible pieces: a vocabulary of 1,000
     return {
-        "data": {"src_lang": "en", "tgt_lang": "de", "train": f"{corpus}/train", "valid": f"{corpus}/valid",
-                 "vocab_size": 1000, "spm_type": "bpe", "spm_max_sentences": spm_sample, "max_len": 128},
+        "data": {
+            "src_lang": "en",
+            "tgt_lang": "de",
+            "train": f"{corpus}/train",
+            "valid": f"{corpus}/valid",
+            "vocab_size": 1000,
+            "spm_type": "bpe",
+            "spm_max_sentences": spm_sample,
+            "max_len": 128,
+        },
         "model": {"d_model": 256, "n_heads": 4, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3},
-        "train": {"output_dir": run_dir, "max_tokens": 4096, "max_steps": steps, "warmup": 100, "log_every": 10,
-                  "valid_every": steps, "valid_max_sentences": 50},
+        "train": {
+            "output_dir": run_dir,
+            "max_tokens": 4096,
+            "max_steps": steps,
+            "warmup": 100,
+            "log_every": 10,
+            "valid_every": steps,
+            "valid_max_sentences": 50,
+        },
     }
 
 
@@ -53,8 +73,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 2_000_000])
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--spm-sample", type=int, default=200_000,
-                        help="sentences per side sentencepiece samples (data.spm_max_sentences)")
+    parser.add_argument(
+        "--spm-sample",
+        type=int,
+        default=200_000,
+        help="sentences per side sentencepiece samples (data.spm_max_sentences)",
+    )
     parser.add_argument("--workdir", default=None, help="default: a temporary directory, removed afterwards")
     args = parser.parse_args()
 
@@ -72,15 +96,21 @@ def main() -> None:
             text_mb = sum(os.path.getsize(f"{corpus}/train.{lang}") for lang in ("en", "de")) / 2**20
             disk_mb = directory_size(os.path.join(run_dir, "cache")) / 2**20
             rows.append((size, text_mb, prep_s, size / prep_s, prep_rss, disk_mb, train_s, train_rss))
-            print(f"{size} pairs: prepare {prep_s:.0f} s, train {train_s:.0f} s, training peak RSS {train_rss:.0f} MiB",
-                  file=sys.stderr)
+            print(
+                f"{size} pairs: prepare {prep_s:.0f} s, train {train_s:.0f} s, training peak RSS {train_rss:.0f} MiB",
+                file=sys.stderr,
+            )
 
-    print("| pairs | text (MB) | mt-prepare (s) | pairs/s | mt-prepare peak RSS (MiB) | encoded on disk (MB) "
-          f"| mt-train {args.steps} steps (s) | mt-train peak RSS (MiB) |")
+    print(
+        "| pairs | text (MB) | mt-prepare (s) | pairs/s | mt-prepare peak RSS (MiB) | encoded on disk (MB) "
+        f"| mt-train {args.steps} steps (s) | mt-train peak RSS (MiB) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for size, text_mb, prep_s, rate, prep_rss, disk, train_s, train_rss in rows:
-        print(f"| {size:,} | {text_mb:.0f} | {prep_s:.0f} | {rate:,.0f} | {prep_rss:.0f} | {disk:.0f} | {train_s:.0f} "
-              f"| {train_rss:.0f} |")
+        print(
+            f"| {size:,} | {text_mb:.0f} | {prep_s:.0f} | {rate:,.0f} | {prep_rss:.0f} | {disk:.0f} | {train_s:.0f} "
+            f"| {train_rss:.0f} |"
+        )
     print(f"\ntraining peak RSS, {rows[-1][0]:,} pairs over {rows[0][0]:,}: {rows[-1][-1] / rows[0][-1]:.2f}")
 
 

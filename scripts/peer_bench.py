@@ -34,16 +34,42 @@ sys.path.insert(0, ROOT)
 
 def config(data: str, out: str, steps: int, warmup: int, batch_tokens: int, log_every: int) -> dict:
     return {
-        "data": {"src_lang": "de", "tgt_lang": "en", "train": f"{data}/raw/train", "valid": f"{data}/raw/valid",
-                 "vocab_size": 8000, "joint_vocab": True, "spm_type": "bpe", "max_len": 128},
-        "model": {"d_model": 256, "n_heads": 4, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3,
-                  "dropout": 0.1, "attention_dropout": 0.1, "norm": "pre", "positions": "sinusoidal",
-                  "tie_embeddings": True},
+        "data": {
+            "src_lang": "de",
+            "tgt_lang": "en",
+            "train": f"{data}/raw/train",
+            "valid": f"{data}/raw/valid",
+            "vocab_size": 8000,
+            "joint_vocab": True,
+            "spm_type": "bpe",
+            "max_len": 128,
+        },
+        "model": {
+            "d_model": 256,
+            "n_heads": 4,
+            "d_ff": 1024,
+            "encoder_layers": 3,
+            "decoder_layers": 3,
+            "dropout": 0.1,
+            "attention_dropout": 0.1,
+            "norm": "pre",
+            "positions": "sinusoidal",
+            "tie_embeddings": True,
+        },
         # Noam: lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); peak scale/(16 * sqrt(warmup))
-        "train": {"output_dir": out, "max_tokens": batch_tokens, "max_steps": steps, "warmup": warmup,
-                  "lr_scale": round(1e-3 * 256 ** 0.5 * warmup ** 0.5, 6), "label_smoothing": 0.1,
-                  "log_every": log_every, "valid_every": steps, "valid_max_sentences": 100, "keep_last": 1,
-                  "seed": 42},
+        "train": {
+            "output_dir": out,
+            "max_tokens": batch_tokens,
+            "max_steps": steps,
+            "warmup": warmup,
+            "lr_scale": round(1e-3 * 256**0.5 * warmup**0.5, 6),
+            "label_smoothing": 0.1,
+            "log_every": log_every,
+            "valid_every": steps,
+            "valid_max_sentences": 100,
+            "keep_last": 1,
+            "seed": 42,
+        },
         "decode": {"beam_size": 4, "alpha": 0.6},
     }
 
@@ -61,8 +87,9 @@ def main() -> None:
     parser.add_argument("--tag", default="r1")
     parser.add_argument("--steps", type=int, default=int(os.environ.get("STEPS", 300)))
     parser.add_argument("--decode-only", action="store_true", help="translate again with the model of --tag")
-    parser.add_argument("--max-tokens", type=int, nargs="+", default=[2048, 8192],
-                        help="decoding batch sizes in source tokens")
+    parser.add_argument(
+        "--max-tokens", type=int, nargs="+", default=[2048, 8192], help="decoding batch sizes in source tokens"
+    )
     args = parser.parse_args()
     data = os.path.join(args.peers_dir, "data")
     out = os.path.join(args.peers_dir, "runs", f"mt_transformer-{args.tag}")
@@ -77,8 +104,11 @@ def main() -> None:
             yaml.safe_dump(config(data, os.path.join(out, "run"), args.steps, 100, 4096, 25), f)
         start = time.perf_counter()
         train = "import sys; from mt_transformer.cli import train_main; sys.argv[0] = 'mt-train'; train_main()"
-        subprocess.run([sys.executable, "-c", train, "--config", path], check=True,
-                       env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ROOT})
+        subprocess.run(
+            [sys.executable, "-c", train, "--config", path],
+            check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ROOT},
+        )
         result["train_wall_s"] = round(time.perf_counter() - start, 1)
         result["train_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
     result["train_tok_per_s"] = round(steady_rate(os.path.join(out, "run", "metrics.jsonl")), 1)
@@ -95,8 +125,9 @@ def main() -> None:
     translate_lines(model, tokenizer, sources[:20], torch.device("cpu"), beam_size=4)  # warm-up
     for max_tokens in args.max_tokens:
         start = time.perf_counter()
-        results = translate_lines(model, tokenizer, sources, torch.device("cpu"), beam_size=4, alpha=0.6,
-                                  max_tokens=max_tokens)
+        results = translate_lines(
+            model, tokenizer, sources, torch.device("cpu"), beam_size=4, alpha=0.6, max_tokens=max_tokens
+        )
         seconds = time.perf_counter() - start
         hypotheses = [r[0].text for r in results]
         tokens = sum(len(r[0].tokens) for r in results)

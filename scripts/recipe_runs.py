@@ -31,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmark import cpu_model  # noqa: E402  (scripts/ is on the path when run as a script)
+
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.config import load_config  # noqa: E402
 
@@ -43,17 +44,40 @@ def run(*command: str) -> str:
 
 
 def evaluate(model: str, prefix: str, src_lang: str, tgt_lang: str, *options: str) -> dict:
-    return json.loads(run("mt-eval", "--checkpoint", model, "--src", f"{prefix}.{src_lang}",
-                          "--ref", f"{prefix}.{tgt_lang}", "--json", *options))
+    return json.loads(
+        run(
+            "mt-eval",
+            "--checkpoint",
+            model,
+            "--src",
+            f"{prefix}.{src_lang}",
+            "--ref",
+            f"{prefix}.{tgt_lang}",
+            "--json",
+            *options,
+        )
+    )
 
 
 def probe_speed(config: str, overrides: list[str], steps: int) -> float:
     """Training tokens/s of `steps` updates with these settings (no validation), leaving out the
     first log interval (start-up)."""
     with tempfile.TemporaryDirectory() as scratch:
-        run("mt-train", "--config", config, "--set", *overrides, f"train.output_dir={scratch}",
-            f"train.max_steps={steps}", f"train.log_every={max(steps // 3, 1)}", f"train.valid_every={10 * steps}",
-            "train.max_minutes=0", "train.keep_last=1", "data.valid=null", "data.test=null")
+        run(
+            "mt-train",
+            "--config",
+            config,
+            "--set",
+            *overrides,
+            f"train.output_dir={scratch}",
+            f"train.max_steps={steps}",
+            f"train.log_every={max(steps // 3, 1)}",
+            f"train.valid_every={10 * steps}",
+            "train.max_minutes=0",
+            "train.keep_last=1",
+            "data.valid=null",
+            "data.test=null",
+        )
         with open(os.path.join(scratch, "metrics.jsonl"), encoding="utf-8") as f:
             rates = [e["tokens_per_s"] for e in map(json.loads, f) if "tokens_per_s" in e]
     return round(sum(rates[1:]) / (len(rates) - 1), 1) if len(rates) > 1 else rates[0]
@@ -67,8 +91,13 @@ def main() -> None:
     parser.add_argument("--runs-dir", default="runs/recipes")
     parser.add_argument("--eval-only", action="store_true", help="score an existing run")
     parser.add_argument("--test", action="store_true", help="also score on data.test")
-    parser.add_argument("--probe", type=int, default=0, metavar="N",
-                        help="first time N updates of the same settings (this machine's speed now)")
+    parser.add_argument(
+        "--probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first time N updates of the same settings (this machine's speed now)",
+    )
     args = parser.parse_args()
 
     out = os.path.join(args.runs_dir, args.name)
@@ -88,16 +117,24 @@ def main() -> None:
         entries = [json.loads(line) for line in f]
     steps = [e["step"] for e in entries if "valid_bleu" in e]
     best = checkpoint.read_best(out)
-    row = {"name": args.name, "config": args.config, "set": args.set, "wall_s": wall, "updates": steps[-1],
-           "train_minutes": round(entries[-1]["elapsed_s"] / 60, 1), "best_step": best["step"]}
+    row = {
+        "name": args.name,
+        "config": args.config,
+        "set": args.set,
+        "wall_s": wall,
+        "updates": steps[-1],
+        "train_minutes": round(entries[-1]["elapsed_s"] / 60, 1),
+        "best_step": best["step"],
+    }
     if probe is not None:
         row["probe_tokens_per_s"] = probe
     if not args.eval_only:
         row["cpu"] = cpu_model()
     best_dir = os.path.join(checkpoint.checkpoint_root(out), best["dir"])
     row["valid_best"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
-    row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu",
-                                        "--beam", "1")["bleu"]
+    row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu", "--beam", "1")[
+        "bleu"
+    ]
     kept = checkpoint.list_checkpoints(out)
     averages = {}
     for n in (3, 5):
@@ -107,8 +144,12 @@ def main() -> None:
             row[f"valid_avg{n}"] = evaluate(averages[n], d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
             row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
     if args.test and d.test:
-        models = (("best", best_dir, ()), ("best_greedy", best_dir, ("--beam", "1")),
-                  ("avg3", averages.get(3), ()), ("avg5", averages.get(5), ()))
+        models = (
+            ("best", best_dir, ()),
+            ("best_greedy", best_dir, ("--beam", "1")),
+            ("avg3", averages.get(3), ()),
+            ("avg5", averages.get(5), ()),
+        )
         for label, model, options in models:
             if model:
                 scores = evaluate(model, d.test, d.src_lang, d.tgt_lang, *options)
@@ -117,9 +158,11 @@ def main() -> None:
     with open(os.path.join(args.runs_dir, "results.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps(row))
-    print(f"| {args.name} | {' '.join(args.set) or '-'} | {row['train_minutes']} min | {row['updates']} | "
-          f"{row['valid_best']} (step {row['best_step']}; greedy {row['valid_best_greedy']}) | "
-          f"{row.get('valid_avg3', '-')} | {row.get('valid_avg5', '-')} |")
+    print(
+        f"| {args.name} | {' '.join(args.set) or '-'} | {row['train_minutes']} min | {row['updates']} | "
+        f"{row['valid_best']} (step {row['best_step']}; greedy {row['valid_best_greedy']}) | "
+        f"{row.get('valid_avg3', '-')} | {row.get('valid_avg5', '-')} |"
+    )
 
 
 if __name__ == "__main__":

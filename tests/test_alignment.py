@@ -3,7 +3,7 @@ import os
 import torch
 from PIL import Image
 
-from conftest import run_cli
+from conftest import FP32_TOLERANCE, run_cli
 from mt_transformer.alignment import cross_attention, format_alignment, select, word_alignment, word_index
 from mt_transformer.model import Transformer
 
@@ -14,13 +14,13 @@ def test_word_index_follows_sentencepiece_word_starts():
 
 
 def test_alignment_takes_each_target_words_most_attended_source_word():
-    src = ["▁das", "▁Haus", "chen", "▁ist"]             # words: das, Hauschen, ist
+    src = ["▁das", "▁Haus", "chen", "▁ist"]  # words: das, Hauschen, ist
     tgt = ["▁the", "▁little", "▁house", "▁is"]
-    matrix = torch.zeros(len(tgt) + 1, len(src) + 1)   # +1: EOS rows and columns
+    matrix = torch.zeros(len(tgt) + 1, len(src) + 1)  # +1: EOS rows and columns
     matrix[0, 0] = 1.0
-    matrix[1, 2] = 0.6                                 # "little" -> "chen", part of word 1
-    matrix[1, 4] = 0.4                                 # (EOS column: never chosen)
-    matrix[2, 1], matrix[2, 2] = 0.5, 0.5              # "house" -> both pieces of word 1
+    matrix[1, 2] = 0.6  # "little" -> "chen", part of word 1
+    matrix[1, 4] = 0.4  # (EOS column: never chosen)
+    matrix[2, 1], matrix[2, 2] = 0.5, 0.5  # "house" -> both pieces of word 1
     matrix[3, 3] = 0.9
     matrix[4, 4] = 1.0
     pairs = word_alignment(matrix, src, tgt)
@@ -42,15 +42,22 @@ def test_hypotheses_of_different_lengths_get_the_weights_each_gets_alone():
     for ids, weights in zip(hypotheses, together):
         alone = cross_attention(model, src, [ids], torch.device("cpu"))[0]
         assert weights.shape == alone.shape == (2, 2, len(ids) + 1, len(src) + 1)
-        torch.testing.assert_close(weights, alone, rtol=0, atol=1e-6)
+        torch.testing.assert_close(weights, alone, **FP32_TOLERANCE)
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, len(ids) + 1))
 
 
 def test_translate_alignment_has_one_pair_per_target_word_and_heatmaps_are_written(trained_run, tmp_path):
     lines = ["I bought a red apple yesterday.", "", "Tom will sell 5 old cups tomorrow."]
     heatmaps = tmp_path / "attention"
-    result = run_cli("mt-translate", "--checkpoint", trained_run, "--alignment", "--attention", str(heatmaps),
-                     input="\n".join(lines) + "\n")
+    result = run_cli(
+        "mt-translate",
+        "--checkpoint",
+        trained_run,
+        "--alignment",
+        "--attention",
+        str(heatmaps),
+        input="\n".join(lines) + "\n",
+    )
     assert result.returncode == 0, result.stderr
     rows = [line.split("\t") for line in result.stdout.split("\n")[:-1]]
     assert len(rows) == 3 and rows[1] == ["", ""]
@@ -61,11 +68,22 @@ def test_translate_alignment_has_one_pair_per_target_word_and_heatmaps_are_writt
     assert sorted(os.listdir(heatmaps)) == ["0000.png", "0002.png"]
     with Image.open(heatmaps / "0000.png") as image:
         assert image.format == "PNG" and image.size[0] >= 600 and image.size[1] >= 400
-    one_head = run_cli("mt-translate", "--checkpoint", trained_run, "--attention", str(tmp_path / "one"),
-                       "--attention-layer", "1", "--attention-head", "2", input=lines[0] + "\n")
+    one_head = run_cli(
+        "mt-translate",
+        "--checkpoint",
+        trained_run,
+        "--attention",
+        str(tmp_path / "one"),
+        "--attention-layer",
+        "1",
+        "--attention-head",
+        "2",
+        input=lines[0] + "\n",
+    )
     assert one_head.returncode == 0, one_head.stderr
     assert "\t" not in one_head.stdout  # heatmaps only: the output lines stay plain translations
     assert os.listdir(tmp_path / "one") == ["0000.png"]
-    bad = run_cli("mt-translate", "--checkpoint", trained_run, "--alignment", "--attention-head", "9",
-                  input=lines[0] + "\n")
+    bad = run_cli(
+        "mt-translate", "--checkpoint", trained_run, "--alignment", "--attention-head", "9", input=lines[0] + "\n"
+    )
     assert bad.returncode == 2 and "--attention-head: 9 is not between 1 and 4" in bad.stderr

@@ -2,6 +2,7 @@ import math
 
 import torch
 
+from conftest import FP32_TOLERANCE
 from mt_transformer.attention import MultiHeadAttention, attention_with_weights
 from mt_transformer.masks import causal_mask, padding_mask
 
@@ -24,7 +25,7 @@ def test_explicit_path_matches_plain_softmax():
     q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
     mask = padding_mask(torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]]), 0)
     out, weights = attention_with_weights(q, k, v, mask)
-    assert torch.allclose(out, reference_attention(q, k, v, mask), atol=1e-5)
+    assert torch.allclose(out, reference_attention(q, k, v, mask), **FP32_TOLERANCE)
     assert torch.allclose(weights.sum(-1), torch.ones(2, 3, 4))
     assert torch.all(weights[0, :, :, 4:] == 0)  # padded keys get no weight
 
@@ -38,7 +39,7 @@ def test_sdpa_and_explicit_paths_agree_with_masks():
     fast, none = attention(x, k, v, mask=src_mask)
     slow, weights = attention(x, k, v, mask=src_mask, need_weights=True)
     assert none is None and weights.shape == (2, 4, 5, 7)
-    assert torch.allclose(fast, slow, atol=1e-5)
+    assert torch.allclose(fast, slow, **FP32_TOLERANCE)
     assert torch.all(weights[1, :, :, 4:] == 0)
 
 
@@ -49,11 +50,11 @@ def test_causal_attention_ignores_the_future():
     k, v = attention.project_kv(x)
     causal, weights = attention(x, k, v, is_causal=True, need_weights=True)
     fast, _ = attention(x, k, v, is_causal=True)
-    assert torch.allclose(causal, fast, atol=1e-5)
+    assert torch.allclose(causal, fast, **FP32_TOLERANCE)
     assert torch.all(weights[0, :, ~causal_mask(6)[0, 0]] == 0)
     # changing a later position leaves earlier outputs unchanged
     x2 = x.clone()
     x2[0, 4:] += 1.0
     k2, v2 = attention.project_kv(x2)
     changed, _ = attention(x2, k2, v2, is_causal=True)
-    assert torch.allclose(changed[0, :4], fast[0, :4], atol=1e-5)
+    assert torch.allclose(changed[0, :4], fast[0, :4], **FP32_TOLERANCE)

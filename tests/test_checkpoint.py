@@ -47,8 +47,8 @@ def test_keep_last_prunes_but_keeps_best(tmp_path):
 
 def test_resolve_falls_back_to_the_last_and_ignores_partial_saves(tmp_path):
     run, _ = fake_run(tmp_path)
-    os.makedirs(os.path.join(run, "checkpoints", ".step_00000040.tmp"))   # a save that died
-    os.makedirs(os.path.join(run, "checkpoints", "step_00000050"))        # no files in it
+    os.makedirs(os.path.join(run, "checkpoints", ".step_00000040.tmp"))  # a save that died
+    os.makedirs(os.path.join(run, "checkpoints", "step_00000050"))  # no files in it
     assert checkpoint.resolve(run).endswith("step_00000030")
     with pytest.raises(UserError, match="no such checkpoint or run directory"):
         checkpoint.resolve(str(tmp_path / "missing"))
@@ -74,6 +74,7 @@ def test_translator_refuses_a_mismatched_tokenizer(trained_run, tmp_path):
     directory = str(tmp_path / "ckpt")
     shutil.copytree(checkpoint.resolve(trained_run), directory)
     import json
+
     path = os.path.join(directory, checkpoint.CONFIG_FILE)
     with open(path) as f:
         metadata = json.load(f)

@@ -22,8 +22,16 @@ def test_translate_keeps_one_line_per_input_line(trained_run, corpus, tmp_path):
 
 
 def test_translate_stdin_stdout_and_nbest(trained_run):
-    result = run_cli("mt-translate", "--checkpoint", trained_run, "--nbest", "2", "--beam", "3",
-                     input="I bought a red apple yesterday.\nTom will sell 5 old cups tomorrow.\n")
+    result = run_cli(
+        "mt-translate",
+        "--checkpoint",
+        trained_run,
+        "--nbest",
+        "2",
+        "--beam",
+        "3",
+        input="I bought a red apple yesterday.\nTom will sell 5 old cups tomorrow.\n",
+    )
     assert result.returncode == 0, result.stderr
     rows = [line.split("\t") for line in result.stdout.splitlines()]
     assert [r[0] for r in rows] == ["0", "0", "1", "1"]
@@ -41,14 +49,26 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
     from mt_transformer.translate import load_translator, translate_lines
 
     lines = ["I bought a red apple yesterday.", "Tom will sell 5 old cups tomorrow."]
-    result = run_cli("mt-translate", "--checkpoint", trained_run, "--beam", "3", "--nbest", "2", "--scores",
-                     "--alpha", "0.6", input="\n".join(lines) + "\n")
+    result = run_cli(
+        "mt-translate",
+        "--checkpoint",
+        trained_run,
+        "--beam",
+        "3",
+        "--nbest",
+        "2",
+        "--scores",
+        "--alpha",
+        "0.6",
+        input="\n".join(lines) + "\n",
+    )
     assert result.returncode == 0, result.stderr
     rows = [line.split("\t") for line in result.stdout.splitlines()]
     assert [(r[0], len(r)) for r in rows] == [("0", 4), ("0", 4), ("1", 4), ("1", 4)]
     model, tokenizer, _ = load_translator(trained_run, torch.device("cpu"))
-    found = translate_lines(model, tokenizer, lines, torch.device("cpu"), beam_size=3, alpha=0.6, max_len_a=1.0,
-                            max_len_b=10, n_best=2)
+    found = translate_lines(
+        model, tokenizer, lines, torch.device("cpu"), beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=10, n_best=2
+    )
     for row, translation in zip(rows, [t for sentence in found for t in sentence]):
         assert row[3] == translation.text
         # teacher-forcing the hypothesis gives the printed log-probability (its EOS included) ...
@@ -72,9 +92,14 @@ def test_translate_on_a_terminal_answers_each_line_as_it_is_entered(trained_run)
 
     controller, terminal = pty.openpty()
     code = "import sys; from mt_transformer.cli import translate_main; sys.argv[0] = 'mt-translate'; translate_main()"
-    process = subprocess.Popen([sys.executable, "-c", code, "--checkpoint", trained_run], stdin=terminal,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-                               env={**os.environ, "PYTHONPATH": ROOT})
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "--checkpoint", trained_run],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     os.close(terminal)
     try:
         answers = []
@@ -103,8 +128,18 @@ def test_translate_errors_are_one_line(trained_run, tmp_path):
 
 def test_eval_translates_and_scores(trained_run, corpus, tmp_path):
     hyp = tmp_path / "hyp.de"
-    result = run_cli("mt-eval", "--checkpoint", trained_run, "--src", f"{corpus}/test.en", "--ref",
-                     f"{corpus}/test.de", "--json", "-o", str(hyp))
+    result = run_cli(
+        "mt-eval",
+        "--checkpoint",
+        trained_run,
+        "--src",
+        f"{corpus}/test.en",
+        "--ref",
+        f"{corpus}/test.de",
+        "--json",
+        "-o",
+        str(hyp),
+    )
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout)
     assert 0 <= scores["bleu"] <= 100 and "chrf" in scores and "bleu" in scores["signature"]
@@ -132,10 +167,18 @@ def test_demo_commands_run_as_in_the_makefile(tmp_path):
     """`make demo` in miniature: the same commands and config, with fewer steps and less data."""
     data, run = tmp_path / "demo", tmp_path / "run"
     from mt_transformer.demo_data import main as generate
+
     generate([str(data), "--train", "3000", "--valid", "20", "--test", "20"])
-    overrides = [f"data.train={data}/train", f"data.valid={data}/valid", f"data.test={data}/test",
-                 f"train.output_dir={run}", "train.max_steps=4", "train.valid_every=4", "train.log_every=2",
-                 "data.vocab_size=300"]
+    overrides = [
+        f"data.train={data}/train",
+        f"data.valid={data}/valid",
+        f"data.test={data}/test",
+        f"train.output_dir={run}",
+        "train.max_steps=4",
+        "train.valid_every=4",
+        "train.log_every=2",
+        "data.vocab_size=300",
+    ]
     train = run_cli("mt-train", "--config", os.path.join(ROOT, "configs/demo.yaml"), "--set", *overrides)
     assert train.returncode == 0, train.stderr
     assert "valid BLEU" in train.stdout

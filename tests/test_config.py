@@ -15,24 +15,27 @@ def test_loads_and_applies_overrides(corpus, tmp_path):
     assert config.train.lr_scale == 1.0 and isinstance(config.train.lr_scale, float)  # int coerced to float
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.colour=red", "model.colour: unknown key"),
-    ("optimizer.lr=1", "optimizer: unknown section"),
-    ("model.d_model=abc", "model.d_model: expected an integer"),
-    ("model.d_model=100", "model.d_model: 100 is not divisible by model.n_heads (8)"),
-    ("model.d_ff=0", "model.d_ff: must be positive"),
-    ("model.encoder_layers=-1", "model.encoder_layers: must be positive"),
-    ("train.warmup=0", "train.warmup: must be positive"),
-    ("decode.beam_size=0", "decode.beam_size: must be positive"),
-    ("decode.n_best=5", "decode.n_best: 5 exceeds decode.beam_size (4)"),
-    ("decode.max_input_len=-1", "decode.max_input_len: must be zero or positive, got -1"),
-    ("model.norm=middle", "model.norm: 'middle' is not one of post | pre"),
-    ("train.precision=fp8", "train.precision: 'fp8' is not one of fp32 | bf16 | fp16"),
-    ("data.joint_vocab=maybe", "data.joint_vocab: expected true or false"),
-    ("model.dropout=1.5", "model.dropout: must be in [0, 1)"),
-    ("train.adam_betas=[0.9]", "train.adam_betas: expected a list of 2 values"),
-    ("nodot=1", "--set nodot=1: expected section.key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.colour=red", "model.colour: unknown key"),
+        ("optimizer.lr=1", "optimizer: unknown section"),
+        ("model.d_model=abc", "model.d_model: expected an integer"),
+        ("model.d_model=100", "model.d_model: 100 is not divisible by model.n_heads (8)"),
+        ("model.d_ff=0", "model.d_ff: must be positive"),
+        ("model.encoder_layers=-1", "model.encoder_layers: must be positive"),
+        ("train.warmup=0", "train.warmup: must be positive"),
+        ("decode.beam_size=0", "decode.beam_size: must be positive"),
+        ("decode.n_best=5", "decode.n_best: 5 exceeds decode.beam_size (4)"),
+        ("decode.max_input_len=-1", "decode.max_input_len: must be zero or positive, got -1"),
+        ("model.norm=middle", "model.norm: 'middle' is not one of post | pre"),
+        ("train.precision=fp8", "train.precision: 'fp8' is not one of fp32 | bf16 | fp16"),
+        ("data.joint_vocab=maybe", "data.joint_vocab: expected true or false"),
+        ("model.dropout=1.5", "model.dropout: must be in [0, 1)"),
+        ("train.adam_betas=[0.9]", "train.adam_betas: expected a list of 2 values"),
+        ("nodot=1", "--set nodot=1: expected section.key=value"),
+    ],
+)
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as error:
         load_config("configs/base.yaml", [override])
@@ -54,8 +57,7 @@ def test_missing_config_file():
 def test_cli_errors_exit_2_and_write_nothing(corpus, tmp_path):
     out = tmp_path / "out"
     path = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(out)))
-    for args in (["--set", "model.n_heads=3"], ["--set", "train.bogus=1"],
-                 ["--set", f"data.train={tmp_path}/missing"]):
+    for args in (["--set", "model.n_heads=3"], ["--set", "train.bogus=1"], ["--set", f"data.train={tmp_path}/missing"]):
         result = run_cli("mt-train", "--config", path, *args)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()

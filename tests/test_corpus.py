@@ -66,7 +66,8 @@ def test_hub_shaped_dataset_with_configs_and_splits(tmp_path):
         datasets.Dataset.from_dict(rows).to_parquet(str(repo / "de-en" / f"{split}-00000-of-00001.parquet"))
     (repo / "README.md").write_text(
         "---\nconfigs:\n- config_name: de-en\n  data_files:\n"
-        "  - split: train\n    path: de-en/train-*\n  - split: validation\n    path: de-en/validation-*\n---\n")
+        "  - split: train\n    path: de-en/train-*\n  - split: validation\n    path: de-en/validation-*\n---\n"
+    )
     pairs = load_pairs("hub", "validation", "en", "de", "data.valid", hub_name=str(repo), hub_config="de-en")
     assert pairs["src"][:] == ["Sentence 0", "Sentence 1"] and pairs["tgt"][:] == ["Satz 0", "Satz 1"]
     assert len(load_pairs("hub", "train", "de", "en", "data.train", hub_name=str(repo), hub_config="de-en")) == 3
@@ -79,11 +80,14 @@ def test_invalid_utf8_is_a_user_error(tmp_path):
         load_pairs("text", str(tmp_path / "x"), "de", "en", "data.train")
 
 
-@pytest.mark.parametrize("format, files", [
-    ("text", {"t.de": "", "t.en": ""}),
-    ("tsv", {"t.tsv": ""}),
-    ("jsonl", {"t.jsonl": ""}),
-])
+@pytest.mark.parametrize(
+    "format, files",
+    [
+        ("text", {"t.de": "", "t.en": ""}),
+        ("tsv", {"t.tsv": ""}),
+        ("jsonl", {"t.jsonl": ""}),
+    ],
+)
 def test_an_empty_file_is_a_user_error_naming_it(tmp_path, format, files):
     for name, text in files.items():
         write(tmp_path / name, text)
@@ -96,8 +100,13 @@ def test_an_empty_file_is_a_user_error_naming_it(tmp_path, format, files):
 def test_a_training_set_without_a_single_complete_pair_is_a_user_error(tmp_path):
     write(tmp_path / "t.de", "eins\n\n \n")
     write(tmp_path / "t.en", "\ntwo\n\n")
-    config = tiny_config(str(tmp_path), str(tmp_path / "run"), data={"train": str(tmp_path / "t"), "valid": None,
-                                                                     "src_lang": "de", "tgt_lang": "en"})
+    config = tiny_config(
+        str(tmp_path),
+        str(tmp_path / "run"),
+        data={"train": str(tmp_path / "t"), "valid": None, "src_lang": "de", "tgt_lang": "en"},
+    )
     result = run_cli("mt-train", "--config", write_config(tmp_path / "c.yaml", config))
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == f"error: data.train: {tmp_path / 't'}: no pair has text on both sides"
+    assert (
+        result.stderr.strip().splitlines()[-1] == f"error: data.train: {tmp_path / 't'}: no pair has text on both sides"
+    )

@@ -73,15 +73,30 @@ def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path)
     ours = [r[0].text for r in translate_lines(model, tokenizer, lines, CPU, beam_size=1, max_len_b=10)]
     assert ct2.stdout.splitlines() == ours  # greedy: the same outputs, the empty line stays empty
 
-    beam = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", str(out), "-i", str(source),
-                   "--beam", "2", "--nbest", "2")
+    beam = run_cli(
+        "mt-translate",
+        "--engine",
+        "ctranslate2",
+        "--checkpoint",
+        str(out),
+        "-i",
+        str(source),
+        "--beam",
+        "2",
+        "--nbest",
+        "2",
+    )
     assert beam.returncode == 0, beam.stderr
     rows = [line.split("\t") for line in beam.stdout.splitlines()]
     assert sorted({int(r[0]) for r in rows}) == list(range(len(lines)))
 
     int8 = tmp_path / "int8"
-    assert run_cli("mt-export", "--checkpoint", trained_run, "--format", "ctranslate2", "--quantization", "int8",
-                   str(int8)).returncode == 0
+    assert (
+        run_cli(
+            "mt-export", "--checkpoint", trained_run, "--format", "ctranslate2", "--quantization", "int8", str(int8)
+        ).returncode
+        == 0
+    )
     assert json.loads((int8 / ctranslate2_engine.SETTINGS_FILE).read_text())["quantization"] == "int8"
     assert os.path.getsize(int8 / "model.bin") < os.path.getsize(out / "model.bin")
 

@@ -3,11 +3,28 @@ from mt_transformer.demo_data import generate, number_word, ordinal_dative
 
 def test_german_numbers_and_ordinals():
     assert [number_word(n) for n in (1, 7, 11, 16, 20, 21, 23, 57, 99)] == [
-        "eins", "sieben", "elf", "sechzehn", "zwanzig", "einundzwanzig", "dreiundzwanzig", "siebenundfünfzig",
-        "neunundneunzig"]
+        "eins",
+        "sieben",
+        "elf",
+        "sechzehn",
+        "zwanzig",
+        "einundzwanzig",
+        "dreiundzwanzig",
+        "siebenundfünfzig",
+        "neunundneunzig",
+    ]
     assert [ordinal_dative(n) for n in (1, 3, 5, 7, 8, 12, 19, 20, 21, 31)] == [
-        "ersten", "dritten", "fünften", "siebten", "achten", "zwölften", "neunzehnten", "zwanzigsten",
-        "einundzwanzigsten", "einunddreißigsten"]
+        "ersten",
+        "dritten",
+        "fünften",
+        "siebten",
+        "achten",
+        "zwölften",
+        "neunzehnten",
+        "zwanzigsten",
+        "einundzwanzigsten",
+        "einunddreißigsten",
+    ]
 
 
 def test_generation_is_deterministic_and_splits_are_disjoint(tmp_path):

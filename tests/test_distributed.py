@@ -15,9 +15,13 @@ from safetensors.numpy import load_file
 from conftest import ROOT, run_cli, tiny_config, write_config
 from mt_transformer.distributed import Processes, shard
 
-# Summation order differs (an all-reduce of two halves against one running sum), so the weights
-# agree to float precision, not bit for bit: measured at most 4e-7 apart after 3 updates.
-TOLERANCE = 1e-5
+# Two ranks sum their halves of the batch and then all-reduce; one process sums the whole batch
+# in one order. The gradients of the first update, from identical weights, therefore agree to
+# float32 rounding, not bit for bit. The weights after it do not: Adam's first step is about
+# lr * sign(gradient), so rounding noise in a near-zero gradient becomes a step of +-lr (1.9e-4
+# on one host, 4e-7 on another). The gradients differ by 2.2e-7 of the largest entry (AMD EPYC,
+# AVX2); the bound below is relative to that entry too.
+GRADIENT_TOLERANCE = 1e-5
 
 
 def test_shards_are_disjoint_equal_and_cover_all_but_the_remainder():
@@ -30,8 +34,14 @@ def test_shards_are_disjoint_equal_and_cover_all_but_the_remainder():
 def torchrun(*args, timeout: int = 300) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     # --no-python runs the mt-train command itself: it may be a shell shim (pyenv), not a Python file
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--no-python", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--no-python", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def finish(process: subprocess.Popen, timeout: int = 300) -> str:
@@ -49,18 +59,21 @@ def weights(run_dir: str, step: int) -> dict:
     return load_file(os.path.join(run_dir, "checkpoints", f"step_{step:08d}", "model.safetensors"))
 
 
-def largest_difference(a: dict, b: dict) -> float:
-    """The largest difference of any weight, leaving out the attention key biases: softmax ignores a
-    constant added to every key's score, so their gradient is zero but for rounding noise, which
-    Adam's first steps turn into steps of +-lr (measured: 6e-3 apart, with everything else 4e-7)."""
-    assert a.keys() == b.keys()
-    differences = []
-    for name in a:
-        difference = np.abs(a[name] - b[name])
-        if name.endswith("kv_proj.bias"):  # keys' half, then values' half
-            difference = difference[len(difference) // 2:]
-        differences.append(float(difference.max()))
-    return max(differences)
+def first_gradients(run_dir: str) -> list[np.ndarray]:
+    """The gradient of each parameter in the first update: after one step Adam's first moment is
+    (1 - beta1) times it (betas (0.9, 0.98) in the test config)."""
+    from mt_transformer.checkpoint import load_trainer_state
+
+    state = load_trainer_state(os.path.join(run_dir, "checkpoints", "step_00000001"))["optimizer"]["state"]
+    return [state[i]["exp_avg"].numpy() / (1 - 0.9) for i in sorted(state)]
+
+
+def gradient_gap(a: str, b: str) -> float:
+    """The largest difference between two runs' first-update gradients, relative to the largest entry."""
+    ga, gb = first_gradients(a), first_gradients(b)
+    assert [g.shape for g in ga] == [g.shape for g in gb]
+    largest = max(float(np.abs(g).max()) for g in ga)
+    return max(float(np.abs(x - y).max()) for x, y in zip(ga, gb)) / largest
 
 
 def losses(run_dir: str) -> list[tuple[int, float]]:
@@ -70,7 +83,7 @@ def losses(run_dir: str) -> list[tuple[int, float]]:
 
 def config_for(corpus, directory, name, **train):
     # 256-token batches: the 2,000-pair corpus makes over 100 of them, so 4 updates stay in one epoch
-    settings = {"max_steps": 3, "valid_every": 3, "log_every": 1, "max_tokens": 256, **train}
+    settings = {"max_steps": 3, "valid_every": 1, "log_every": 1, "max_tokens": 256, **train}
     return write_config(directory / f"{name}.yaml", tiny_config(corpus, str(directory / name), train=settings))
 
 
@@ -80,8 +93,11 @@ def two_processes(corpus, tmp_path_factory):
     directory = tmp_path_factory.mktemp("ddp")
     single = run_cli("mt-train", "--config", config_for(corpus, directory, "single", accumulate=2))
     assert single.returncode == 0, single.stderr
-    stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config",
-                             config_for(corpus, directory, "double")))
+    stderr = finish(
+        torchrun(
+            "--standalone", "--nproc-per-node", "2", mt_train(), "--config", config_for(corpus, directory, "double")
+        )
+    )
     return directory, stderr
 
 
@@ -89,12 +105,17 @@ def two_processes(corpus, tmp_path_factory):
 def test_two_processes_make_the_updates_of_one_that_sees_the_same_global_batches(two_processes):
     directory, stderr = two_processes
     assert "x 2 processes" in stderr
-    assert largest_difference(weights(directory / "single", 3), weights(directory / "double", 3)) < TOLERANCE
-    # the logged loss is the global batch's, written once per step by rank 0
+    assert gradient_gap(directory / "single", directory / "double") < GRADIENT_TOLERANCE
+    # the logged loss is the global batch's, written once per step by rank 0 (rounded to 4 decimals)
     single, double = losses(directory / "single"), losses(directory / "double")
     assert [s for s, _ in double] == [1, 2, 3]
-    assert np.allclose([l for _, l in double], [l for _, l in single], atol=1e-4)
-    assert sorted(os.listdir(directory / "double" / "checkpoints")) == ["best.json", "step_00000003"]
+    assert np.allclose([loss for _, loss in double], [loss for _, loss in single], atol=1e-3)
+    assert sorted(os.listdir(directory / "double" / "checkpoints")) == [
+        "best.json",
+        "step_00000001",
+        "step_00000002",
+        "step_00000003",
+    ]
 
 
 @pytest.mark.slow
@@ -112,7 +133,8 @@ def test_two_processes_resume_like_an_uninterrupted_run(corpus, tmp_path):
     stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", script, "--config", split))
     assert "resuming from" in stderr
     assert losses(tmp_path / "split") == losses(tmp_path / "whole")
-    assert largest_difference(weights(tmp_path / "split", 4), weights(tmp_path / "whole", 4)) == 0
+    split_weights, whole_weights = weights(tmp_path / "split", 4), weights(tmp_path / "whole", 4)
+    assert all(np.array_equal(split_weights[name], whole_weights[name]) for name in whole_weights)
 
 
 def free_port() -> int:
@@ -126,12 +148,31 @@ def test_two_nodes_meet_at_a_c10d_rendezvous_and_train_as_one_group(two_processe
     directory, _ = two_processes
     config = config_for(corpus, directory, "nodes")
     endpoint = f"127.0.0.1:{free_port()}"
-    nodes = [torchrun("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                      "--rdzv-id", "mt-test", mt_train(), "--config", config) for _ in range(2)]
+    nodes = [
+        torchrun(
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            "mt-test",
+            mt_train(),
+            "--config",
+            config,
+        )
+        for _ in range(2)
+    ]
     outputs = [finish(node) for node in nodes]
     assert any("x 2 processes" in output for output in outputs)
     # which node gets rank 0 is a race; the update is the same either way
-    assert largest_difference(weights(directory / "nodes", 3), weights(directory / "double", 3)) < TOLERANCE
+    assert gradient_gap(directory / "nodes", directory / "double") < GRADIENT_TOLERANCE
+    assert np.allclose(
+        [loss for _, loss in losses(directory / "nodes")], [loss for _, loss in losses(directory / "double")], atol=1e-3
+    )
 
 
 @pytest.mark.slow
@@ -150,6 +191,6 @@ def test_sigterm_to_torchrun_saves_a_checkpoint_and_stops_every_rank(corpus, tmp
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert "stopped by SIGTERM at step" in stderr
-    (step, directory), = list_checkpoints(str(run_dir))  # one complete checkpoint, written by rank 0
+    ((step, directory),) = list_checkpoints(str(run_dir))  # one complete checkpoint, written by rank 0
     state = load_trainer_state(directory)
     assert state["step"] == step > 0 and len(state["rng_ranks"]) == 2

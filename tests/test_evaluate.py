@@ -14,8 +14,12 @@ REF = ["The cat sat on a mat.", "A dog is running in the park!", "Hello, world",
 
 
 def sacrebleu_cli(hyp_path, ref_path, metric):
-    out = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref_path), "-i", str(hyp_path), "-m", metric, "-b", "-w", "2"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(ref_path), "-i", str(hyp_path), "-m", metric, "-b", "-w", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip())
 
 
@@ -74,8 +78,9 @@ def test_bleu_tokenizes_by_target_language(tmp_path):
     files = {name: tmp_path / name for name in ("hyp.zh", "ref.zh")}
     files["hyp.zh"].write_text(hyp[0] + "\n", encoding="utf-8")
     files["ref.zh"].write_text(ref[0] + "\n", encoding="utf-8")
-    result = run_cli("mt-eval", "--hyp", str(files["hyp.zh"]), "--ref", str(files["ref.zh"]), "--tgt-lang", "zh",
-                     "--json")
+    result = run_cli(
+        "mt-eval", "--hyp", str(files["hyp.zh"]), "--ref", str(files["ref.zh"]), "--tgt-lang", "zh", "--json"
+    )
     assert json.loads(result.stdout)["bleu"] == chinese["bleu"]
 
 
@@ -103,16 +108,35 @@ def systems(tmp_path, size=150):
 
 def sacrebleu_p_values(ref, baseline, system, test) -> list[float]:
     """The BLEU and chrF p-values the sacrebleu command prints (its JSON output fails on paired tests)."""
-    out = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(baseline), str(system),
-                          "-m", "bleu", "chrf", f"--paired-{test}", "-f", "text", "--no-color"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(ref),
+            "-i",
+            str(baseline),
+            str(system),
+            "-m",
+            "bleu",
+            "chrf",
+            f"--paired-{test}",
+            "-f",
+            "text",
+            "--no-color",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [float(p) for p in re.findall(r"\(p = ([0-9.]+)\)", out.stdout)]
 
 
 def test_paired_tests_agree_with_the_sacrebleu_command(tmp_path):
     paths = systems(tmp_path)
-    result = run_cli("mt-eval", "--hyp", str(paths["good"]), "--compare", str(paths["close"]), "--ref",
-                     str(paths["ref"]), "--json")
+    result = run_cli(
+        "mt-eval", "--hyp", str(paths["good"]), "--compare", str(paths["close"]), "--ref", str(paths["ref"]), "--json"
+    )
     assert result.returncode == 0, result.stderr
     ours = json.loads(result.stdout)["compare"]
     for test, short in (("bootstrap", "bs"), ("randomization", "ar")):
@@ -120,11 +144,31 @@ def test_paired_tests_agree_with_the_sacrebleu_command(tmp_path):
         assert [round(ours[name][f"{test}_p"], 4) for name in ("bleu", "chrf")] == pytest.approx(theirs, abs=1e-4)
     assert 0.002 < ours["bleu"]["bootstrap_p"] < 0.9  # a p-value in the middle, not the test's floor
     assert ours["bleu"]["system"] > ours["bleu"]["baseline"]
-    clear = run_cli("mt-eval", "--hyp", str(paths["good"]), "--compare", str(paths["weak"]), "--ref",
-                    str(paths["ref"]), "--tests", "bootstrap")
+    clear = run_cli(
+        "mt-eval",
+        "--hyp",
+        str(paths["good"]),
+        "--compare",
+        str(paths["weak"]),
+        "--ref",
+        str(paths["ref"]),
+        "--tests",
+        "bootstrap",
+    )
     assert clear.stdout.splitlines()[2].endswith("): significant at p < 0.05")  # after the BLEU and chrF lines
-    same = run_cli("mt-eval", "--hyp", str(paths["good"]), "--compare", str(paths["good"]), "--ref",
-                   str(paths["ref"]), "--tests", "bootstrap", "--metrics", "bleu")
+    same = run_cli(
+        "mt-eval",
+        "--hyp",
+        str(paths["good"]),
+        "--compare",
+        str(paths["good"]),
+        "--ref",
+        str(paths["ref"]),
+        "--tests",
+        "bootstrap",
+        "--metrics",
+        "bleu",
+    )
     assert "difference +0.00" in same.stdout and "not significant" in same.stdout
 
 

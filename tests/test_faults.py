@@ -107,7 +107,7 @@ def test_fp16_overflows_are_skipped_while_the_grad_scaler_lowers_its_scale(corpu
     state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000010", "trainer.pt"), weights_only=True)
     scale = state["scaler"]["scale"]
     assert state["step"] == 10 and 0 < state["skipped"] < 20
-    assert scale == 2.0 ** 16 / 2 ** state["skipped"]  # each skipped update halved the scale, nothing else did
+    assert scale == 2.0**16 / 2 ** state["skipped"]  # each skipped update halved the scale, nothing else did
     logged = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl") if '"loss"' in line]
     assert logged[-1]["skipped"] == state["skipped"] and all(math.isfinite(m["loss"]) for m in logged[1:])
 
@@ -146,9 +146,11 @@ def assert_same_run(run_dir, reference_dir):
 
 
 def start_training(config, **env):
-    return subprocess.Popen([sys.executable, "-c", "from mt_transformer.cli import train_main; train_main()",
-                             "--config", config], stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": ROOT, **env})
+    return subprocess.Popen(
+        [sys.executable, "-c", "from mt_transformer.cli import train_main; train_main()", "--config", config],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": ROOT, **env},
+    )
 
 
 def wait_for(condition, process, seconds=180):
@@ -217,8 +219,12 @@ def write_payload(path, marker):
 def one_line_error(result, after_logs=False):
     """Exit code 2, no traceback, and the error as the one last line (mt-train logs its progress before it)."""
     lines = result.stderr.strip().splitlines()
-    return (result.returncode == 2 and (after_logs or len(lines) == 1) and lines[-1].startswith("error: ")
-            and "Traceback" not in result.stderr)
+    return (
+        result.returncode == 2
+        and (after_logs or len(lines) == 1)
+        and lines[-1].startswith("error: ")
+        and "Traceback" not in result.stderr
+    )
 
 
 def test_pickle_payloads_never_run_through_the_commands(trained_run, corpus, tmp_path):
@@ -238,8 +244,10 @@ def test_pickle_payloads_never_run_through_the_commands(trained_run, corpus, tmp
     assert one_line_error(result) and "not a readable safetensors file" in result.stderr
 
     # 3. a pickle in the trainer state: mt-train (resuming) refuses it
-    shutil.copyfile(os.path.join(trained_run, "checkpoints", os.path.basename(newest), checkpoint.MODEL_FILE),
-                    os.path.join(newest, checkpoint.MODEL_FILE))
+    shutil.copyfile(
+        os.path.join(trained_run, "checkpoints", os.path.basename(newest), checkpoint.MODEL_FILE),
+        os.path.join(newest, checkpoint.MODEL_FILE),
+    )
     write_payload(os.path.join(newest, checkpoint.TRAINER_FILE), marker)
     config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(run_dir), train={"max_steps": 60}))
     result = run_cli("mt-train", "--config", config)
@@ -271,8 +279,9 @@ def test_too_little_free_space_is_an_error_before_training(corpus, tmp_path, mon
     assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def fail_for_lack_of_space_then_resume(corpus, directory, monkeypatch, reason, where="step_00000010",
-                                       free_space=lambda: None):
+def fail_for_lack_of_space_then_resume(
+    corpus, directory, monkeypatch, reason, where="step_00000010", free_space=lambda: None
+):
     """Train 10 steps, saving at 5 and 10, with a fault that strikes after the first save."""
     config = config_for(corpus, directory, max_steps=10, valid_every=5, keep_last=1)
     run_dir = directory / "run"
@@ -309,8 +318,7 @@ def small_disk(tmp_path):
     """A 16 MB tmpfs (needs the right to mount: skipped elsewhere)."""
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
-                             capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     yield mount_point
@@ -334,16 +342,30 @@ def test_a_really_full_disk_keeps_the_last_good_checkpoint(corpus, small_disk, m
         fill(small_disk)
 
     monkeypatch.setattr(checkpoint, "prune", prune_then_fill_the_disk)
-    fail_for_lack_of_space_then_resume(corpus, small_disk, monkeypatch, "No space left on device",
-                                       where=r"run/metrics\.jsonl: |step_00000010: ",  # whichever is written first
-                                       free_space=lambda: os.remove(small_disk / "filler"))
+    fail_for_lack_of_space_then_resume(
+        corpus,
+        small_disk,
+        monkeypatch,
+        "No space left on device",
+        where=r"run/metrics\.jsonl: |step_00000010: ",  # whichever is written first
+        free_space=lambda: os.remove(small_disk / "filler"),
+    )
 
 
 def test_translating_onto_a_full_disk_is_a_one_line_error(trained_run, corpus, small_disk):
     (small_disk / "out.de").write_text("the previous translation\n", encoding="utf-8")
     fill(small_disk)
-    result = run_cli("mt-translate", "--checkpoint", trained_run, "-i", f"{corpus}/test.en",
-                     "-o", str(small_disk / "out.de"), "--beam", "1")
+    result = run_cli(
+        "mt-translate",
+        "--checkpoint",
+        trained_run,
+        "-i",
+        f"{corpus}/test.en",
+        "-o",
+        str(small_disk / "out.de"),
+        "--beam",
+        "1",
+    )
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1].endswith(": No space left on device")
     assert "Traceback" not in result.stderr

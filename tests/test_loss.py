@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from conftest import FP32_TOLERANCE
 from mt_transformer.loss import label_smoothed_loss, linear_cross_entropy
 from mt_transformer.tokenizer import PAD_ID
 
@@ -41,9 +42,9 @@ def test_fused_loss_and_gradients_equal_the_plain_ones(smoothing, block_rows):
     plain_grads = torch.autograd.grad(plain * 2.5, (hidden, weight))
     fused = linear_cross_entropy(hidden, weight, target, smoothing, torch.float32, block_rows)
     fused_grads = torch.autograd.grad(fused * 2.5, (hidden, weight))  # the outer gradient is applied too
-    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused, plain, **FP32_TOLERANCE)
     for ours, theirs in zip(fused_grads, plain_grads):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours, theirs, **FP32_TOLERANCE)
     assert fused_grads[0][2, 1:].abs().sum() == 0  # padding positions get no gradient
 
 

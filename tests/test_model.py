@@ -1,5 +1,6 @@
 import torch
 
+from conftest import FP32_TOLERANCE
 from mt_transformer.masks import padding_mask
 from mt_transformer.model import Transformer, count_parameters
 from mt_transformer.tokenizer import BOS_ID, PAD_ID
@@ -15,8 +16,7 @@ def tiny(**kwargs):
 def test_three_way_tying_with_a_shared_vocabulary():
     model = tiny()
     assert model.src_embed.weight is model.tgt_embed.weight is model.output.weight
-    untied = Transformer(40, 50, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1,
-                         share_vocab=False)
+    untied = Transformer(40, 50, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1, share_vocab=False)
     assert untied.src_embed.weight is not untied.tgt_embed.weight
     assert untied.output.weight is untied.tgt_embed.weight  # decoder input/output still tied
     assert count_parameters(model) < count_parameters(tiny(tie_embeddings=False))
@@ -27,7 +27,7 @@ def test_source_padding_does_not_change_the_output():
     src = torch.tensor([[5, 6, 7, 3]])
     padded = torch.tensor([[5, 6, 7, 3, PAD_ID, PAD_ID]])
     tgt = torch.tensor([[BOS_ID, 9, 10]])
-    assert torch.allclose(model(src, tgt), model(padded, tgt), atol=1e-5)
+    assert torch.allclose(model(src, tgt), model(padded, tgt), **FP32_TOLERANCE)
 
 
 def decode_incrementally(model, src, tgt_in, rows=None):
@@ -36,7 +36,7 @@ def decode_incrementally(model, src, tgt_in, rows=None):
     cache = model.new_cache()
     steps = []
     for t in range(tgt_in.size(1)):
-        logits, _ = model.decode(tgt_in[:, t: t + 1], memory, src_mask, cache)
+        logits, _ = model.decode(tgt_in[:, t : t + 1], memory, src_mask, cache)
         steps.append(logits)
     return torch.cat(steps, dim=1), cache
 
@@ -49,7 +49,7 @@ def test_kv_cache_equals_full_recompute():
             tgt_in = torch.tensor([[BOS_ID, 12, 13, 14], [BOS_ID, 15, 16, 17]])
             full = model(src, tgt_in)
             incremental, _ = decode_incrementally(model, src, tgt_in)
-            assert torch.allclose(full, incremental, atol=1e-5), (norm, positions)
+            assert torch.allclose(full, incremental, **FP32_TOLERANCE), (norm, positions)
 
 
 def _step_after_reorder(model, src, tgt_in, order, sentences=None):
@@ -61,7 +61,7 @@ def _step_after_reorder(model, src, tgt_in, order, sentences=None):
     memory = model.encode(src, src_mask)
     cache = model.new_cache()
     for t in range(2):
-        model.decode(tgt_in[:, t: t + 1], memory, src_mask, cache)
+        model.decode(tgt_in[:, t : t + 1], memory, src_mask, cache)
     cache.select(order, sentences)
     if sentences is not None:
         memory, src_mask = memory[sentences], src_mask[sentences]
@@ -75,7 +75,7 @@ def test_kv_cache_after_reordering_rows():
     tgt_in = torch.tensor([[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25]])
     order = torch.tensor([2, 0, 0])
     reordered = _step_after_reorder(model, src, tgt_in, order, sentences=order)
-    assert torch.allclose(reordered, model(src[order], tgt_in[order])[:, 2:3], atol=1e-5)
+    assert torch.allclose(reordered, model(src[order], tgt_in[order])[:, 2:3], **FP32_TOLERANCE)
 
 
 def test_beams_share_one_encoding_of_their_sentence():
@@ -83,15 +83,16 @@ def test_beams_share_one_encoding_of_their_sentence():
     encoder output, and the result equals decoding each beam with its own copy."""
     model = tiny()
     src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
-    tgt_in = torch.tensor([[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25],
-                           [BOS_ID, 26, 27], [BOS_ID, 28, 29], [BOS_ID, 30, 31]])
+    tgt_in = torch.tensor(
+        [[BOS_ID, 20, 21], [BOS_ID, 22, 23], [BOS_ID, 24, 25], [BOS_ID, 26, 27], [BOS_ID, 28, 29], [BOS_ID, 30, 31]]
+    )
     order = torch.tensor([1, 1, 2, 5, 3, 3])  # beams reordered within each sentence
     reordered = _step_after_reorder(model, src, tgt_in, order)
     expected = model(src.repeat_interleave(3, dim=0), tgt_in[order])[:, 2:3]
-    assert torch.allclose(reordered, expected, atol=1e-5)
+    assert torch.allclose(reordered, expected, **FP32_TOLERANCE)
     # dropping the first sentence keeps the second one's three beams
     kept = _step_after_reorder(model, src, tgt_in, order[3:], sentences=torch.tensor([1]))
-    assert torch.allclose(kept, expected[3:], atol=1e-5)
+    assert torch.allclose(kept, expected[3:], **FP32_TOLERANCE)
 
 
 def test_overfits_one_batch():
@@ -115,9 +116,10 @@ def test_decoder_attention_weights_are_returned():
     model = tiny()
     src = torch.tensor([[5, 6, 3, 0]])
     src_mask = padding_mask(src, PAD_ID)
-    logits, weights = model.decode(torch.tensor([[BOS_ID, 7]]), model.encode(src, src_mask), src_mask,
-                                   need_weights=True)
+    logits, weights = model.decode(
+        torch.tensor([[BOS_ID, 7]]), model.encode(src, src_mask), src_mask, need_weights=True
+    )
     plain, _ = model.decode(torch.tensor([[BOS_ID, 7]]), model.encode(src, src_mask), src_mask)
-    assert torch.allclose(logits, plain, atol=1e-5)
+    assert torch.allclose(logits, plain, **FP32_TOLERANCE)
     assert len(weights) == 2 and weights[0].shape == (1, 4, 2, 4)
     assert torch.all(weights[0][..., 3] == 0)

@@ -52,8 +52,9 @@ def test_heatmap_grows_with_the_sentence_and_stays_readable(tmp_path):
 
     short, long = tmp_path / "short.png", tmp_path / "long.png"
     attention_heatmap(torch.full((4, 3), 1 / 3), ["▁a", "▁b"], ["▁x", "▁y", "z"], str(short), "short")
-    attention_heatmap(torch.full((21, 31), 1 / 31), [f"▁s{i}" for i in range(30)], [f"▁t{i}" for i in range(20)],
-                      str(long), "long")
+    attention_heatmap(
+        torch.full((21, 31), 1 / 31), [f"▁s{i}" for i in range(30)], [f"▁t{i}" for i in range(20)], str(long), "long"
+    )
     (w1, h1), (w2, h2) = image_size(short), image_size(long)
     assert w2 > w1 and h2 > h1
     assert 500 <= w1 and 300 <= h1 and w2 <= 4000 and h2 <= 4000

@@ -12,14 +12,23 @@ from mt_transformer.tokenizer import train_tokenizer
 
 def test_encoding_is_cached_and_filters_training_data(tmp_path):
     pairs = [("ein kurzer Satz", "a short sentence")] * 50 + [
-        ("lang " * 80, "short"),                           # too long
-        ("kurz", "a short sentence a short sentence"),     # length ratio over 3
-        ("", "not empty"),                                 # empty side
+        ("lang " * 80, "short"),  # too long
+        ("kurz", "a short sentence a short sentence"),  # length ratio over 3
+        ("", "not empty"),  # empty side
     ]
     (tmp_path / "t.de").write_text("".join(de + "\n" for de, _ in pairs), encoding="utf-8")
     (tmp_path / "t.en").write_text("".join(en + "\n" for _, en in pairs), encoding="utf-8")
-    tokenizer = train_tokenizer(str(tmp_path), ["ein kurzer Satz lang kurz"] * 20, ["a short sentence long"] * 20,
-                                True, 30, "bpe", 1.0, 100, seed=1)
+    tokenizer = train_tokenizer(
+        str(tmp_path),
+        ["ein kurzer Satz lang kurz"] * 20,
+        ["a short sentence long"] * 20,
+        True,
+        30,
+        "bpe",
+        1.0,
+        100,
+        seed=1,
+    )
     model = os.path.join(str(tmp_path), tokenizer.files[0])
     calls = []
 

@@ -7,10 +7,10 @@ from mt_transformer.schedule import noam_factor, noam_scheduler
 
 def test_noam_known_values():
     d_model, warmup = 512, 4000
-    assert math.isclose(noam_factor(1, d_model, warmup), 512 ** -0.5 * 4000 ** -1.5)
-    peak = 512 ** -0.5 * 4000 ** -0.5  # ~7.0e-4 at the end of warmup
+    assert math.isclose(noam_factor(1, d_model, warmup), 512**-0.5 * 4000**-1.5)
+    peak = 512**-0.5 * 4000**-0.5  # ~7.0e-4 at the end of warmup
     assert math.isclose(noam_factor(4000, d_model, warmup), peak)
-    assert math.isclose(noam_factor(16000, d_model, warmup), 512 ** -0.5 * 16000 ** -0.5)
+    assert math.isclose(noam_factor(16000, d_model, warmup), 512**-0.5 * 16000**-0.5)
     assert noam_factor(2000, d_model, warmup) < peak and noam_factor(8000, d_model, warmup) < peak
 
 

@@ -1,8 +1,16 @@
 import pytest
 
 from mt_transformer.config import UserError
-from mt_transformer.tokenizer import (BOS_ID, EOS_ID, PAD_ID, RICH_COVERAGE, UNK_ID, Tokenizer, auto_coverage,
-                                       train_tokenizer)
+from mt_transformer.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    RICH_COVERAGE,
+    UNK_ID,
+    Tokenizer,
+    auto_coverage,
+    train_tokenizer,
+)
 
 SRC = [f"das Haus Nummer {i} ist rot" for i in range(200)]
 TGT = [f"the house number {i} is red" for i in range(200)]
@@ -14,8 +22,12 @@ def test_train_and_round_trip(tmp_path, joint, model_type):
     assert tokenizer.joint == joint
     reloaded = Tokenizer(str(tmp_path))
     for processor in (reloaded.src, reloaded.tgt):
-        assert (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id()) == \
-            (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+        assert (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id()) == (
+            PAD_ID,
+            UNK_ID,
+            BOS_ID,
+            EOS_ID,
+        )
     ids = reloaded.encode_tgt(["the house number 7 is red"])
     assert reloaded.decode_tgt(ids) == ["the house number 7 is red"]
     if joint:

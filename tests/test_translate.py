@@ -7,8 +7,15 @@ import torch
 
 from conftest import run_cli
 from mt_transformer.beam_search import Hypothesis
-from mt_transformer.translate import (Decoder, cut_points, join_hypotheses, load_translator, source_batches,
-                                      split_at, translate_lines)
+from mt_transformer.translate import (
+    Decoder,
+    cut_points,
+    join_hypotheses,
+    load_translator,
+    source_batches,
+    split_at,
+    translate_lines,
+)
 
 CPU = torch.device("cpu")
 
@@ -34,8 +41,9 @@ def test_cut_points_prefer_sentence_ends_then_word_starts():
 
 def test_split_at_and_join_hypotheses():
     assert split_at([1, 2, 3, 4, 5], [2, 4]) == [[1, 2], [3, 4], [5]]
-    joined = join_hypotheses([[Hypothesis([7], -1.0, -2.0), Hypothesis([8], -3.0, -4.0)],
-                              [Hypothesis([9, 10], -0.5, -1.0)]])
+    joined = join_hypotheses(
+        [[Hypothesis([7], -1.0, -2.0), Hypothesis([8], -3.0, -4.0)], [Hypothesis([9, 10], -0.5, -1.0)]]
+    )
     assert [h.tokens for h in joined] == [[7, 9, 10], [8, 9, 10]]
     assert joined[0].log_prob == -3.0 and joined[1].score == -3.5
 
