@@ -16,7 +16,7 @@ install:
 	  || $(PIP) install -e ".[dev]"
 
 demo: install
-	$(PYTHON) -m mt_transformer.demo_data $(DEMO_DATA)
+	$(PYTHON) -m mt_transformer.data.demo_data $(DEMO_DATA)
 	mt-train --config configs/demo.yaml
 	mt-translate --checkpoint $(DEMO_RUN) -i $(DEMO_DATA)/test.en -o $(DEMO_RUN)/test.hyp.de
 	@echo "== demo test set: the trained model"

@@ -25,8 +25,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from .config import UserError
-from .files import atomic_dir, write_text
+from mt_transformer.config import UserError
+from mt_transformer.files import atomic_dir, write_text
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")

@@ -16,7 +16,7 @@ import os
 import sys
 import typing
 
-from .config import UserError
+from mt_transformer.config import UserError
 
 log = logging.getLogger("mt_transformer")
 
@@ -47,7 +47,7 @@ def _entry_point(function):
 
 
 def _device(name: str):
-    from .train import select_device
+    from mt_transformer.training.train import select_device
 
     return select_device(name)
 
@@ -69,9 +69,9 @@ def train_main(argv=None):
     )
     args = parser.parse_args(argv)
 
-    from .config import load_config, to_yaml
-    from .train import parameter_count, train
-    from .training_loop import TrainingStopped
+    from mt_transformer.config import load_config, to_yaml
+    from mt_transformer.training.loop import TrainingStopped
+    from mt_transformer.training.train import parameter_count, train
 
     config = load_config(args.config, args.set)
     if args.dry_run:
@@ -105,10 +105,10 @@ def prepare_main(argv=None):
     )
     args = parser.parse_args(argv)
 
-    from .config import check_data_files, load_config
-    from .files import directory_size
-    from .prepare import prepare_data
-    from .train import check_output_dir
+    from mt_transformer.config import check_data_files, load_config
+    from mt_transformer.data.prepare import prepare_data
+    from mt_transformer.files import directory_size
+    from mt_transformer.training.train import check_output_dir
 
     config = load_config(args.config, args.set)
     check_data_files(config.data)
@@ -124,7 +124,7 @@ def prepare_main(argv=None):
 
 
 def _read_input(path: str | None) -> list[str]:
-    from .evaluate import read_lines
+    from mt_transformer.evaluation.scores import read_lines
 
     if path is None or path == "-":
         return [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]
@@ -178,10 +178,10 @@ class _Loaded:
 
 def _translator(args, n_best: int = 1) -> _Loaded:
     """Load the model once, for translating any number of batches of lines."""
-    from .translate import load_translator, translate_lines, translate_with
+    from mt_transformer.decoding.translator import load_translator, translate_lines, translate_with
 
     if args.engine == "ctranslate2":
-        from . import ctranslate2_engine
+        from mt_transformer.decoding import ctranslate2_engine
 
         device = "cuda" if args.device.startswith("cuda") else "cpu"
         translator, tokenizer, metadata = ctranslate2_engine.load(
@@ -237,7 +237,7 @@ def _translator(args, n_best: int = 1) -> _Loaded:
 
 
 def _write_output(path: str | None, text: str) -> None:
-    from .files import write_text
+    from mt_transformer.files import write_text
 
     if path is None or path == "-":
         sys.stdout.write(text)
@@ -301,7 +301,7 @@ def translate_main(argv=None):
 def _inspect(args, loaded: _Loaded, lines: list[str], results, first_index: int = 0):
     """Write the heatmaps of --attention; returns each hypothesis's word alignment when --alignment
     asks for them, else None."""
-    from .alignment import inspect_translations
+    from mt_transformer.decoding.alignment import inspect_translations
 
     layers, heads = len(loaded.model.decoder), loaded.config["model"]["n_heads"]
     for name, value, count in (
@@ -387,7 +387,14 @@ def eval_main(argv=None):
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
-    from .evaluate import format_scores, format_significance, paired_significance, read_lines, score, sentence_scores
+    from mt_transformer.evaluation.scores import (
+        format_scores,
+        format_significance,
+        paired_significance,
+        read_lines,
+        score,
+        sentence_scores,
+    )
 
     references = read_lines(args.ref)
     tgt_lang = args.tgt_lang
@@ -445,8 +452,8 @@ def export_main(argv=None):
 
     import torch
 
-    from . import ctranslate2_engine
-    from .translate import load_translator
+    from mt_transformer.decoding import ctranslate2_engine
+    from mt_transformer.decoding.translator import load_translator
 
     ctranslate2_engine.import_ctranslate2()  # a clear message before the model is loaded
     model, tokenizer, metadata = load_translator(args.checkpoint, torch.device("cpu"))
@@ -469,7 +476,7 @@ def average_main(argv=None):
     parser.add_argument("--output", required=True, help="the checkpoint directory to write (replaced if it exists)")
     args = parser.parse_args(argv)
 
-    from .average import average_checkpoints, last_checkpoints
+    from mt_transformer.evaluation.average import average_checkpoints, last_checkpoints
 
     inputs = args.inputs
     if args.last is not None:
@@ -496,7 +503,7 @@ def plot_main(argv=None):
     parser.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default: curves.png)")
     args = parser.parse_args(argv)
 
-    from .plots import plot_curves, read_metrics
+    from mt_transformer.evaluation.plots import plot_curves, read_metrics
 
     runs = []
     for run_dir in args.runs:

@@ -34,15 +34,15 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mt_transformer.batching import batch_loader, token_batches  # noqa: E402
 from mt_transformer.config import DataConfig  # noqa: E402
-from mt_transformer.demo_data import generate  # noqa: E402
-from mt_transformer.flops import training_flops  # noqa: E402
-from mt_transformer.model import Transformer  # noqa: E402
-from mt_transformer.prepare import prepare_data  # noqa: E402
-from mt_transformer.schedule import noam_scheduler  # noqa: E402
-from mt_transformer.training_loop import PRECISIONS, training_loss  # noqa: E402
-from mt_transformer.translate import load_translator, translate_lines, translate_with  # noqa: E402
+from mt_transformer.data.batching import batch_loader, token_batches  # noqa: E402
+from mt_transformer.data.demo_data import generate  # noqa: E402
+from mt_transformer.data.prepare import prepare_data  # noqa: E402
+from mt_transformer.decoding.translator import load_translator, translate_lines, translate_with  # noqa: E402
+from mt_transformer.model.flops import training_flops  # noqa: E402
+from mt_transformer.model.transformer import Transformer  # noqa: E402
+from mt_transformer.training.loop import PRECISIONS, training_loss  # noqa: E402
+from mt_transformer.training.schedule import noam_scheduler  # noqa: E402
 
 MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")
 MODEL = dict(
@@ -169,7 +169,7 @@ def bench_training(model, dataset, device, precision: str, max_tokens: int, warm
 
 def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096, updates: int = 3):
     """Seconds per update of `budget` target tokens in sentences of one length (sources as long)."""
-    from mt_transformer.batching import Batch
+    from mt_transformer.data.batching import Batch
 
     optimizer, scheduler = new_optimizer(model, device)
     autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
@@ -215,8 +215,8 @@ def bench_translation(model, tokenizer, lines: list[str], device, beam: int, max
 
 def bench_ctranslate2(model, tokenizer, metadata, lines: list[str], device, ours_greedy: list[str], workdir: str):
     """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs equal to ours."""
-    from mt_transformer import ctranslate2_engine
-    from mt_transformer.ctranslate2_engine import Ct2Search
+    from mt_transformer.decoding import ctranslate2_engine
+    from mt_transformer.decoding.ctranslate2_engine import Ct2Search
 
     out = os.path.join(workdir, "ct2")
     ctranslate2_engine.export(model, tokenizer, metadata, out)
@@ -271,7 +271,7 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
             length = 32
             sentences = max(1, tokens // length)
             ids = torch.randint(4, vocab, (sentences, length + 1), generator=torch.Generator().manual_seed(1))
-            from mt_transformer.batching import Batch
+            from mt_transformer.data.batching import Batch
 
             batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
             model.train()

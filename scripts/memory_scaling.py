@@ -22,7 +22,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mt_transformer.demo_data import generate  # noqa: E402
+from mt_transformer.data.demo_data import generate  # noqa: E402
 from mt_transformer.files import directory_size  # noqa: E402
 
 

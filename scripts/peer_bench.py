@@ -115,8 +115,8 @@ def main() -> None:
 
     import torch
 
-    from mt_transformer.evaluate import score
-    from mt_transformer.translate import load_translator, translate_lines
+    from mt_transformer.decoding.translator import load_translator, translate_lines
+    from mt_transformer.evaluation.scores import score
 
     torch.set_num_threads(2)
     model, tokenizer, _ = load_translator(os.path.join(out, "run"), torch.device("cpu"))

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from mt_transformer.demo_data import generate
+from mt_transformer.data.demo_data import generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

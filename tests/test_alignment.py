@@ -4,8 +4,8 @@ import torch
 from PIL import Image
 
 from conftest import FP32_TOLERANCE, run_cli
-from mt_transformer.alignment import cross_attention, format_alignment, select, word_alignment, word_index
-from mt_transformer.model import Transformer
+from mt_transformer.decoding.alignment import cross_attention, format_alignment, select, word_alignment, word_index
+from mt_transformer.model.transformer import Transformer
 
 
 def test_word_index_follows_sentencepiece_word_starts():

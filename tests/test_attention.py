@@ -3,8 +3,8 @@ import math
 import torch
 
 from conftest import FP32_TOLERANCE
-from mt_transformer.attention import MultiHeadAttention, attention_with_weights
-from mt_transformer.masks import causal_mask, padding_mask
+from mt_transformer.model.attention import MultiHeadAttention, attention_with_weights
+from mt_transformer.model.masks import causal_mask, padding_mask
 
 
 def reference_attention(q, k, v, mask=None):

@@ -8,8 +8,8 @@ from safetensors.torch import load_file, save_file
 
 from conftest import run_cli
 from mt_transformer import checkpoint
-from mt_transformer.average import average_checkpoints
-from mt_transformer.translate import load_translator, translate_lines
+from mt_transformer.decoding.translator import load_translator, translate_lines
+from mt_transformer.evaluation.average import average_checkpoints
 
 CPU = torch.device("cpu")
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from mt_transformer.batching import collate, token_batches
-from mt_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.batching import collate, token_batches
+from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def lengths(n=500, seed=0):
@@ -77,7 +77,7 @@ def test_split_keeps_every_row_once_and_trims_padding():
 def test_lengths_reads_whole_columns_as_arrays_and_respects_a_selection():
     import datasets
 
-    from mt_transformer.batching import lengths as column_lengths
+    from mt_transformer.data.batching import lengths as column_lengths
 
     dataset = datasets.Dataset.from_dict({"src_len": [3, 1, 4, 1, 5], "tgt_len": [9, 2, 6, 5, 3], "src": list("abcde")})
     src, tgt = column_lengths(dataset.select([4, 0, 2]))

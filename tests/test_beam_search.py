@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from mt_transformer.beam_search import beam_search, length_penalty
-from mt_transformer.greedy import greedy_search
-from mt_transformer.masks import padding_mask
-from mt_transformer.model import Transformer
-from mt_transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.decoding.beam import beam_search, length_penalty
+from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.model.masks import padding_mask
+from mt_transformer.model.transformer import Transformer
 
 A, B = 4, 5
 TINY = 1e-6

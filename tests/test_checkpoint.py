@@ -5,8 +5,8 @@ import torch
 
 from mt_transformer import checkpoint
 from mt_transformer.config import UserError
-from mt_transformer.model import Transformer
-from mt_transformer.translate import load_translator
+from mt_transformer.decoding.translator import load_translator
+from mt_transformer.model.transformer import Transformer
 
 
 def small_model(seed=0):

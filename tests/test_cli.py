@@ -44,9 +44,9 @@ def test_translate_stdin_stdout_and_nbest(trained_run):
 def test_translate_scores_are_the_models_log_probabilities(trained_run):
     import torch
 
-    from mt_transformer.beam_search import length_penalty
-    from mt_transformer.tokenizer import BOS_ID, EOS_ID
-    from mt_transformer.translate import load_translator, translate_lines
+    from mt_transformer.data.tokenizer import BOS_ID, EOS_ID
+    from mt_transformer.decoding.beam import length_penalty
+    from mt_transformer.decoding.translator import load_translator, translate_lines
 
     lines = ["I bought a red apple yesterday.", "Tom will sell 5 old cups tomorrow."]
     result = run_cli(
@@ -166,7 +166,7 @@ def test_prepare_encodes_once_and_training_loads_it(corpus, tmp_path):
 def test_demo_commands_run_as_in_the_makefile(tmp_path):
     """`make demo` in miniature: the same commands and config, with fewer steps and less data."""
     data, run = tmp_path / "demo", tmp_path / "run"
-    from mt_transformer.demo_data import main as generate
+    from mt_transformer.data.demo_data import main as generate
 
     generate([str(data), "--train", "3000", "--valid", "20", "--test", "20"])
     overrides = [

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer.config import UserError
-from mt_transformer.corpus import drop_empty, load_pairs
+from mt_transformer.data.corpus import drop_empty, load_pairs
 
 
 def write(path, text):

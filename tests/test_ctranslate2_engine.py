@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import run_cli
-from mt_transformer.model import Transformer
-from mt_transformer.tokenizer import BOS_ID, EOS_ID
-from mt_transformer.translate import load_translator, translate_lines
+from mt_transformer.data.tokenizer import BOS_ID, EOS_ID
+from mt_transformer.decoding.translator import load_translator, translate_lines
+from mt_transformer.model.transformer import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 from mt_transformer import ctranslate2_engine  # noqa: E402

@@ -1,4 +1,4 @@
-from mt_transformer.demo_data import generate, number_word, ordinal_dative
+from mt_transformer.data.demo_data import generate, number_word, ordinal_dative
 
 
 def test_german_numbers_and_ordinals():

@@ -13,7 +13,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from conftest import ROOT, run_cli, tiny_config, write_config
-from mt_transformer.distributed import Processes, shard
+from mt_transformer.training.distributed import Processes, shard
 
 # Two ranks sum their halves of the batch and then all-reduce; one process sums the whole batch
 # in one order. The gradients of the first update, from identical weights, therefore agree to

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from mt_transformer.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding, sinusoidal_encoding
+from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding, sinusoidal_encoding
 
 
 def test_sinusoidal_values_follow_the_paper():

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import run_cli
 from mt_transformer.config import UserError
-from mt_transformer.evaluate import read_lines, score
+from mt_transformer.evaluation.scores import read_lines, score
 
 HYP = ["The cat sat on the mat.", "A dog runs in the park!", "Hello world", ""]
 REF = ["The cat sat on a mat.", "A dog is running in the park!", "Hello, world", "Nothing"]

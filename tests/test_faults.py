@@ -15,13 +15,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import mt_transformer.train as train_module
-import mt_transformer.training_loop as training_loop
+import mt_transformer.training.loop as training_loop
+import mt_transformer.training.train as train_module
 from conftest import ROOT, run_cli, tiny_config, write_config
 from mt_transformer import checkpoint
 from mt_transformer.config import UserError, load_config
-from mt_transformer.model import Transformer
-from mt_transformer.translate import load_translator
+from mt_transformer.decoding.translator import load_translator
+from mt_transformer.model.transformer import Transformer
 
 
 def config_for(corpus, tmp_path, **train):

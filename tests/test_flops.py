@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mt_transformer import attention
-from mt_transformer.flops import forward_flops, training_flops
-from mt_transformer.model import Transformer
+from mt_transformer.model import attention
+from mt_transformer.model.flops import forward_flops, training_flops
+from mt_transformer.model.transformer import Transformer
 
 
 def math_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):

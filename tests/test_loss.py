@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import FP32_TOLERANCE
-from mt_transformer.loss import label_smoothed_loss, linear_cross_entropy
-from mt_transformer.tokenizer import PAD_ID
+from mt_transformer.data.tokenizer import PAD_ID
+from mt_transformer.training.loss import label_smoothed_loss, linear_cross_entropy
 
 
 def test_label_smoothed_loss_matches_the_formula():

@@ -1,6 +1,6 @@
 import torch
 
-from mt_transformer.masks import causal_mask, padding_mask
+from mt_transformer.model.masks import causal_mask, padding_mask
 
 
 def test_padding_mask_marks_real_tokens():

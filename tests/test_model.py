@@ -1,9 +1,9 @@
 import torch
 
 from conftest import FP32_TOLERANCE
-from mt_transformer.masks import padding_mask
-from mt_transformer.model import Transformer, count_parameters
-from mt_transformer.tokenizer import BOS_ID, PAD_ID
+from mt_transformer.data.tokenizer import BOS_ID, PAD_ID
+from mt_transformer.model.masks import padding_mask
+from mt_transformer.model.transformer import Transformer, count_parameters
 
 
 def tiny(**kwargs):
@@ -96,8 +96,8 @@ def test_beams_share_one_encoding_of_their_sentence():
 
 
 def test_overfits_one_batch():
-    from mt_transformer.batching import collate
-    from mt_transformer.loss import label_smoothed_loss
+    from mt_transformer.data.batching import collate
+    from mt_transformer.training.loss import label_smoothed_loss
 
     torch.manual_seed(0)
     model = tiny().train()

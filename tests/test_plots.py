@@ -4,7 +4,7 @@ import os
 from PIL import Image
 
 from conftest import run_cli
-from mt_transformer.plots import attention_heatmap, plot_curves
+from mt_transformer.evaluation.plots import attention_heatmap, plot_curves
 
 
 def image_size(path) -> tuple[int, int]:

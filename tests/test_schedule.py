@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from mt_transformer.schedule import noam_factor, noam_scheduler
+from mt_transformer.training.schedule import noam_factor, noam_scheduler
 
 
 def test_noam_known_values():

@@ -1,7 +1,7 @@
 import pytest
 
 from mt_transformer.config import UserError
-from mt_transformer.tokenizer import (
+from mt_transformer.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,

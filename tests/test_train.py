@@ -34,7 +34,7 @@ def test_training_writes_metrics_checkpoints_and_learns(trained_run):
 
 
 def test_metrics_up_to_drops_lines_after_the_checkpoint(tmp_path):
-    from mt_transformer.training_loop import metrics_up_to
+    from mt_transformer.training.loop import metrics_up_to
 
     path = tmp_path / "metrics.jsonl"
     path.write_text(
@@ -49,8 +49,8 @@ def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path
     import time
 
     from mt_transformer.config import load_config
-    from mt_transformer.train import train
-    from mt_transformer.training_loop import TrainingLoop
+    from mt_transformer.training.loop import TrainingLoop
+    from mt_transformer.training.train import train
 
     real_validate = TrainingLoop.validate_and_save
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import run_cli
-from mt_transformer.beam_search import Hypothesis
-from mt_transformer.translate import (
+from mt_transformer.decoding.beam import Hypothesis
+from mt_transformer.decoding.translator import (
     Decoder,
     cut_points,
     join_hypotheses,

@@ -20,14 +20,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import checkpoint, distributed
-from .batching import Batch, batch_loader, lengths, token_batches
-from .config import Config, UserError
-from .files import write_text
-from .loss import linear_cross_entropy
-from .memory import is_out_of_memory, release_memory
-from .tokenizer import Tokenizer
-from .validation import validation_bleu, validation_loss
+from mt_transformer import checkpoint
+from mt_transformer.config import Config, UserError
+from mt_transformer.data.batching import Batch, batch_loader, lengths, token_batches
+from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.files import write_text
+from mt_transformer.training import distributed
+from mt_transformer.training.loss import linear_cross_entropy
+from mt_transformer.training.validation import validation_bleu, validation_loss
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +450,7 @@ class TrainingLoop:
         must not end a long run."""
         if not self.is_main:
             return
-        from .plots import plot_curves
+        from mt_transformer.evaluation.plots import plot_curves
 
         try:
             plot_curves(

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
-from .layers import DecoderLayer, EncoderLayer, LayerCache
-from .masks import padding_mask
-from .tokenizer import PAD_ID
+from mt_transformer.data.tokenizer import PAD_ID
+from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
+from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
+from mt_transformer.model.masks import padding_mask
 
 
 @dataclass

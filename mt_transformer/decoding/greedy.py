@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .beam_search import Hypothesis, forbid_all_but_eos
+from mt_transformer.decoding.beam import Hypothesis, forbid_all_but_eos
 
 
 @torch.inference_mode()

@@ -17,7 +17,7 @@ import unicodedata
 
 import datasets
 
-from .config import UserError
+from mt_transformer.config import UserError
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ import shutil
 import numpy as np
 import torch
 
-from .beam_search import Hypothesis
-from .config import UserError
-from .files import atomic_dir
-from .tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
+from mt_transformer.config import UserError
+from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
+from mt_transformer.decoding.beam import Hypothesis
+from mt_transformer.files import atomic_dir
 
 SETTINGS_FILE = "mt_transformer.json"
 COMPUTE_TYPES = (

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 
 import sentencepiece as spm
 
-from .config import UserError
-from .files import write_bytes
+from mt_transformer.config import UserError
+from mt_transformer.files import write_bytes
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 JOINT_FILE = "spm.model"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
+from mt_transformer.model.attention import MultiHeadAttention
 
 
 class FeedForward(nn.Module):

@@ -17,14 +17,15 @@ import numpy as np
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from . import checkpoint, distributed
-from .config import Config, UserError, check_data_files, to_yaml
-from .files import write_text
-from .model import Transformer, count_parameters
-from .prepare import TOKENIZER_SETTINGS, prepare_data
-from .schedule import noam_scheduler
-from .tokenizer import Tokenizer
-from .training_loop import TrainingLoop, set_rng_state, tensorboard_writer
+from mt_transformer import checkpoint
+from mt_transformer.config import Config, UserError, check_data_files, to_yaml
+from mt_transformer.data.prepare import TOKENIZER_SETTINGS, prepare_data
+from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.files import write_text
+from mt_transformer.model.transformer import Transformer, count_parameters
+from mt_transformer.training import distributed
+from mt_transformer.training.loop import TrainingLoop, set_rng_state, tensorboard_writer
+from mt_transformer.training.schedule import noam_scheduler
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import os
 
 import torch
 
-from .masks import padding_mask
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.model.masks import padding_mask
 
 WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 
@@ -89,8 +89,8 @@ def inspect_translations(
 ) -> list[list[str]]:
     """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
     a heatmap of each line's best translation, written to heatmap_dir/NNNN.png."""
-    from .corpus import normalize
-    from .plots import attention_heatmap
+    from mt_transformer.data.corpus import normalize
+    from mt_transformer.evaluation.plots import attention_heatmap
 
     if heatmap_dir:
         os.makedirs(heatmap_dir, exist_ok=True)

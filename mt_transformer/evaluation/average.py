@@ -16,10 +16,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from . import checkpoint
-from .config import UserError
-from .files import atomic_dir
-from .tokenizer import Tokenizer
+from mt_transformer import checkpoint
+from mt_transformer.config import UserError
+from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.files import atomic_dir
 
 
 def last_checkpoints(run_dir: str, count: int) -> list[str]:

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from .batching import pad
-from .beam_search import Hypothesis, beam_search
-from .config import UserError
-from .corpus import normalize
-from .greedy import greedy_search
-from .masks import padding_mask
-from .memory import is_out_of_memory, release_memory
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from mt_transformer.config import UserError
+from mt_transformer.data.batching import pad
+from mt_transformer.data.corpus import normalize
+from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from mt_transformer.decoding.beam import Hypothesis, beam_search
+from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,8 @@ def translate_with(
 
 def load_translator(path: str, device: torch.device):
     """Model (eval mode, on device), tokenizer and metadata from a checkpoint or run directory."""
-    from . import checkpoint
-    from .model import Transformer
+    from mt_transformer import checkpoint
+    from mt_transformer.model.transformer import Transformer
 
     directory = checkpoint.resolve(path)
     metadata = checkpoint.read_metadata(directory)

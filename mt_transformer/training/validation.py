@@ -7,10 +7,10 @@ import math
 import numpy as np
 import torch
 
-from .batching import batch_loader, lengths, token_batches
-from .evaluate import score
-from .loss import label_smoothed_loss
-from .translate import translate_lines
+from mt_transformer.data.batching import batch_loader, lengths, token_batches
+from mt_transformer.decoding.translator import translate_lines
+from mt_transformer.evaluation.scores import score
+from mt_transformer.training.loss import label_smoothed_loss
 
 
 @torch.no_grad()

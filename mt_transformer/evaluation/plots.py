@@ -11,7 +11,7 @@ import os
 
 from matplotlib.figure import Figure
 
-from .files import atomic_path
+from mt_transformer.files import atomic_path
 
 # (metrics.jsonl key, panel title, line style); the two losses share a panel
 CURVES = [

@@ -8,7 +8,7 @@ It is real translation work for a model, not a cipher:
 - word order: German puts the participle or infinitive last, and a fronted time phrase
   moves the verb before the subject ("Yesterday, Anna bought ..." -> "Gestern hat Anna ... gekauft.").
 
-Usage: python -m mt_transformer.demo_data OUT_DIR  (writes {train,valid,test}.{en,de})
+Usage: python -m mt_transformer.data.demo_data OUT_DIR  (writes {train,valid,test}.{en,de})
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import os
 import random
 
-from .files import write_text
+from mt_transformer.files import write_text
 
 UNITS = ["", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun"]
 TEENS = ["zehn", "elf", "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn", "siebzehn", "achtzehn", "neunzehn"]

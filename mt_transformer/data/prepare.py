@@ -14,7 +14,7 @@ import os
 
 import datasets
 
-from .files import atomic_dir, write_text
+from mt_transformer.files import atomic_dir, write_text
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def encode_split(
             stats = json.load(f)
         return datasets.load_from_disk(path), {**stats, "cached": True}
 
-    from .corpus import drop_empty
+    from mt_transformer.data.corpus import drop_empty
 
     pairs = load()
     stats = {"pairs": len(pairs), "empty": 0, "too_long": 0, "bad_ratio": 0}
@@ -134,9 +134,9 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
 
     `data` is the DataConfig section. Returns (tokenizer, {split: encoded Dataset}).
     """
-    from .config import UserError, data_files
-    from .corpus import drop_empty, load_pairs
-    from .tokenizer import Tokenizer, train_tokenizer
+    from mt_transformer.config import UserError, data_files
+    from mt_transformer.data.corpus import drop_empty, load_pairs
+    from mt_transformer.data.tokenizer import Tokenizer, train_tokenizer
 
     def loader(split):
         return lambda: load_pairs(

@@ -1,0 +1,1 @@
+"""Decoding: greedy and beam search, the translator that batches lines, the CTranslate2 engine, alignments."""

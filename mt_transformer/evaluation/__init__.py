@@ -1,0 +1,1 @@
+"""Evaluation: sacreBLEU scores and significance, checkpoint averaging, plots."""

@@ -1,0 +1,1 @@
+"""Training: the run's setup, the update loop and its step, the loss, the schedule, validation, several processes."""
