@@ -12,7 +12,7 @@ from mt_transformer.decoding.translator import load_translator, translate_lines
 from mt_transformer.model.transformer import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from mt_transformer import ctranslate2_engine  # noqa: E402
+from mt_transformer.decoding import ctranslate2_engine  # noqa: E402
 
 CPU = torch.device("cpu")
 
