@@ -19,18 +19,16 @@ import os
 import pickle
 import re
 import shutil
-import time
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from mt_transformer.config import UserError
+from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
-SAVE_DELAY_ENV = "MT_TRANSFORMER_TEST_SAVE_DELAY"  # test hook, "STEP:SECONDS": pause inside the save of STEP
 
 
 class SaveError(UserError):
@@ -55,13 +53,6 @@ def step_dir(run_dir: str, step: int) -> str:
     return os.path.join(checkpoint_root(run_dir), step_name(step))
 
 
-def _test_delay(step: int) -> None:
-    """Widen the window for a test that kills the process inside the save of one step."""
-    delay_step, _, seconds = os.environ.get(SAVE_DELAY_ENV, "").partition(":")
-    if delay_step and int(delay_step) == step:
-        time.sleep(float(seconds))
-
-
 def save_checkpoint(
     run_dir: str,
     step: int,
@@ -81,7 +72,6 @@ def save_checkpoint(
     try:
         with atomic_dir(final) as tmp:
             save_model(model, os.path.join(tmp, MODEL_FILE))
-            _test_delay(step)
             with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
                 json.dump({**metadata, "step": step}, f, indent=2)
             torch.save(trainer_state, os.path.join(tmp, TRAINER_FILE))

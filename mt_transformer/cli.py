@@ -16,7 +16,7 @@ import os
 import sys
 import typing
 
-from mt_transformer.config import UserError
+from mt_transformer.errors import UserError
 
 log = logging.getLogger("mt_transformer")
 
@@ -47,9 +47,9 @@ def _entry_point(function):
 
 
 def _device(name: str):
-    from mt_transformer.training.train import select_device
+    from mt_transformer.devices import select_device
 
-    return select_device(name)
+    return select_device(name, key="--device")
 
 
 @_entry_point

@@ -17,9 +17,7 @@ from typing import Literal
 
 import yaml
 
-
-class UserError(Exception):
-    """An error the user caused and can fix: printed as one line, exit code 2."""
+from mt_transformer.errors import UserError
 
 
 class ConfigError(UserError):

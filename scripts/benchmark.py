@@ -21,28 +21,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
-import sys
 import tempfile
 import time
 
 import numpy as np
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from mt_transformer.config import DataConfig
+from mt_transformer.data.batching import batch_loader, token_batches
+from mt_transformer.data.demo_data import generate
+from mt_transformer.data.prepare import prepare_data
+from mt_transformer.decoding.translator import load_translator, translate_lines, translate_with
+from mt_transformer.devices import cpu_model
+from mt_transformer.model.flops import training_flops
+from mt_transformer.model.transformer import Transformer
+from mt_transformer.training.loop import PRECISIONS, training_loss
+from mt_transformer.training.schedule import noam_scheduler
 
-from mt_transformer.config import DataConfig  # noqa: E402
-from mt_transformer.data.batching import batch_loader, token_batches  # noqa: E402
-from mt_transformer.data.demo_data import generate  # noqa: E402
-from mt_transformer.data.prepare import prepare_data  # noqa: E402
-from mt_transformer.decoding.translator import load_translator, translate_lines, translate_with  # noqa: E402
-from mt_transformer.model.flops import training_flops  # noqa: E402
-from mt_transformer.model.transformer import Transformer  # noqa: E402
-from mt_transformer.training.loop import PRECISIONS, training_loss  # noqa: E402
-from mt_transformer.training.schedule import noam_scheduler  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")
 MODEL = dict(
@@ -306,16 +304,6 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
-
-
-def cpu_model() -> str:
-    """The CPU's model name ("Intel(R) Xeon(R) Processor"): the host behind this machine's cores
-    has changed between sessions, and its speed with it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def machine(device: torch.device) -> str:

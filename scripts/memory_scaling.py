@@ -19,11 +19,10 @@ import time
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from mt_transformer.data.demo_data import generate
+from mt_transformer.files import directory_size
 
-from mt_transformer.data.demo_data import generate  # noqa: E402
-from mt_transformer.files import directory_size  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def measured(command: list[str]) -> tuple[float, float]:

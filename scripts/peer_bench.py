@@ -29,7 +29,6 @@ import time
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def config(data: str, out: str, steps: int, warmup: int, batch_tokens: int, log_every: int) -> dict:

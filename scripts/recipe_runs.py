@@ -27,13 +27,11 @@ import sys
 import tempfile
 import time
 
+from mt_transformer import checkpoint
+from mt_transformer.config import load_config
+from mt_transformer.devices import cpu_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmark import cpu_model  # noqa: E402  (scripts/ is on the path when run as a script)
-
-from mt_transformer import checkpoint  # noqa: E402
-from mt_transformer.config import load_config  # noqa: E402
 
 
 def run(*command: str) -> str:

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from mt_transformer.data.batching import collate, token_batches
-from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def lengths(n=500, seed=0):

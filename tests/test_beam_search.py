@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from mt_transformer.decoding.beam import beam_search, length_penalty
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.decoding.search import length_penalty
 from mt_transformer.model.masks import padding_mask
 from mt_transformer.model.transformer import Transformer
 
@@ -46,7 +47,10 @@ class ScriptedDecoder:
         for row, prefix in enumerate(cache.prefixes.tolist()):
             for token, p in SCRIPT.get(tuple(prefix[1:]), {EOS_ID: 1.0}).items():
                 probs[row, token] = p
-        return probs.log()[:, None, :], None
+        return probs.log()[:, None, :], None  # already the log-probabilities: project() passes them on
+
+    def project(self, states):
+        return states
 
 
 def search(beam, alpha=0.0, max_len=10, n_best=None, sentences=1):

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mt_transformer import checkpoint
-from mt_transformer.config import UserError
 from mt_transformer.decoding.translator import load_translator
+from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
 

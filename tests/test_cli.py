@@ -44,8 +44,8 @@ def test_translate_stdin_stdout_and_nbest(trained_run):
 def test_translate_scores_are_the_models_log_probabilities(trained_run):
     import torch
 
-    from mt_transformer.data.tokenizer import BOS_ID, EOS_ID
-    from mt_transformer.decoding.beam import length_penalty
+    from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
+    from mt_transformer.decoding.search import length_penalty
     from mt_transformer.decoding.translator import load_translator, translate_lines
 
     lines = ["I bought a red apple yesterday.", "Tom will sell 5 old cups tomorrow."]
@@ -75,7 +75,9 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
         src = torch.tensor([tokenizer.encode_src([lines[int(row[0])]])[0] + [EOS_ID]])
         tgt = translation.tokens + [EOS_ID]
         with torch.no_grad():
-            log_probs = model(src, torch.tensor([[BOS_ID] + tgt[:-1]])).log_softmax(-1)[0]  # (tgt_len, vocab)
+            log_probs = model.project(model(src, torch.tensor([[BOS_ID] + tgt[:-1]]))).log_softmax(-1)[
+                0
+            ]  # (tgt_len, vocab)
         forced = float(log_probs.gather(1, torch.tensor(tgt)[:, None]).sum())
         assert float(row[2]) == pytest.approx(forced, abs=2e-3)
         # ... and the score is it over the GNMT length penalty, EOS counted in the length

@@ -4,8 +4,8 @@ import datasets
 import pytest
 
 from conftest import run_cli, tiny_config, write_config
-from mt_transformer.config import UserError
 from mt_transformer.data.corpus import drop_empty, load_pairs
+from mt_transformer.errors import UserError
 
 
 def write(path, text):

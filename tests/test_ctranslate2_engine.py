@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from mt_transformer.data.tokenizer import BOS_ID, EOS_ID
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.decoding.translator import load_translator, translate_lines
 from mt_transformer.model.transformer import Transformer
 
@@ -22,7 +22,7 @@ def torch_token_log_probs(model, src_ids: list[int], tgt_ids: list[int]) -> torc
     src = torch.tensor([src_ids + [EOS_ID]])
     tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
     with torch.no_grad():
-        log_probs = model(src, tgt_in).log_softmax(-1)[0]  # (tgt_len, vocab)
+        log_probs = model.project(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len, vocab)
     return log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None])[:, 0]
 
 
@@ -50,7 +50,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
 
     lines = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:5]
     refs = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()[:5]
-    for src_ids, tgt_ids in zip(tokenizer.encode_src(lines), tokenizer.encode_tgt(refs)):
+    for src_ids, tgt_ids in zip(tokenizer.encode_src(lines), tokenizer.tgt.encode(refs)):
         ours = torch_token_log_probs(model, src_ids, tgt_ids)
         theirs = ct2_token_log_probs(translator, tokenizer, src_ids, tgt_ids)
         assert theirs.shape == ours.shape

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import run_cli
-from mt_transformer.config import UserError
+from mt_transformer.errors import UserError
 from mt_transformer.evaluation.scores import read_lines, score
 
 HYP = ["The cat sat on the mat.", "A dog runs in the park!", "Hello world", ""]

@@ -19,8 +19,9 @@ import mt_transformer.training.loop as training_loop
 import mt_transformer.training.train as train_module
 from conftest import ROOT, run_cli, tiny_config, write_config
 from mt_transformer import checkpoint
-from mt_transformer.config import UserError, load_config
+from mt_transformer.config import load_config
 from mt_transformer.decoding.translator import load_translator
+from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
 
@@ -55,12 +56,12 @@ def out_of_memory_when(monkeypatch, too_big):
     real_forward = Transformer.forward
     calls = {"training": 0}
 
-    def forward(self, src, tgt_in, **options):
+    def forward(self, src, tgt_in):
         if torch.is_grad_enabled():
             calls["training"] += 1
             if too_big(src, tgt_in, calls["training"]):
                 raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_forward(self, src, tgt_in, **options)
+        return real_forward(self, src, tgt_in)
 
     monkeypatch.setattr(Transformer, "forward", forward)
     return calls
@@ -145,12 +146,26 @@ def assert_same_run(run_dir, reference_dir):
     assert all(torch.equal(ours[name], theirs[name]) for name in ours)  # bit for bit
 
 
-def start_training(config, **env):
+def start_training(config, prelude: str = ""):
+    """mt-train in a child process, after running `prelude` there."""
     return subprocess.Popen(
-        [sys.executable, "-c", "from mt_transformer.cli import train_main; train_main()", "--config", config],
+        [sys.executable, "-c", prelude + "from mt_transformer.cli import train_main; train_main()", "--config", config],
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": ROOT, **env},
+        env={**os.environ, "PYTHONPATH": ROOT},
     )
+
+
+# Widens the moment to kill: the save of one step pauses after writing the weights.
+SLOW_SAVE = """
+import time
+from mt_transformer import checkpoint
+write_weights = checkpoint.save_model
+def save_model(model, path, *args, **kwargs):
+    write_weights(model, path, *args, **kwargs)
+    if ".step_{step:08d}" in path:
+        time.sleep({seconds})
+checkpoint.save_model = save_model
+"""
 
 
 def wait_for(condition, process, seconds=180):
@@ -187,7 +202,7 @@ def test_sigkill_at_a_random_step_then_restart_matches_an_uninterrupted_run(corp
 @pytest.mark.slow
 def test_kill_inside_a_save_keeps_the_previous_checkpoint(corpus, tmp_path, uninterrupted):
     config, run_dir = kill_config(corpus, tmp_path, "run")
-    process = start_training(config, **{checkpoint.SAVE_DELAY_ENV: "20:60"})
+    process = start_training(config, SLOW_SAVE.format(step=20, seconds=60))
     root = run_dir / "checkpoints"
     wait_for(lambda: root.exists() and any(n.startswith(".step_00000020") for n in os.listdir(root)), process)
     process.send_signal(signal.SIGKILL)  # the save of step 20 is half-written

@@ -22,7 +22,7 @@ def test_forward_flops_match_the_flop_counter(monkeypatch, src_len, tgt_len, bat
     src = torch.randint(4, 100, (batch, src_len))  # no padding: every position is a real token
     tgt = torch.randint(4, 100, (batch, tgt_len))
     with FlopCounterMode(display=False) as counter:
-        model(src, tgt)
+        model.project(model(src, tgt))
     expected = forward_flops([src_len] * batch, [tgt_len] * batch, 32, 64, 2, 3, 100)
     assert counter.get_total_flops() == expected
 

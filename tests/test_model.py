@@ -1,7 +1,7 @@
 import torch
 
 from conftest import FP32_TOLERANCE
-from mt_transformer.data.tokenizer import BOS_ID, PAD_ID
+from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.model.masks import padding_mask
 from mt_transformer.model.transformer import Transformer, count_parameters
 
@@ -36,8 +36,8 @@ def decode_incrementally(model, src, tgt_in, rows=None):
     cache = model.new_cache()
     steps = []
     for t in range(tgt_in.size(1)):
-        logits, _ = model.decode(tgt_in[:, t : t + 1], memory, src_mask, cache)
-        steps.append(logits)
+        states, _ = model.decode(tgt_in[:, t : t + 1], memory, src_mask, cache)
+        steps.append(states)
     return torch.cat(steps, dim=1), cache
 
 
@@ -65,8 +65,8 @@ def _step_after_reorder(model, src, tgt_in, order, sentences=None):
     cache.select(order, sentences)
     if sentences is not None:
         memory, src_mask = memory[sentences], src_mask[sentences]
-    logits, _ = model.decode(tgt_in[order, 2:3], memory, src_mask, cache)
-    return logits
+    states, _ = model.decode(tgt_in[order, 2:3], memory, src_mask, cache)
+    return states
 
 
 def test_kv_cache_after_reordering_rows():
@@ -105,7 +105,9 @@ def test_overfits_one_batch():
     batch = collate(src, [list(reversed(s)) for s in src])
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(150):
-        loss = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.0) / batch.target_tokens
+        loss = (
+            label_smoothed_loss(model.project(model(batch.src, batch.tgt_in)), batch.tgt_out, 0.0) / batch.target_tokens
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -116,10 +118,10 @@ def test_decoder_attention_weights_are_returned():
     model = tiny()
     src = torch.tensor([[5, 6, 3, 0]])
     src_mask = padding_mask(src, PAD_ID)
-    logits, weights = model.decode(
+    states, weights = model.decode(
         torch.tensor([[BOS_ID, 7]]), model.encode(src, src_mask), src_mask, need_weights=True
     )
     plain, _ = model.decode(torch.tensor([[BOS_ID, 7]]), model.encode(src, src_mask), src_mask)
-    assert torch.allclose(logits, plain, **FP32_TOLERANCE)
+    assert torch.allclose(states, plain, **FP32_TOLERANCE)
     assert len(weights) == 2 and weights[0].shape == (1, 4, 2, 4)
     assert torch.all(weights[0][..., 3] == 0)

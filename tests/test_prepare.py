@@ -4,10 +4,11 @@ import os
 import pytest
 
 from conftest import tiny_config, write_config
-from mt_transformer.config import UserError, load_config
+from mt_transformer.config import load_config
 from mt_transformer.data.corpus import load_pairs
 from mt_transformer.data.prepare import cache_key, encode_split, prepare_data
 from mt_transformer.data.tokenizer import train_tokenizer
+from mt_transformer.errors import UserError
 
 
 def test_encoding_is_cached_and_filters_training_data(tmp_path):

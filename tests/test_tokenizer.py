@@ -1,6 +1,5 @@
 import pytest
 
-from mt_transformer.config import UserError
 from mt_transformer.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -11,6 +10,7 @@ from mt_transformer.data.tokenizer import (
     auto_coverage,
     train_tokenizer,
 )
+from mt_transformer.errors import UserError
 
 SRC = [f"das Haus Nummer {i} ist rot" for i in range(200)]
 TGT = [f"the house number {i} is red" for i in range(200)]
@@ -28,7 +28,7 @@ def test_train_and_round_trip(tmp_path, joint, model_type):
             BOS_ID,
             EOS_ID,
         )
-    ids = reloaded.encode_tgt(["the house number 7 is red"])
+    ids = reloaded.tgt.encode(["the house number 7 is red"])
     assert reloaded.decode_tgt(ids) == ["the house number 7 is red"]
     if joint:
         assert reloaded.src_vocab_size == reloaded.tgt_vocab_size == 50
@@ -57,6 +57,6 @@ def test_auto_coverage_trains_on_text_without_spaces(tmp_path, caplog):
     with caplog.at_level("INFO"):
         tokenizer = train_tokenizer(str(tmp_path), english, chinese, True, 60, "unigram", 0.0, 1000, seed=1)
     assert "character coverage 0.9995" in caplog.text
-    ids = tokenizer.encode_tgt(chinese[:3])
+    ids = tokenizer.tgt.encode(chinese[:3])
     assert tokenizer.decode_tgt(ids) == chinese[:3]
     assert all(UNK_ID not in row for row in ids)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from mt_transformer.decoding.beam import Hypothesis
+from mt_transformer.decoding.search import Hypothesis
 from mt_transformer.decoding.translator import (
     Decoder,
     cut_points,

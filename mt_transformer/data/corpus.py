@@ -13,33 +13,19 @@ from __future__ import annotations
 
 import logging
 import os
-import unicodedata
 
 import datasets
 
-from mt_transformer.config import UserError
+from mt_transformer.data.text import invalid_utf8_line, normalize
+from mt_transformer.errors import UserError
 
 log = logging.getLogger(__name__)
 
-datasets.disable_progress_bars()
-datasets.logging.set_verbosity_error()
 
-
-def normalize(line: str) -> str:
-    """Strip surrounding whitespace and a byte-order mark, and apply Unicode NFC, the same for
-    training and translation."""
-    return unicodedata.normalize("NFC", line.strip().lstrip("\ufeff").strip())
-
-
-def invalid_utf8_line(path: str) -> int | None:
-    """The 1-based number of the first line that is not valid UTF-8, or None."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return number
-    return None
+def quiet_datasets() -> None:
+    """No progress bars or info messages from `datasets`: the trainer reports progress itself."""
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
 
 
 def _read_text(path: str) -> datasets.Dataset:
@@ -114,6 +100,7 @@ def load_pairs(
 
     `key` names the config entry (e.g. `data.train`) in error messages.
     """
+    quiet_datasets()
     local = {"text": [f"{location}.{src_lang}", f"{location}.{tgt_lang}"], "tsv": [location], "jsonl": [location]}
     for path in local.get(format, []):
         if os.path.isfile(path) and os.path.getsize(path) == 0:

@@ -134,9 +134,12 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
 
     `data` is the DataConfig section. Returns (tokenizer, {split: encoded Dataset}).
     """
-    from mt_transformer.config import UserError, data_files
-    from mt_transformer.data.corpus import drop_empty, load_pairs
+    from mt_transformer.config import data_files
+    from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
     from mt_transformer.data.tokenizer import Tokenizer, train_tokenizer
+    from mt_transformer.errors import UserError
+
+    quiet_datasets()  # also for loading the cache
 
     def loader(split):
         return lambda: load_pairs(

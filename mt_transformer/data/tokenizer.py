@@ -1,5 +1,5 @@
 """Subword tokenization with sentencepiece: one joint model (the paper's shared vocabulary) or
-one model per side. Special ids are fixed: pad 0, unk 1, bos 2, eos 3.
+one model per side, with the fixed special ids of special_tokens.py.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Iterable, Iterator
 
 import sentencepiece as spm
 
-from mt_transformer.config import UserError
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mt_transformer.errors import UserError
 from mt_transformer.files import write_bytes
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 JOINT_FILE = "spm.model"
 SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"
 
@@ -136,9 +136,6 @@ class Tokenizer:
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return self.src.encode(lines, out_type=int)
-
-    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
-        return self.tgt.encode(lines, out_type=int)
 
     def src_pieces(self, ids: list[int]) -> list[str]:
         return [self.src.id_to_piece(i) for i in ids]

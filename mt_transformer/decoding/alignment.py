@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.model.masks import padding_mask
 
 WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
@@ -89,7 +89,7 @@ def inspect_translations(
 ) -> list[list[str]]:
     """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
     a heatmap of each line's best translation, written to heatmap_dir/NNNN.png."""
-    from mt_transformer.data.corpus import normalize
+    from mt_transformer.data.text import normalize
     from mt_transformer.evaluation.plots import attention_heatmap
 
     if heatmap_dir:

@@ -10,28 +10,9 @@ sentences leave the batch so later steps run on fewer rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # without BOS and EOS
-    score: float  # log_prob / length_penalty
-    log_prob: float  # sum of token log-probabilities, EOS included
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT (Wu et al., 2016): lp(Y) = ((5 + |Y|) / 6) ^ alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def forbid_all_but_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
-    """In the given rows (bool, (n,)), keep only EOS possible: used at the length limit."""
-    eos = log_probs[:, eos_id].clone()
-    log_probs.masked_fill_(rows[:, None], float("-inf"))
-    log_probs[:, eos_id] = torch.where(rows, eos, log_probs[:, eos_id])
+from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, length_penalty
 
 
 @torch.inference_mode()
@@ -64,9 +45,9 @@ def beam_search(
 
     for step in range(int(max_len.max()) + 1):
         live, owners = sentence.numel(), sentence.tolist()
-        logits, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
+        states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (live*beam, vocab)
+        log_probs = torch.log_softmax(model.project(states[:, -1]).float(), dim=-1)  # (live*beam, vocab)
         if step >= shortest_limit:  # (a host-side check: the full-vocabulary masking costs 2% otherwise)
             forbid_all_but_eos(log_probs, (max_len <= step).repeat_interleave(beam), eos_id)
         # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,

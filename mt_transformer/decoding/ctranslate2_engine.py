@@ -27,24 +27,13 @@ import shutil
 import numpy as np
 import torch
 
-from mt_transformer.config import UserError
-from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
-from mt_transformer.decoding.beam import Hypothesis
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
+from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding.search import Hypothesis
+from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
 SETTINGS_FILE = "mt_transformer.json"
-COMPUTE_TYPES = (
-    "default",
-    "auto",
-    "float32",
-    "int8",
-    "int8_float32",
-    "int16",
-    "float16",
-    "bfloat16",
-    "int8_float16",
-    "int8_bfloat16",
-)
 
 
 def import_ctranslate2():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.beam import Hypothesis, forbid_all_but_eos
+from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos
 
 
 @torch.inference_mode()
@@ -26,9 +26,9 @@ def greedy_search(
     tokens: list[list[int]] = [[] for _ in range(batch)]
     shortest_limit = int(max_len.min())
     for step in range(int(max_len.max()) + 1):
-        logits, _ = model.decode(last, memory, src_mask, cache)
+        states, _ = model.decode(last, memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (live, vocab)
+        log_probs = torch.log_softmax(model.project(states[:, -1]).float(), dim=-1)  # (live, vocab)
         if step >= shortest_limit:
             forbid_all_but_eos(log_probs, max_len <= step, eos_id)
         token_log_prob, token = log_probs.max(dim=-1)  # (live,)

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import UserError
 from mt_transformer.data.batching import pad
-from mt_transformer.data.corpus import normalize
-from mt_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from mt_transformer.decoding.beam import Hypothesis, beam_search
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.text import normalize
+from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.decoding.search import Hypothesis
 from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.errors import UserError
 from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)

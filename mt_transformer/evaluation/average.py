@@ -17,8 +17,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from mt_transformer import checkpoint
-from mt_transformer.config import UserError
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
 

@@ -8,8 +8,8 @@ import logging
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
-from mt_transformer.config import UserError
-from mt_transformer.data.corpus import invalid_utf8_line
+from mt_transformer.data.text import invalid_utf8_line
+from mt_transformer.errors import UserError
 
 METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
 

@@ -8,8 +8,3 @@ import torch
 def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     """Keys that are real tokens: (batch, len) -> (batch, 1, 1, len), broadcast over heads and queries."""
     return (tokens != pad_id)[:, None, None, :]
-
-
-def causal_mask(length: int, device=None) -> torch.Tensor:
-    """Position i may attend to positions j <= i: (1, 1, len, len)."""
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mt_transformer.data.tokenizer import PAD_ID
+from mt_transformer.data.special_tokens import PAD_ID
 from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
 from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from mt_transformer.model.masks import padding_mask
@@ -100,23 +100,11 @@ class Transformer(nn.Module):
         cache: DecoderCache | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """tgt_in: (batch, tgt_len) ids (with a cache: only the new positions).
+        """The decoder stack. tgt_in: (batch, tgt_len) ids (with a cache: only the new positions).
 
-        Returns logits (batch, tgt_len, vocab) and per layer the cross-attention weights
-        (batch, heads, tgt_len, src_len), or None unless need_weights.
+        Returns the states (batch, tgt_len, d_model), which project() turns into logits, and per
+        layer the cross-attention weights (batch, heads, tgt_len, src_len), or None unless need_weights.
         """
-        states, weights = self.decoder_states(tgt_in, memory, src_mask, cache, need_weights)
-        return self.output(states), weights  # (batch, tgt_len, vocab)
-
-    def decoder_states(
-        self,
-        tgt_in: torch.Tensor,
-        memory: torch.Tensor,
-        src_mask: torch.Tensor,
-        cache: DecoderCache | None = None,
-        need_weights: bool = False,
-    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """The decoder stack without the output projection: (batch, tgt_len, d_model), and the weights."""
         offset = cache.length if cache is not None else 0
         x = self.dropout(self.tgt_embed(tgt_in) + self.tgt_positions(tgt_in.size(1), offset))
         weights = []
@@ -127,12 +115,18 @@ class Transformer(nn.Module):
             cache.length += tgt_in.size(1)
         return self.decoder_norm(x), weights
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, project: bool = True) -> torch.Tensor:
-        """Teacher-forced logits (batch, tgt_len, vocab), or with project=False the decoder states
-        (batch, tgt_len, d_model) for a loss fused with the projection (loss.linear_cross_entropy)."""
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """The pre-softmax linear transformation (section 3.4): (..., d_model) -> logits (..., vocab)."""
+        return self.output(states)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: the decoder states (batch, tgt_len, d_model) of every target position.
+
+        Logits are project() of them; training fuses that projection with the loss
+        (training.loss.linear_cross_entropy), so the (tokens, vocab) logits never exist whole.
+        """
         src_mask = padding_mask(src, PAD_ID)
-        states = self.decoder_states(tgt_in, self.encode(src, src_mask), src_mask)[0]
-        return self.output(states) if project else states
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)[0]
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -21,10 +21,11 @@ import torch
 from tqdm import tqdm
 
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, UserError
+from mt_transformer.config import Config
 from mt_transformer.data.batching import Batch, batch_loader, lengths, token_batches
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.training import distributed
 from mt_transformer.training.loss import linear_cross_entropy
@@ -43,7 +44,7 @@ def training_loss(model, batch: Batch, smoothing: float, autocast, dtype: torch.
     """
     forward = model if forward is None else forward
     with autocast:
-        states = forward(batch.src, batch.tgt_in, project=False)  # (batch, tgt_len, d_model)
+        states = forward(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
     return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype)
 
 

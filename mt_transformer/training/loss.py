@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mt_transformer.data.tokenizer import PAD_ID
+from mt_transformer.data.special_tokens import PAD_ID
 
 BLOCK_ROWS = 1024
 

@@ -18,9 +18,11 @@ import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, UserError, check_data_files, to_yaml
+from mt_transformer.config import Config, check_data_files, to_yaml
 from mt_transformer.data.prepare import TOKENIZER_SETTINGS, prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.devices import select_device
+from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
 from mt_transformer.training import distributed
@@ -28,22 +30,6 @@ from mt_transformer.training.loop import TrainingLoop, set_rng_state, tensorboar
 from mt_transformer.training.schedule import noam_scheduler
 
 log = logging.getLogger(__name__)
-
-
-def select_device(name: str, processes: distributed.Processes = distributed.Processes()) -> torch.device:
-    """The configured device; under torchrun with CUDA, the GPU of this process's local rank."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"train.device: {name} asked for, but CUDA is not available")
-    if processes.enabled and name.startswith("cuda"):
-        if processes.local_rank >= torch.cuda.device_count():
-            raise UserError(
-                f"local rank {processes.local_rank} has no GPU: this machine has "
-                f"{torch.cuda.device_count()}; lower torchrun's --nproc-per-node"
-            )
-        return torch.device("cuda", processes.local_rank)
-    return torch.device(name)
 
 
 def build_model(model_config: dict, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool) -> Transformer:
@@ -108,7 +94,7 @@ def train(config: Config) -> dict:
     if config.train.tensorboard:
         tensorboard_writer()  # before any work
     processes = distributed.from_environment()
-    device = select_device(config.train.device, processes)
+    device = select_device(config.train.device, processes.local_rank if processes.enabled else None)
     if not processes.is_main:  # one copy of the progress messages; warnings still come from every rank
         logging.getLogger("mt_transformer").setLevel(logging.WARNING)
     distributed.init_group(processes, device)

@@ -25,7 +25,7 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
     for batch in batch_loader(dataset.select_columns(["src_ids", "tgt_ids"]), batches):
         batch = batch.to(device)
         with autocast:
-            logits = model(batch.src, batch.tgt_in)
+            logits = model.project(model(batch.src, batch.tgt_in))
         total_loss += float(label_smoothed_loss(logits, batch.tgt_out, smoothing))
         total_nll += float(label_smoothed_loss(logits, batch.tgt_out, 0.0))
         tokens += batch.target_tokens

@@ -1,0 +1,27 @@
+"""What every search returns and the rules they share: a hypothesis, the GNMT length penalty,
+and forcing EOS at the length limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float  # log_prob / length_penalty
+    log_prob: float  # sum of token log-probabilities, EOS included
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT (Wu et al., 2016): lp(Y) = ((5 + |Y|) / 6) ^ alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def forbid_all_but_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
+    """In the given rows (bool, (n,)), keep only EOS possible: used at the length limit."""
+    eos = log_probs[:, eos_id].clone()
+    log_probs.masked_fill_(rows[:, None], float("-inf"))
+    log_probs[:, eos_id] = torch.where(rows, eos, log_probs[:, eos_id])
