@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import re
 import shutil
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
@@ -177,3 +179,35 @@ def load_trainer_state(directory: str) -> dict:
         ) from None
     except (RuntimeError, EOFError, OSError) as error:
         raise UserError(f"{path}: not a readable trainer state ({type(error).__name__})") from None
+
+
+def rng_state() -> dict:
+    """This process's random generators (Python, numpy, torch CPU and CUDA), saved with each
+    checkpoint so that a resumed run draws the same dropout masks as an uninterrupted one."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    numpy_state = np.random.get_state()
+    state["numpy"] = [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]]
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what rng_state() saved."""
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def checkpoint_metadata(config, tokenizer) -> dict:
+    """What a checkpoint's config.json holds besides the weights: enough to rebuild model and tokenizer."""
+    return {
+        "config": config.to_dict(),
+        "src_vocab_size": tokenizer.src_vocab_size,
+        "tgt_vocab_size": tokenizer.tgt_vocab_size,
+        "joint_vocab": tokenizer.joint,
+        "tokenizer_files": tokenizer.files,
+    }

@@ -70,7 +70,7 @@ def train_main(argv=None):
     args = parser.parse_args(argv)
 
     from mt_transformer.config import load_config, to_yaml
-    from mt_transformer.training.loop import TrainingStopped
+    from mt_transformer.training.stop_policy import TrainingStopped
     from mt_transformer.training.train import parameter_count, train
 
     config = load_config(args.config, args.set)

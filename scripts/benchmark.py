@@ -29,16 +29,16 @@ import time
 import numpy as np
 import torch
 
-from mt_transformer.config import DataConfig
+from mt_transformer.config import DataConfig, TrainConfig
 from mt_transformer.data.batching import batch_loader, token_batches
 from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.decoding.translator import load_translator, translate_lines, translate_with
-from mt_transformer.devices import cpu_model
+from mt_transformer.devices import cpu_model, use_fast_matmul
 from mt_transformer.model.flops import training_flops
 from mt_transformer.model.transformer import Transformer
-from mt_transformer.training.loop import PRECISIONS, training_loss
-from mt_transformer.training.schedule import noam_scheduler
+from mt_transformer.training.state import TrainerState
+from mt_transformer.training.step import PRECISIONS, TrainingStep, optimizer_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,18 +110,12 @@ def matmul_ceiling(device: torch.device, dtype: torch.dtype) -> float:
     return best
 
 
-def training_step(model, batch, optimizer, scheduler, autocast, dtype) -> None:
-    """One update; `model` may be a torch.compile'd module."""
-    loss = training_loss(model, batch, 0.1, autocast, dtype) / batch.target_tokens
-    loss.backward()
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def new_optimizer(model, device):
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=device.type == "cuda")
-    return optimizer, noam_scheduler(optimizer, 256, 4000)
+def training_step(model, device: torch.device, precision: str, forward=None) -> TrainingStep:
+    """mt-train's own update (training/step.py) for `model` with the default train settings in
+    `precision`: Adam with the Noam schedule, gradient scaling for fp16, the non-finite check."""
+    train = TrainConfig(precision=precision)
+    optimizer, scheduler, scaler = optimizer_for(model, train, model.output.in_features, device)
+    return TrainingStep(model, optimizer, scheduler, scaler, train, TrainerState(), device, forward)
 
 
 def batch_flops(batch, vocab: int) -> int:
@@ -134,8 +128,7 @@ def batch_flops(batch, vocab: int) -> int:
 def bench_training(model, dataset, device, precision: str, max_tokens: int, warmup_updates: int, updates: int):
     src_lens, tgt_lens = np.asarray(dataset["src_len"]), np.asarray(dataset["tgt_len"])
     batches = token_batches(src_lens, tgt_lens, max_tokens, seed=1)
-    optimizer, scheduler = new_optimizer(model, device)
-    autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
+    step = training_step(model, device, precision)
     vocab = model.output.out_features
     model.train()
     real = padded = target = source = flops = 0
@@ -145,7 +138,7 @@ def bench_training(model, dataset, device, precision: str, max_tokens: int, warm
         if i == warmup_updates:
             synchronize(device)
             start = time.perf_counter()
-        training_step(model, batch.to(device), optimizer, scheduler, autocast, PRECISIONS[precision])
+        step([batch])
         if i >= warmup_updates:
             target += batch.target_tokens
             source += int((batch.src != 0).sum())
@@ -169,8 +162,7 @@ def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096,
     """Seconds per update of `budget` target tokens in sentences of one length (sources as long)."""
     from mt_transformer.data.batching import Batch
 
-    optimizer, scheduler = new_optimizer(model, device)
-    autocast = torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
+    step = training_step(model, device, precision)
     model.train()
     rows = []
     generator = torch.Generator().manual_seed(1)
@@ -178,11 +170,11 @@ def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096,
         sentences = budget // length
         tokens = torch.randint(4, vocab, (sentences, length + 1), generator=generator)
         batch = Batch(src=tokens[:, 1:], tgt_in=tokens[:, :-1], tgt_out=tokens[:, 1:]).to(device)
-        training_step(model, batch, optimizer, scheduler, autocast, PRECISIONS[precision])  # warm-up
+        step([batch])  # warm-up
         synchronize(device)
         start = time.perf_counter()
         for _ in range(updates):
-            training_step(model, batch, optimizer, scheduler, autocast, PRECISIONS[precision])
+            step([batch])
         synchronize(device)
         seconds = (time.perf_counter() - start) / updates
         rows.append(
@@ -264,8 +256,7 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
             torch.manual_seed(1)
             model = Transformer(vocab, vocab, **model_args).to(device)
             runner = torch.compile(model) if compiled else model
-            optimizer, scheduler = new_optimizer(model, device)
-            autocast = torch.autocast(device.type, dtype=torch.bfloat16)
+            step = training_step(model, device, "bf16", forward=runner)
             length = 32
             sentences = max(1, tokens // length)
             ids = torch.randint(4, vocab, (sentences, length + 1), generator=torch.Generator().manual_seed(1))
@@ -274,11 +265,11 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
             batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
             model.train()
             for _ in range(3):  # warm-up (and compilation)
-                training_step(runner, batch, optimizer, scheduler, autocast, torch.bfloat16)
+                step([batch])
             synchronize(device)
             start = time.perf_counter()
             for _ in range(updates):
-                training_step(runner, batch, optimizer, scheduler, autocast, torch.bfloat16)
+                step([batch])
             synchronize(device)
             seconds = (time.perf_counter() - start) / updates
             flops = training_flops(
@@ -300,7 +291,7 @@ def bench_paper_configs(device, tokens: int, updates: int, compile_options=(Fals
                     "model_flops_per_s": round(flops / seconds),
                 }
             )
-            del model, runner, optimizer
+            del model, runner, step
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
@@ -412,6 +403,7 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="--paper-configs without the torch.compile runs")
     args = parser.parse_args()
     device = torch.device(args.device)
+    use_fast_matmul(device)  # fp32 on CUDA is TF32, as in mt-train
     torch.manual_seed(1)
 
     with tempfile.TemporaryDirectory() as workdir:

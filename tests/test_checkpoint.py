@@ -1,9 +1,12 @@
+import json
 import os
 
 import pytest
 import torch
 
+from conftest import FP32_TOLERANCE, ROOT, run_cli
 from mt_transformer import checkpoint
+from mt_transformer.data.special_tokens import EOS_ID
 from mt_transformer.decoding.translator import load_translator
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
@@ -83,3 +86,34 @@ def test_translator_refuses_a_mismatched_tokenizer(trained_run, tmp_path):
         json.dump(metadata, f)
     with pytest.raises(UserError, match="model was built for 999/999"):
         load_translator(directory, torch.device("cpu"))
+
+
+# A checkpoint in the first directory layout (model.safetensors, config.json, trainer.pt,
+# spm.model), with the per-token log-probabilities its model gave when it was written: every
+# later version must load it to the same function.
+FIRST_LAYOUT = os.path.join(ROOT, "tests", "fixtures", "checkpoint_v1")
+
+
+def test_a_checkpoint_of_the_first_layout_scores_as_when_it_was_written():
+    from mt_transformer.data.special_tokens import BOS_ID
+    from mt_transformer.training.state import TrainerState
+
+    with open(os.path.join(FIRST_LAYOUT, "expected.json"), encoding="utf-8") as f:
+        expected = json.load(f)
+    model, tokenizer, _ = load_translator(FIRST_LAYOUT, torch.device("cpu"))
+    src = torch.tensor([tokenizer.encode_src([expected["source"]])[0] + [EOS_ID]])
+    tgt = expected["target_ids"]
+    assert tokenizer.tgt.encode(expected["target"]) + [EOS_ID] == tgt
+    with torch.no_grad():
+        log_probs = model.project(model(src, torch.tensor([[BOS_ID] + tgt[:-1]]))).log_softmax(-1)[0]
+    ours = log_probs.gather(1, torch.tensor(tgt)[:, None]).squeeze(1)
+    torch.testing.assert_close(ours, torch.tensor(expected["log_probs"]), **FP32_TOLERANCE)
+    assert TrainerState.from_dict(checkpoint.load_trainer_state(FIRST_LAYOUT)).step == 60
+
+
+def test_a_checkpoint_of_the_first_layout_translates():
+    result = run_cli(
+        "mt-translate", "--checkpoint", FIRST_LAYOUT, "--device", "cpu", input="a red apple\n\nTom sold it.\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split("\n")) == 4  # three lines and the final newline

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import mt_transformer.training.loop as training_loop
+import mt_transformer.training.step as training_step
 import mt_transformer.training.train as train_module
 from conftest import ROOT, run_cli, tiny_config, write_config
 from mt_transformer import checkpoint
@@ -32,7 +32,7 @@ def config_for(corpus, tmp_path, **train):
 
 
 def test_diverging_run_stops_and_names_the_last_good_checkpoint(corpus, tmp_path, monkeypatch):
-    real_loss = training_loop.linear_cross_entropy  # the training loss (validation computes its own)
+    real_loss = training_step.linear_cross_entropy  # the training loss (validation computes its own)
     calls = {"training": 0}
 
     def loss_that_diverges(*args):
@@ -40,7 +40,7 @@ def test_diverging_run_stops_and_names_the_last_good_checkpoint(corpus, tmp_path
         calls["training"] += 1
         return loss * float("nan") if calls["training"] > 10 else loss
 
-    monkeypatch.setattr(training_loop, "linear_cross_entropy", loss_that_diverges)
+    monkeypatch.setattr(training_step, "linear_cross_entropy", loss_that_diverges)
     with pytest.raises(UserError) as error:
         train_module.train(config_for(corpus, tmp_path, max_bad_updates=3))
     message = str(error.value)

@@ -34,15 +34,15 @@ def test_training_writes_metrics_checkpoints_and_learns(trained_run):
 
 
 def test_metrics_up_to_drops_lines_after_the_checkpoint(tmp_path):
-    from mt_transformer.training.loop import metrics_up_to
+    from mt_transformer.training.run_log import metrics_up_to
 
     path = tmp_path / "metrics.jsonl"
     path.write_text(
         '{"step": 10, "loss": 1}\n{"step": 20, "valid_bleu": 3}\n{"step": 30, "loss": 0.5}\n{"step": 4',
         encoding="utf-8",
     )
-    assert metrics_up_to(str(path), 20) == ['{"step": 10, "loss": 1}', '{"step": 20, "valid_bleu": 3}']
-    assert metrics_up_to(str(path), 0) == [] and metrics_up_to(str(tmp_path / "none"), 5) == []
+    assert metrics_up_to(str(tmp_path), 20) == [{"step": 10, "loss": 1}, {"step": 20, "valid_bleu": 3}]
+    assert metrics_up_to(str(tmp_path), 0) == [] and metrics_up_to(str(tmp_path / "none"), 5) == []
 
 
 def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path, monkeypatch):

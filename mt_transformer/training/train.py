@@ -21,13 +21,15 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config, check_data_files, to_yaml
 from mt_transformer.data.prepare import TOKENIZER_SETTINGS, prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.devices import select_device
+from mt_transformer.devices import select_device, use_fast_matmul
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
 from mt_transformer.training import distributed
-from mt_transformer.training.loop import TrainingLoop, set_rng_state, tensorboard_writer
-from mt_transformer.training.schedule import noam_scheduler
+from mt_transformer.training.loop import TrainingLoop
+from mt_transformer.training.run_log import tensorboard_writer
+from mt_transformer.training.state import TrainerState
+from mt_transformer.training.step import TrainingStep, optimizer_for
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +129,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     distributed.barrier()
     if t.threads:
         torch.set_num_threads(t.threads)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    use_fast_matmul(device)
     random.seed(t.seed)
     np.random.seed(t.seed)
     torch.manual_seed(t.seed)
@@ -157,29 +157,8 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         check_disk_space(
             run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1
         )
-    optimizer = torch.optim.Adam(
-        model.parameters(),
-        lr=t.lr_scale,
-        betas=t.adam_betas,
-        eps=t.adam_eps,
-        weight_decay=t.weight_decay,
-        fused=device.type == "cuda",
-    )
-    scheduler = noam_scheduler(optimizer, config.model.d_model, t.warmup)
-    scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
-    state = {
-        "step": 0,
-        "epoch": 0,
-        "batch_in_epoch": 0,
-        "best_bleu": None,
-        "best_step": None,
-        "since_best": 0,
-        "elapsed": 0.0,
-        "skipped": 0,
-        "out_of_memory": 0,
-        "oom_dropped": 0,
-        "world_size": processes.world_size,
-    }
+    optimizer, scheduler, scaler = optimizer_for(model, t, config.model.d_model, device)
+    state = TrainerState(world_size=processes.world_size)
     if found:
         step_dir = found[-1][1]
         checkpoint.load_weights(model, step_dir)
@@ -187,13 +166,13 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         scaler.load_state_dict(saved["scaler"])
-        state.update({k: saved.get(k, state[k]) for k in state if k != "world_size"})
+        state = dataclasses.replace(TrainerState.from_dict(saved), world_size=processes.world_size)
         restore_rng(saved, processes, t.seed)
         saved_world = saved.get("world_size", 1)
         if saved_world != processes.world_size:  # each rank's position in the epoch, in its new shard
-            state["batch_in_epoch"] = state["batch_in_epoch"] * saved_world // processes.world_size
+            state.batch_in_epoch = state.batch_in_epoch * saved_world // processes.world_size
             log.info("resuming %d processes' run with %d", saved_world, processes.world_size)
-        log.info("resuming from %s (step %d, epoch %d)", step_dir, state["step"], state["epoch"] + 1)
+        log.info("resuming from %s (step %d, epoch %d)", step_dir, state.step, state.epoch + 1)
 
     ddp = None
     if processes.enabled:
@@ -207,9 +186,8 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     forward = ddp or model
     if t.compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
         forward = torch.compile(forward)
-    loop = TrainingLoop(
-        config, model, optimizer, scheduler, scaler, tokenizer, data, device, state, processes, forward, ddp
-    )
+    step = TrainingStep(model, optimizer, scheduler, scaler, t, state, device, forward, ddp, processes)
+    loop = TrainingLoop(config, step, tokenizer, data, processes)
     with logging_redirect_tqdm():
         return loop.run()
 
@@ -219,6 +197,6 @@ def restore_rng(saved: dict, processes: distributed.Processes, seed: int) -> Non
     after a change of world size the new ranks start fresh streams."""
     per_rank = saved.get("rng_ranks") or [saved["rng"]]
     if len(per_rank) == processes.world_size or processes.is_main:
-        set_rng_state(per_rank[processes.rank] if len(per_rank) == processes.world_size else per_rank[0])
+        checkpoint.set_rng_state(per_rank[processes.rank] if len(per_rank) == processes.world_size else per_rank[0])
     else:
         torch.manual_seed(seed + processes.rank + 1_000_003 * saved["step"])

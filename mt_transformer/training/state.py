@@ -1,0 +1,29 @@
+"""Where a run stands: the counters a checkpoint saves and a resumed run takes back."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainerState:
+    step: int = 0  # optimizer updates applied
+    epoch: int = 0  # from 0
+    batch_in_epoch: int = 0  # this rank's batches of the epoch already consumed
+    best_bleu: float | None = None  # the best valid BLEU so far, and its step
+    best_step: int | None = None
+    since_best: int = 0  # validations in a row without a better BLEU (early stopping)
+    elapsed: float = 0.0  # seconds of training, over all the run's processes' lifetimes
+    skipped: int = 0  # updates skipped for a non-finite loss or gradient
+    out_of_memory: int = 0  # updates redone in smaller pieces for lack of memory
+    oom_dropped: int = 0  # updates dropped: single sentences did not fit
+    world_size: int = 1  # processes that trained it
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> TrainerState:
+        """The state in a checkpoint's trainer file (keys it lacks keep their defaults)."""
+        return cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})

@@ -1,0 +1,184 @@
+"""One optimizer update, the same for mt-train and `make bench`: forward and backward over the
+micro-batches of the update, out-of-memory recovery, gradient unscaling and clipping, a skip
+on a non-finite gradient, then the optimizer and learning-rate steps.
+
+The loss is the label-smoothed cross entropy summed over target tokens; gradients are divided
+by the update's target tokens (all ranks') just before clipping, so accumulation, splitting a
+batch in pieces and several processes all give the gradient of the mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from mt_transformer.config import TrainConfig
+from mt_transformer.data.batching import Batch
+from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.errors import UserError
+from mt_transformer.training import distributed
+from mt_transformer.training.loss import linear_cross_entropy
+from mt_transformer.training.schedule import noam_scheduler
+from mt_transformer.training.state import TrainerState
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """Mixed precision for the forward pass (a no-op context for fp32)."""
+    return torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
+
+
+def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, device: torch.device):
+    """Adam with the Noam schedule (section 5.3) and the gradient scaler (fp16 only)."""
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=train.lr_scale,
+        betas=train.adam_betas,
+        eps=train.adam_eps,
+        weight_decay=train.weight_decay,
+        fused=device.type == "cuda",
+    )
+    scaler = torch.amp.GradScaler(device.type, enabled=train.precision == "fp16")
+    return optimizer, noam_scheduler(optimizer, d_model, train.warmup), scaler
+
+
+def training_loss(model, batch: Batch, smoothing: float, precision: str, forward=None) -> torch.Tensor:
+    """Summed label-smoothed loss of one batch, the output projection fused with the loss.
+
+    `forward` runs the model's layers: the model itself, or its DistributedDataParallel or
+    torch.compile wrapper.
+    """
+    forward = model if forward is None else forward
+    with autocast(batch.src.device, precision):
+        states = forward(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
+    return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, PRECISIONS[precision])
+
+
+@dataclass
+class Update:
+    loss: torch.Tensor  # summed over the update's target tokens (of all ranks)
+    tokens: int  # target tokens of the update (of all ranks)
+    applied: bool  # False: skipped for a non-finite gradient
+
+
+class TrainingStep:
+    """Runs one update per call on a group of micro-batches (train.accumulate of them).
+
+    Counts into `state`: applied updates (step), skipped ones, out-of-memory retries and dropped
+    updates. Under torchrun `ddp` is the DistributedDataParallel wrapper: it all-reduces the
+    gradients in the last backward of the update only, and the division by the update's tokens
+    undoes its averaging over the ranks.
+    """
+
+    def __init__(
+        self,
+        model,
+        optimizer,
+        scheduler,
+        scaler,
+        train: TrainConfig,
+        state: TrainerState,
+        device: torch.device,
+        forward=None,
+        ddp=None,
+        processes: distributed.Processes = distributed.Processes(),
+    ):
+        self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
+        self.train, self.state, self.device = train, state, device
+        self.forward, self.ddp, self.processes = model if forward is None else forward, ddp, processes
+        self.bad_in_a_row = 0  # non-finite updates in a row
+
+    def __call__(self, group: list[Batch], agree=None) -> Update | None:
+        """One update on `group`; None if it was dropped for lack of memory. `agree(loss, tokens)`
+        returns the sums over all ranks (under torchrun) before the optimizer step."""
+        loss = self.forward_backward(group)
+        if loss is None:
+            return None
+        tokens = sum(b.target_tokens for b in group)
+        if agree is not None:
+            loss, tokens = agree(loss, tokens)
+        return Update(loss, tokens, self.apply(tokens))
+
+    def forward_backward(self, group: list[Batch]) -> torch.Tensor | None:
+        """Forward and backward passes over the micro-batches, summing their gradients; returns the
+        summed loss.
+
+        Out of memory: the gradients are cleared and the whole update is redone with every batch
+        cut into twice as many pieces (the sum is the same); when single sentences do not fit, the
+        update is dropped and None returned. Under torchrun the other ranks would wait in the
+        gradient all-reduce meanwhile, so there it ends the run instead.
+        """
+        pieces, largest = 1, max(b.size for b in group)
+        while True:
+            try:
+                return self._accumulate(group, pieces)
+            except RuntimeError as error:  # torch.OutOfMemoryError is one
+                if not is_out_of_memory(error):
+                    raise
+                if self.processes.enabled:
+                    raise UserError(
+                        f"out of memory on rank {self.processes.rank}; lower train.max_tokens (and raise "
+                        f"train.accumulate to keep the batch), or data.max_len"
+                    ) from None
+            self.optimizer.zero_grad(set_to_none=True)
+            release_memory(self.device)
+            self.state.out_of_memory += 1
+            shapes = [tuple(b.src.shape) + tuple(b.tgt_in.shape[1:]) for b in group]
+            if pieces >= largest:
+                self.state.oom_dropped += 1
+                log.warning(
+                    "out of memory even one sentence at a time (batches of (sentences, source, target) %s): "
+                    "update dropped (%d so far); a lower data.max_len avoids this",
+                    shapes,
+                    self.state.oom_dropped,
+                )
+                return None
+            pieces = min(2 * pieces, largest)
+            log.warning(
+                "out of memory on batches of (sentences, source, target) %s: retrying in %d pieces each; "
+                "a lower train.max_tokens avoids this",
+                shapes,
+                pieces,
+            )
+
+    def _accumulate(self, group: list[Batch], pieces: int) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        parts = [part for batch in group for part in (batch.split(pieces) if pieces > 1 else [batch])]
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            with self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext():
+                loss = training_loss(
+                    self.model, part.to(self.device), self.train.label_smoothing, self.train.precision, self.forward
+                )
+                self.scaler.scale(loss).backward()
+            total += loss.detach()
+        return total
+
+    def apply(self, tokens: int) -> bool:
+        """The optimizer step on gradients summed over `tokens` target tokens; False if skipped."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        self.scaler.unscale_(self.optimizer)
+        # DistributedDataParallel has averaged the ranks' gradient sums: sum = mean * world_size
+        divisor = max(tokens, 1) / self.processes.world_size
+        for p in params:
+            p.grad.div_(divisor)  # mean over the target tokens of the whole update
+        clip = self.train.clip_norm if self.train.clip_norm > 0 else float("inf")
+        finite = bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(params, clip)))
+        if finite:
+            self.scaler.step(self.optimizer)
+            self.scheduler.step()
+            self.state.step += 1
+            self.bad_in_a_row = 0
+        else:
+            self.state.skipped += 1
+            self.bad_in_a_row += 1
+            log.warning("non-finite loss or gradient: update skipped (%d so far)", self.state.skipped)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return finite

@@ -1,0 +1,112 @@
+"""When a run stops: its step, epoch and time limits, early stopping on valid BLEU, too many
+non-finite updates in a row, and SIGTERM/SIGINT (what clusters send before preemption, and
+Ctrl-C), which save a checkpoint at the next update boundary. Under torchrun the ranks share
+each decision, so all of them stop at the same update."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+
+import torch
+
+from mt_transformer.config import TrainConfig
+from mt_transformer.errors import UserError
+from mt_transformer.training import distributed
+from mt_transformer.training.state import TrainerState
+
+log = logging.getLogger(__name__)
+
+
+class TrainingStopped(Exception):
+    """SIGTERM or SIGINT arrived: a checkpoint was saved at the next update boundary."""
+
+    def __init__(self, signum: int, step: int, directory: str):
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} at step {step}: checkpoint saved in {directory}; "
+            f"run the same command again to resume"
+        )
+        self.signum = signum
+
+
+class StopPolicy:
+    def __init__(self, train: TrainConfig, state: TrainerState, processes: distributed.Processes):
+        self.train, self.state, self.processes = train, state, processes
+        self.received = None  # the signal this process received, set by the handler at any moment
+        self.agreed = None  # under torchrun: the signal all ranks agreed on at the last update
+        self.clock = (time.monotonic(), state.elapsed)  # (when this process started, elapsed before it)
+        self.time_up = self.over_time()
+
+    def elapsed(self) -> float:
+        return self.clock[1] + time.monotonic() - self.clock[0]
+
+    def over_time(self) -> bool:
+        return bool(self.train.max_minutes) and self.elapsed() >= 60 * self.train.max_minutes
+
+    def out_of_patience(self) -> bool:
+        """train.patience validations in a row without a better valid BLEU."""
+        return self.train.patience > 0 and self.state.since_best >= self.train.patience
+
+    def finished(self) -> bool:
+        t, state = self.train, self.state
+        epochs_done = bool(t.max_epochs and state.epoch >= t.max_epochs)
+        return state.step >= t.max_steps or self.time_up or epochs_done or self.out_of_patience()
+
+    def share(self, loss: torch.Tensor, tokens: int, device: torch.device) -> tuple[torch.Tensor, int]:
+        """Sum the update's loss and target tokens over the ranks, and share the decision to stop:
+        time up or a signal on any rank stops all of them at this update."""
+        self.time_up = self.over_time()
+        if not self.processes.enabled:
+            return loss, tokens
+        loss_sum, tokens, time_up, signalled = distributed.sum_over_ranks(
+            [float(loss), tokens, self.time_up, self.received is not None], device
+        )
+        self.time_up = time_up > 0
+        # another rank's signal stops this one too (torchrun sends them to all ranks anyway)
+        self.agreed = (self.received or signal.SIGTERM) if signalled else None
+        return torch.tensor(loss_sum, device=device), int(tokens)
+
+    def signal_to_stop(self) -> int | None:
+        """The signal to stop on at this update boundary, or None."""
+        return self.agreed if self.processes.enabled else self.received
+
+    def check_divergence(self, bad_in_a_row: int, last_checkpoint: str) -> None:
+        """End the run once train.max_bad_updates updates in a row had a non-finite gradient."""
+        t = self.train
+        if not t.max_bad_updates or bad_in_a_row < t.max_bad_updates:
+            return
+        cause = (
+            "fp16 overflowed although the loss scale was lowered (try train.precision: bf16) or "
+            if t.precision == "fp16"
+            else ""
+        )
+        raise UserError(
+            f"training diverged: {bad_in_a_row} updates in a row had a non-finite loss or gradient "
+            f"(train.max_bad_updates: {t.max_bad_updates}); likely cause: {cause}a learning rate too high for "
+            f"this model (try a lower train.lr_scale, a longer train.warmup or train.clip_norm: 1.0); "
+            f"last good checkpoint: {last_checkpoint}"
+        )
+
+    @contextlib.contextmanager
+    def signals_handled(self):
+        """SIGTERM and SIGINT mark the run to stop at the next update boundary while inside."""
+        handled = (signal.SIGTERM, signal.SIGINT)
+        try:
+            previous = {s: signal.signal(s, self._on_signal) for s in handled}
+        except ValueError:  # not the main thread: leave signals alone
+            previous = {}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        # A second signal stops at once, without saving; not under torchrun, which passes Ctrl-C
+        # on to the ranks after the terminal did, and kills them itself when they take too long.
+        if self.received is not None and not self.processes.enabled:
+            raise KeyboardInterrupt
+        self.received = signum
+        log.warning("%s received: saving a checkpoint after this update", signal.Signals(signum).name)
