@@ -1,4 +1,6 @@
-"""Checkpoints: one directory per save, self-contained and safe to load.
+"""Checkpoints: one directory per save, self-contained and safe to load. This module alone writes
+and reads them: the training checkpoints, averaged models, and the whole state a resumed run
+takes back.
 
     checkpoints/step_00001000/
         model.safetensors   weights (no pickle)
@@ -20,14 +22,18 @@ import pickle
 import random
 import re
 import shutil
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 
+from mt_transformer.config import Config, ConfigError, config_from_dict
+from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
+from mt_transformer.model.transformer import Transformer
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -73,12 +79,9 @@ def save_checkpoint(
     final = step_dir(run_dir, step)
     try:
         with atomic_dir(final) as tmp:
-            save_model(model, os.path.join(tmp, MODEL_FILE))
-            with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
-                json.dump({**metadata, "step": step}, f, indent=2)
-            torch.save(trainer_state, os.path.join(tmp, TRAINER_FILE))
-            for name in tokenizer_files:
-                shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))
+            write_model_dir(
+                tmp, model_tensors(model)[0], {**metadata, "step": step}, tokenizer_dir, tokenizer_files, trainer_state
+            )
     except (OSError, RuntimeError, SafetensorError) as error:  # torch.save reports a full disk as a RuntimeError
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0][:200]
         free = shutil.disk_usage(root).free / 2**20
@@ -158,12 +161,22 @@ def read_metadata(directory: str) -> dict:
         raise UserError(f"{path}: not valid JSON") from None
 
 
-def load_weights(model: torch.nn.Module, directory: str) -> None:
+def read_weights(directory: str) -> dict[str, torch.Tensor]:
     path = os.path.join(directory, MODEL_FILE)
     try:
-        missing, unexpected = load_model(model, path, strict=False, device="cpu")
+        return load_file(path, device="cpu")
     except (SafetensorError, OSError, ValueError) as error:
         raise UserError(f"{path}: not a readable safetensors file ({error})") from None
+
+
+def load_weights(model: torch.nn.Module, directory: str) -> None:
+    """Load a checkpoint's weights into `model`; a tied matrix may be stored under any of its names."""
+    weights = read_weights(directory)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    _, aliases = model_tensors(model)
+    loaded_roots = {aliases.get(name, name) for name in weights}
+    missing = [name for name in missing if aliases.get(name, name) not in loaded_roots]
+    path = os.path.join(directory, MODEL_FILE)
     if missing or unexpected:
         what = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(unexpected)[:3]}"
         raise UserError(f"{path}: weights do not match the model ({what})")
@@ -211,3 +224,95 @@ def checkpoint_metadata(config, tokenizer) -> dict:
         "joint_vocab": tokenizer.joint,
         "tokenizer_files": tokenizer.files,
     }
+
+
+def model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Each distinct tensor of the model once, under its first name in state_dict order, and the
+    other names of tied tensors ({alias: kept name}): the same weights always give the same file."""
+    tensors, aliases, seen = {}, {}, {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            tensors[name] = tensor.detach().contiguous()
+    return tensors, aliases
+
+
+def write_model_dir(
+    directory: str,
+    tensors: dict,
+    metadata: dict,
+    tokenizer_dir: str,
+    tokenizer_files: list[str],
+    trainer_state: dict | None = None,
+) -> None:
+    """Fill `directory` (a fresh temporary one) with a model: weights, config.json, the tokenizer,
+    and for a training checkpoint the trainer state."""
+    # one metadata key only: safetensors writes the metadata map in a different order in each
+    # process; load_weights finds the other names of tied tensors from the model itself
+    save_file(tensors, os.path.join(directory, MODEL_FILE), metadata={"format": "pt"})
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(metadata, f, indent=2)
+    if trainer_state is not None:
+        torch.save(trainer_state, os.path.join(directory, TRAINER_FILE))
+    for name in tokenizer_files:
+        shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(directory, name))
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module  # in eval mode, on the device asked for
+    tokenizer: Tokenizer
+    config: Config  # the config the model was trained with
+    directory: str  # the checkpoint directory it came from
+    step: int | None  # the update it was saved at (None for an average)
+
+
+def load(path: str, device: torch.device) -> LoadedModel:
+    """The model, tokenizer and config of a checkpoint directory, or of a run directory's best
+    checkpoint (else its newest)."""
+    directory = resolve(path)
+    metadata = read_metadata(directory)
+    where = os.path.join(directory, CONFIG_FILE)
+    try:
+        config = config_from_dict(metadata["config"])
+        vocab_sizes = metadata["src_vocab_size"], metadata["tgt_vocab_size"]
+        joint = metadata["joint_vocab"]
+    except (KeyError, TypeError):
+        raise UserError(f"{where}: not an mt_transformer checkpoint config") from None
+    except ConfigError as error:
+        raise UserError(f"{where}: {error}") from None
+    tokenizer = Tokenizer(directory)
+    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != tuple(vocab_sizes):
+        raise UserError(
+            f"{directory}: the tokenizer has vocabularies of {tokenizer.src_vocab_size}/{tokenizer.tgt_vocab_size} "
+            f"pieces but the model was built for {vocab_sizes[0]}/{vocab_sizes[1]}"
+        )
+    model = Transformer.from_config(config.model, *vocab_sizes, share_vocab=joint)
+    load_weights(model, directory)
+    return LoadedModel(model.to(device).eval(), tokenizer, config, directory, metadata.get("step"))
+
+
+def check_compatible(directory: str, config: Config) -> None:
+    """Refuse to resume when the model or tokenizer settings changed since the checkpoint."""
+    saved, current = read_metadata(directory)["config"], config.to_dict()
+    for section, names in (("model", list(current["model"])), ("data", TOKENIZER_SETTINGS)):
+        for name in names:
+            old, new = saved[section].get(name), current[section][name]
+            if old != new:
+                raise UserError(
+                    f"{section}.{name}: {new!r} in the config but {old!r} in {directory}; "
+                    f"use a new train.output_dir or restore the setting"
+                )
+
+
+def restore_rng(saved: dict, rank: int, world_size: int, seed: int) -> None:
+    """Each rank takes back its own random state, so dropout continues as if never stopped; after
+    a change of world size the new ranks start fresh streams."""
+    per_rank = saved.get("rng_ranks") or [saved["rng"]]
+    if len(per_rank) == world_size or rank == 0:
+        set_rng_state(per_rank[rank] if len(per_rank) == world_size else per_rank[0])
+    else:
+        torch.manual_seed(seed + rank + 1_000_003 * saved["step"])

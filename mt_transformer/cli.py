@@ -52,9 +52,7 @@ def _device(name: str):
     return select_device(name, key="--device")
 
 
-@_entry_point
-def train_main(argv=None):
-    parser = argparse.ArgumentParser(prog="mt-train", description="Train a Transformer translation model.")
+def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML config file")
     parser.add_argument(
         "--set",
@@ -64,6 +62,12 @@ def train_main(argv=None):
         metavar="SECTION.KEY=VALUE",
         help="override config keys, e.g. --set train.max_steps=100 model.dropout=0.3",
     )
+
+
+@_entry_point
+def train_main(argv=None):
+    parser = argparse.ArgumentParser(prog="mt-train", description="Train a Transformer translation model.")
+    _config_options(parser)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the resolved config and parameter count, then stop"
     )
@@ -94,15 +98,7 @@ def prepare_main(argv=None):
         description="Train the tokenizer and encode the training and valid data of a config, without training: "
         "mt-train with the same config (every torchrun rank, and every later run) loads the result.",
     )
-    parser.add_argument("--config", required=True, help="YAML config file, the one mt-train will use")
-    parser.add_argument(
-        "--set",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override config keys, as for mt-train",
-    )
+    _config_options(parser)
     args = parser.parse_args(argv)
 
     from mt_transformer.config import check_data_files, load_config
@@ -178,7 +174,7 @@ class _Loaded:
 
 def _translator(args, n_best: int = 1) -> _Loaded:
     """Load the model once, for translating any number of batches of lines."""
-    from mt_transformer.decoding.translator import load_translator, translate_lines, translate_with
+    from mt_transformer.decoding.translator import translate_lines, translate_with
 
     if args.engine == "ctranslate2":
         from mt_transformer.decoding import ctranslate2_engine
@@ -188,8 +184,11 @@ def _translator(args, n_best: int = 1) -> _Loaded:
             args.checkpoint, device, args.compute_type, args.threads
         )
     else:
+        from mt_transformer import checkpoint
+
         device = _device(args.device)
-        model, tokenizer, metadata = load_translator(args.checkpoint, device)
+        loaded = checkpoint.load(args.checkpoint, device)
+        model, tokenizer, metadata = loaded.model, loaded.tokenizer, {"config": loaded.config.to_dict()}
     decode, model_config = metadata["config"]["decode"], metadata["config"]["model"]
     beam = args.beam if args.beam is not None else decode["beam_size"]
     if beam < 1:
@@ -452,12 +451,11 @@ def export_main(argv=None):
 
     import torch
 
+    from mt_transformer import checkpoint
     from mt_transformer.decoding import ctranslate2_engine
-    from mt_transformer.decoding.translator import load_translator
 
     ctranslate2_engine.import_ctranslate2()  # a clear message before the model is loaded
-    model, tokenizer, metadata = load_translator(args.checkpoint, torch.device("cpu"))
-    ctranslate2_engine.export(model, tokenizer, metadata, args.output_dir, args.quantization)
+    ctranslate2_engine.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, args.quantization)
     print(
         f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
         f"--checkpoint {args.output_dir})"

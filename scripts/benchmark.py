@@ -29,11 +29,12 @@ import time
 import numpy as np
 import torch
 
+from mt_transformer import checkpoint
 from mt_transformer.config import DataConfig, TrainConfig
 from mt_transformer.data.batching import batch_loader, token_batches
 from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
-from mt_transformer.decoding.translator import load_translator, translate_lines, translate_with
+from mt_transformer.decoding.translator import translate_lines, translate_with
 from mt_transformer.devices import cpu_model, use_fast_matmul
 from mt_transformer.model.flops import training_flops
 from mt_transformer.model.transformer import Transformer
@@ -203,14 +204,14 @@ def bench_translation(model, tokenizer, lines: list[str], device, beam: int, max
     }, [r[0].text for r in results]
 
 
-def bench_ctranslate2(model, tokenizer, metadata, lines: list[str], device, ours_greedy: list[str], workdir: str):
+def bench_ctranslate2(loaded, lines: list[str], device, ours_greedy: list[str], workdir: str):
     """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs equal to ours."""
     from mt_transformer.decoding import ctranslate2_engine
     from mt_transformer.decoding.ctranslate2_engine import Ct2Search
 
     out = os.path.join(workdir, "ct2")
-    ctranslate2_engine.export(model, tokenizer, metadata, out)
-    decode = metadata["config"]["decode"]
+    ctranslate2_engine.export(loaded, out)
+    decode = loaded.config.to_dict()["decode"]
     rows = []
     for compute_type in ("float32", "int8"):
         translator, ct2_tokenizer, _ = ctranslate2_engine.load(out, device.type, compute_type)
@@ -223,7 +224,7 @@ def bench_ctranslate2(model, tokenizer, metadata, lines: list[str], device, ours
                 decode["max_len_a"],
                 decode["max_len_b"],
                 1,
-                metadata["config"]["model"]["max_positions"],
+                loaded.config.model.max_positions,
             )
             translate_with(search, ct2_tokenizer, lines[:50], 8192, None)  # warm-up
             start = time.perf_counter()
@@ -423,9 +424,10 @@ def main() -> None:
             "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size),
         }
         lines = list(encoded["valid"]["src"])[: args.sentences]
-        metadata = None
+        loaded = None
         if args.checkpoint:
-            model, tokenizer, metadata = load_translator(args.checkpoint, device)
+            loaded = checkpoint.load(args.checkpoint, device)
+            model, tokenizer = loaded.model, loaded.tokenizer
             results["translation_model"] = args.checkpoint
         else:
             results["translation_model"] = "untrained (outputs run to the length limit)"
@@ -442,8 +444,8 @@ def main() -> None:
             import ctranslate2  # noqa: F401
         except ImportError:
             ctranslate2 = None
-        if metadata is not None and ctranslate2 is not None:
-            results["ctranslate2"] = bench_ctranslate2(model, tokenizer, metadata, lines, device, outputs[1], workdir)
+        if loaded is not None and ctranslate2 is not None:
+            results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
 
         if args.paper_configs or (args.paper_configs is None and device.type == "cuda"):
             results["paper_configs"] = bench_paper_configs(

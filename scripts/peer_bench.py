@@ -114,11 +114,13 @@ def main() -> None:
 
     import torch
 
-    from mt_transformer.decoding.translator import load_translator, translate_lines
+    from mt_transformer import checkpoint
+    from mt_transformer.decoding.translator import translate_lines
     from mt_transformer.evaluation.scores import score
 
     torch.set_num_threads(2)
-    model, tokenizer, _ = load_translator(os.path.join(out, "run"), torch.device("cpu"))
+    loaded = checkpoint.load(os.path.join(out, "run"), torch.device("cpu"))
+    model, tokenizer = loaded.model, loaded.tokenizer
     sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
     references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
     translate_lines(model, tokenizer, sources[:20], torch.device("cpu"), beam_size=4)  # warm-up

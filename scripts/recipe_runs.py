@@ -7,11 +7,11 @@ averages of the last 3 and last 5 checkpoints, and the best checkpoint greedy. W
 the same four on the test set (BLEU and chrF). Appends one
 JSON line per run to RUNS_DIR/results.jsonl and prints it as a markdown row.
 
-This machine's speed drifts (by a quarter within an hour, session 6), so with --probe N the
+A machine's speed drifts (by a quarter within an hour, seen here), so with --probe N the
 run is preceded by N updates of the same settings without validation, in a scratch directory,
 whose training tokens/s is recorded as `probe_tokens_per_s`: runs whose probes differ did not
 get the same amount of computation from their minutes. The row also names the CPU the run
-trained on (`cpu`), as the host behind the machine changed between sessions.
+trained on (`cpu`): the host behind a virtual machine can change from one day to the next.
 
     python3 scripts/recipe_runs.py --config configs/recipes/small_cpu.yaml --name dropout0.3 \\
         --set model.dropout=0.3 train.max_minutes=30

@@ -110,3 +110,11 @@ def trained_run(corpus, tmp_path_factory) -> str:
     result = run_cli("mt-train", "--config", config)
     assert result.returncode == 0, result.stderr
     return str(directory / "out")
+
+
+def load_model(path: str, device: torch.device):
+    """The model (eval mode) and tokenizer of a checkpoint or run directory."""
+    from mt_transformer import checkpoint
+
+    loaded = checkpoint.load(path, device)
+    return loaded.model, loaded.tokenizer

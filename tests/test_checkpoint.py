@@ -1,13 +1,14 @@
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from conftest import FP32_TOLERANCE, ROOT, run_cli
+from conftest import FP32_TOLERANCE, ROOT, load_model, run_cli
 from mt_transformer import checkpoint
 from mt_transformer.data.special_tokens import EOS_ID
-from mt_transformer.decoding.translator import load_translator
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
@@ -85,7 +86,7 @@ def test_translator_refuses_a_mismatched_tokenizer(trained_run, tmp_path):
     with open(path, "w") as f:
         json.dump(metadata, f)
     with pytest.raises(UserError, match="model was built for 999/999"):
-        load_translator(directory, torch.device("cpu"))
+        checkpoint.load(directory, torch.device("cpu"))
 
 
 # A checkpoint in the first directory layout (model.safetensors, config.json, trainer.pt,
@@ -100,7 +101,7 @@ def test_a_checkpoint_of_the_first_layout_scores_as_when_it_was_written():
 
     with open(os.path.join(FIRST_LAYOUT, "expected.json"), encoding="utf-8") as f:
         expected = json.load(f)
-    model, tokenizer, _ = load_translator(FIRST_LAYOUT, torch.device("cpu"))
+    model, tokenizer = load_model(FIRST_LAYOUT, torch.device("cpu"))
     src = torch.tensor([tokenizer.encode_src([expected["source"]])[0] + [EOS_ID]])
     tgt = expected["target_ids"]
     assert tokenizer.tgt.encode(expected["target"]) + [EOS_ID] == tgt
@@ -117,3 +118,37 @@ def test_a_checkpoint_of_the_first_layout_translates():
     )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.split("\n")) == 4  # three lines and the final newline
+
+
+SAVE_A_MODEL = """
+import sys, torch
+from mt_transformer import checkpoint
+from mt_transformer.model.transformer import Transformer
+torch.manual_seed(0)
+model = Transformer(50, 50, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
+checkpoint.write_model_dir(sys.argv[1], checkpoint.model_tensors(model)[0], {"step": 1}, sys.argv[1], [])
+"""
+
+
+def test_identical_weights_give_identical_files_in_any_process(tmp_path):
+    # string hashing, and with it the order of sets, differs between processes unless PYTHONHASHSEED is fixed
+    for seed in ("1", "2"):
+        os.makedirs(tmp_path / seed)
+        env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", SAVE_A_MODEL, str(tmp_path / seed)], env=env, check=True)
+    for name in (checkpoint.MODEL_FILE, checkpoint.CONFIG_FILE):
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
+
+
+def test_tied_weights_are_stored_once_and_load_under_any_of_their_names(tmp_path):
+    model = small_model()
+    tensors, aliases = checkpoint.model_tensors(model)
+    assert aliases == {
+        "tgt_embed.embedding.weight": "src_embed.embedding.weight",
+        "output.weight": "src_embed.embedding.weight",
+    }
+    renamed = {("output.weight" if name == "src_embed.embedding.weight" else name): t for name, t in tensors.items()}
+    checkpoint.write_model_dir(str(tmp_path), renamed, {}, str(tmp_path), [])
+    restored = small_model(seed=1)
+    checkpoint.load_weights(restored, str(tmp_path))
+    assert torch.equal(restored.src_embed.weight, model.src_embed.weight)

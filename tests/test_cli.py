@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, run_cli, tiny_config, write_config
+from conftest import ROOT, load_model, run_cli, tiny_config, write_config
 
 
 def test_translate_keeps_one_line_per_input_line(trained_run, corpus, tmp_path):
@@ -46,7 +46,7 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
 
     from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
     from mt_transformer.decoding.search import length_penalty
-    from mt_transformer.decoding.translator import load_translator, translate_lines
+    from mt_transformer.decoding.translator import translate_lines
 
     lines = ["I bought a red apple yesterday.", "Tom will sell 5 old cups tomorrow."]
     result = run_cli(
@@ -65,7 +65,7 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
     assert result.returncode == 0, result.stderr
     rows = [line.split("\t") for line in result.stdout.splitlines()]
     assert [(r[0], len(r)) for r in rows] == [("0", 4), ("0", 4), ("1", 4), ("1", 4)]
-    model, tokenizer, _ = load_translator(trained_run, torch.device("cpu"))
+    model, tokenizer = load_model(trained_run, torch.device("cpu"))
     found = translate_lines(
         model, tokenizer, lines, torch.device("cpu"), beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=10, n_best=2
     )

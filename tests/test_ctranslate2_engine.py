@@ -1,14 +1,16 @@
 """Export to CTranslate2 and translation with it: the same numbers and the same greedy outputs as PyTorch."""
 
+import dataclasses
 import json
 import os
 
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import load_model, run_cli
+from mt_transformer import checkpoint
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
-from mt_transformer.decoding.translator import load_translator, translate_lines
+from mt_transformer.decoding.translator import translate_lines
 from mt_transformer.model.transformer import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -34,17 +36,17 @@ def ct2_token_log_probs(translator, tokenizer, src_ids: list[int], tgt_ids: list
 @pytest.mark.parametrize("norm,positions", [("post", "sinusoidal"), ("pre", "learned")])
 def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, positions):
     """Per-token log-probabilities agree to 1e-4: every weight, norm and position went to the right place."""
-    _, tokenizer, metadata = load_translator(trained_run, CPU)
-    model_config = {**metadata["config"]["model"], "norm": norm, "positions": positions}
-    metadata = {**metadata, "config": {**metadata["config"], "model": model_config}}
+    loaded = checkpoint.load(trained_run, CPU)
+    tokenizer, config = loaded.tokenizer, loaded.config
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, norm=norm, positions=positions))
     torch.manual_seed(0)
-    model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **model_config).eval()
+    model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()
     with torch.no_grad():  # non-trivial norms and biases, so a misplaced one shows
         for name, parameter in model.named_parameters():
             if "norm" in name or name.endswith("bias"):
                 parameter.add_(0.1 * torch.randn_like(parameter))
     out = tmp_path / "ct2"
-    ctranslate2_engine.export(model, tokenizer, metadata, str(out))
+    ctranslate2_engine.export(dataclasses.replace(loaded, model=model, config=config), str(out))
     translator, _, settings = ctranslate2_engine.load(str(out))
     assert settings["config"]["model"]["norm"] == norm
 
@@ -69,7 +71,7 @@ def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path)
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     ct2 = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", str(out), "-i", str(source), "--beam", "1")
     assert ct2.returncode == 0, ct2.stderr
-    model, tokenizer, _ = load_translator(trained_run, CPU)
+    model, tokenizer = load_model(trained_run, CPU)
     ours = [r[0].text for r in translate_lines(model, tokenizer, lines, CPU, beam_size=1, max_len_b=10)]
     assert ct2.stdout.splitlines() == ours  # greedy: the same outputs, the empty line stays empty
 

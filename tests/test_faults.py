@@ -20,7 +20,6 @@ import mt_transformer.training.train as train_module
 from conftest import ROOT, run_cli, tiny_config, write_config
 from mt_transformer import checkpoint
 from mt_transformer.config import load_config
-from mt_transformer.decoding.translator import load_translator
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
@@ -135,15 +134,17 @@ def losses(run_dir):
         return [(m["step"], m["loss"]) for m in map(json.loads, f) if "loss" in m]
 
 
-def final_weights(run_dir):
-    return load_file(os.path.join(checkpoint.list_checkpoints(str(run_dir))[-1][1], checkpoint.MODEL_FILE))
+def final_weights_file(run_dir) -> str:
+    return os.path.join(checkpoint.list_checkpoints(str(run_dir))[-1][1], checkpoint.MODEL_FILE)
 
 
 def assert_same_run(run_dir, reference_dir):
     assert losses(run_dir) == losses(reference_dir)
-    ours, theirs = final_weights(run_dir), final_weights(reference_dir)
+    ours, theirs = load_file(final_weights_file(run_dir)), load_file(final_weights_file(reference_dir))
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[name], theirs[name]) for name in ours)  # bit for bit
+    with open(final_weights_file(run_dir), "rb") as a, open(final_weights_file(reference_dir), "rb") as b:
+        assert a.read() == b.read()  # and so are the files
 
 
 def start_training(config, prelude: str = ""):
@@ -159,12 +160,12 @@ def start_training(config, prelude: str = ""):
 SLOW_SAVE = """
 import time
 from mt_transformer import checkpoint
-write_weights = checkpoint.save_model
-def save_model(model, path, *args, **kwargs):
-    write_weights(model, path, *args, **kwargs)
+write_weights = checkpoint.save_file
+def save_file(tensors, path, *args, **kwargs):
+    write_weights(tensors, path, *args, **kwargs)
     if ".step_{step:08d}" in path:
         time.sleep({seconds})
-checkpoint.save_model = save_model
+checkpoint.save_file = save_file
 """
 
 
@@ -208,7 +209,7 @@ def test_kill_inside_a_save_keeps_the_previous_checkpoint(corpus, tmp_path, unin
     process.send_signal(signal.SIGKILL)  # the save of step 20 is half-written
     process.wait()
     assert checkpoint.resolve(str(run_dir)).endswith("step_00000010")
-    load_translator(str(run_dir), torch.device("cpu"))  # the previous checkpoint loads
+    checkpoint.load(str(run_dir), torch.device("cpu"))  # the previous checkpoint loads
     restarted = run_cli("mt-train", "--config", config)
     assert restarted.returncode == 0, restarted.stderr
     assert not [n for n in os.listdir(root) if n.startswith(".")]  # the half-written save was cleaned up
@@ -306,7 +307,7 @@ def fail_for_lack_of_space_then_resume(
     assert re.search(where, message) and reason in message and "\n" not in message
     assert message.endswith("step_00000005; free some space and run the same command again to resume")
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["best.json", "step_00000005"]  # nothing half-written
-    load_translator(str(run_dir), torch.device("cpu"))
+    checkpoint.load(str(run_dir), torch.device("cpu"))
     monkeypatch.undo()
     free_space()
     train_module.train(config)  # the same command resumes and finishes

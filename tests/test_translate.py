@@ -5,13 +5,12 @@ import logging
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import load_model, run_cli
 from mt_transformer.decoding.search import Hypothesis
 from mt_transformer.decoding.translator import (
     Decoder,
     cut_points,
     join_hypotheses,
-    load_translator,
     source_batches,
     split_at,
     translate_lines,
@@ -65,7 +64,7 @@ def test_a_line_of_100000_characters_is_translated_in_parts(trained_run, corpus,
 
 
 def test_max_input_len_option_cuts_inputs(trained_run, corpus, caplog):
-    model, tokenizer, _ = load_translator(trained_run, CPU)
+    model, tokenizer = load_model(trained_run, CPU)
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:4]
     with caplog.at_level(logging.WARNING, logger="mt_transformer"):
         whole = translate_lines(model, tokenizer, lines, CPU, beam_size=1)
@@ -77,7 +76,7 @@ def test_max_input_len_option_cuts_inputs(trained_run, corpus, caplog):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_out_of_memory_while_decoding_halves_the_batch_then_the_input(trained_run, corpus, monkeypatch, caplog, beam):
-    model, tokenizer, _ = load_translator(trained_run, CPU)
+    model, tokenizer = load_model(trained_run, CPU)
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:8] + [""]
     expected = translate_lines(model, tokenizer, lines, CPU, beam_size=beam, n_best=beam)
     real_search = Decoder.search

@@ -126,9 +126,6 @@ def encode_split(
     return datasets.load_from_disk(path), {**stats, "cached": False}
 
 
-TOKENIZER_SETTINGS = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
-
-
 def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
     """Train (or reuse) the run's tokenizer and encode the splits.
 
@@ -136,7 +133,7 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
     """
     from mt_transformer.config import data_files
     from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
-    from mt_transformer.data.tokenizer import Tokenizer, train_tokenizer
+    from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer, train_tokenizer
     from mt_transformer.errors import UserError
 
     quiet_datasets()  # also for loading the cache

@@ -29,6 +29,9 @@ RICH_COVERAGE = 0.9995
 RICH_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 RICH_SHARE, RICH_DISTINCT, COVERAGE_SAMPLE = 0.10, 1000, 100_000
 
+# The data settings that decide the tokenizer: a run's tokenizer is reused only while they hold.
+TOKENIZER_SETTINGS = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
+
 log = logging.getLogger(__name__)
 
 

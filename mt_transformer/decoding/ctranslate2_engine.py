@@ -124,11 +124,12 @@ def build_spec(model, tokenizer: Tokenizer, max_positions: int):
     return spec
 
 
-def export(model, tokenizer: Tokenizer, metadata: dict, out_dir: str, quantization: str | None = None) -> None:
-    """Write the CTranslate2 model, the tokenizer and the decoding settings to out_dir, atomically."""
-    model_config = metadata["config"]["model"]
-    max_positions = model_config["max_positions"]
-    spec = build_spec(model, tokenizer, max_positions)
+def export(loaded, out_dir: str, quantization: str | None = None) -> None:
+    """Write the CTranslate2 model of a checkpoint.LoadedModel, its tokenizer and its decoding
+    settings to out_dir, atomically."""
+    tokenizer, config = loaded.tokenizer, loaded.config.to_dict()
+    max_positions = loaded.config.model.max_positions
+    spec = build_spec(loaded.model, tokenizer, max_positions)
     try:
         with atomic_dir(out_dir) as tmp:
             spec.validate()
@@ -140,11 +141,11 @@ def export(model, tokenizer: Tokenizer, metadata: dict, out_dir: str, quantizati
                 "engine": "ctranslate2",
                 "quantization": quantization,
                 "max_positions": max_positions,
-                "config": {key: metadata["config"][key] for key in ("data", "model", "decode")},
-                "src_vocab_size": metadata["src_vocab_size"],
-                "tgt_vocab_size": metadata["tgt_vocab_size"],
-                "joint_vocab": metadata["joint_vocab"],
-                "step": metadata.get("step"),
+                "config": {key: config[key] for key in ("data", "model", "decode")},
+                "src_vocab_size": tokenizer.src_vocab_size,
+                "tgt_vocab_size": tokenizer.tgt_vocab_size,
+                "joint_vocab": tokenizer.joint,
+                "step": loaded.step,
             }
             with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
                 json.dump(settings, f, indent=2)

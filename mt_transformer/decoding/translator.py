@@ -20,7 +20,6 @@ from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.search import Hypothesis
 from mt_transformer.devices import is_out_of_memory, release_memory
-from mt_transformer.errors import UserError
 from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)
@@ -212,30 +211,3 @@ def translate_with(
         texts = tokenizer.decode_tgt([h.tokens for h in hypotheses])
         results.append([Translation(t, h.tokens, h.score, h.log_prob) for t, h in zip(texts, hypotheses)])
     return results
-
-
-def load_translator(path: str, device: torch.device):
-    """Model (eval mode, on device), tokenizer and metadata from a checkpoint or run directory."""
-    from mt_transformer import checkpoint
-    from mt_transformer.model.transformer import Transformer
-
-    directory = checkpoint.resolve(path)
-    metadata = checkpoint.read_metadata(directory)
-    try:
-        model_args = metadata["config"]["model"]
-        sizes = metadata["src_vocab_size"], metadata["tgt_vocab_size"]
-        joint = metadata["joint_vocab"]
-    except (KeyError, TypeError):
-        raise UserError(f"{directory}/{checkpoint.CONFIG_FILE}: not an mt_transformer checkpoint config") from None
-    tokenizer = Tokenizer(directory)
-    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != tuple(sizes):
-        raise UserError(
-            f"{directory}: the tokenizer has vocabularies of {tokenizer.src_vocab_size}/"
-            f"{tokenizer.tgt_vocab_size} pieces but the model was built for {sizes[0]}/{sizes[1]}"
-        )
-    try:
-        model = Transformer(sizes[0], sizes[1], share_vocab=joint, **model_args)
-    except TypeError as error:
-        raise UserError(f"{directory}/{checkpoint.CONFIG_FILE}: model settings not understood ({error})") from None
-    checkpoint.load_weights(model, directory)
-    return model.to(device).eval(), tokenizer, metadata

@@ -8,13 +8,9 @@ but holds no optimizer state, so training cannot resume from it.
 from __future__ import annotations
 
 import filecmp
-import json
 import os
-import shutil
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
@@ -35,12 +31,7 @@ def last_checkpoints(run_dir: str, count: int) -> list[str]:
 def _load(directory: str) -> tuple[dict, dict]:
     if not os.path.isfile(os.path.join(directory, checkpoint.MODEL_FILE)):
         raise UserError(f"{directory}: not a checkpoint directory (no {checkpoint.MODEL_FILE})")
-    path = os.path.join(directory, checkpoint.MODEL_FILE)
-    try:
-        weights = load_file(path)
-    except (SafetensorError, OSError) as error:
-        raise UserError(f"{path}: not a readable safetensors file ({error})") from None
-    return weights, checkpoint.read_metadata(directory)
+    return checkpoint.read_weights(directory), checkpoint.read_metadata(directory)
 
 
 def average_checkpoints(inputs: list[str], output: str) -> dict:
@@ -79,11 +70,7 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
     metadata = {**metadata, "averaged_from": [os.path.abspath(d) for d in inputs]}
     try:
         with atomic_dir(output) as tmp:
-            save_file(averaged, os.path.join(tmp, checkpoint.MODEL_FILE), metadata={"format": "pt"})
-            with open(os.path.join(tmp, checkpoint.CONFIG_FILE), "w", encoding="utf-8") as f:
-                json.dump(metadata, f, indent=2)
-            for name in Tokenizer(inputs[-1]).files:
-                shutil.copyfile(os.path.join(inputs[-1], name), os.path.join(tmp, name))
+            checkpoint.write_model_dir(tmp, averaged, metadata, inputs[-1], Tokenizer(inputs[-1]).files)
     except OSError as error:
         raise UserError(f"{output}: the averaged checkpoint could not be written ({error.strerror or error})") from None
     return metadata

@@ -12,11 +12,13 @@ The loss lives in train.py and search in greedy.py / beam_search.py.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from mt_transformer.config import ModelConfig
 from mt_transformer.data.special_tokens import PAD_ID
 from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
 from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
@@ -79,6 +81,11 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
         else:
             nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
+
+    @classmethod
+    def from_config(cls, model: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool):
+        """The model of a config's model section, for the given vocabularies."""
+        return cls(src_vocab_size, tgt_vocab_size, share_vocab=share_vocab, **dataclasses.asdict(model))
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len).

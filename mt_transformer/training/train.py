@@ -19,7 +19,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, check_data_files, to_yaml
-from mt_transformer.data.prepare import TOKENIZER_SETTINGS, prepare_data
+from mt_transformer.data.prepare import prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, use_fast_matmul
 from mt_transformer.errors import UserError
@@ -32,23 +32,6 @@ from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for
 
 log = logging.getLogger(__name__)
-
-
-def build_model(model_config: dict, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool) -> Transformer:
-    return Transformer(src_vocab_size, tgt_vocab_size, share_vocab=share_vocab, **model_config)
-
-
-def check_compatible(saved: dict, config: Config, where: str) -> None:
-    """Refuse to resume when the model or tokenizer settings changed since the checkpoint."""
-    current = config.to_dict()
-    for section, names in (("model", list(current["model"])), ("data", TOKENIZER_SETTINGS)):
-        for name in names:
-            old, new = saved["config"][section].get(name), current[section][name]
-            if old != new:
-                raise UserError(
-                    f"{section}.{name}: {new!r} in the config but {old!r} in {where}; "
-                    f"use a new train.output_dir or restore the setting"
-                )
 
 
 def check_output_dir(path: str) -> None:
@@ -72,7 +55,7 @@ def parameter_count(config: Config) -> int:
         src_vocab = tgt_vocab = config.data.vocab_size
         joint = config.data.joint_vocab
     with torch.device("meta"):
-        return count_parameters(build_model(dataclasses.asdict(config.model), src_vocab, tgt_vocab, joint))
+        return count_parameters(Transformer.from_config(config.model, src_vocab, tgt_vocab, joint))
 
 
 def check_disk_space(run_dir: str, parameters: int, keep_last: int, saves: int) -> None:
@@ -136,13 +119,13 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
 
     found = checkpoint.list_checkpoints(run_dir)
     if found:
-        check_compatible(checkpoint.read_metadata(found[-1][1]), config, found[-1][1])
+        checkpoint.check_compatible(found[-1][1], config)
     tokenizer, data = prepare_for_all_ranks(config.data, run_dir, t.seed, processes)
     if processes.is_main:
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
-    model = build_model(
-        dataclasses.asdict(config.model), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+    model = Transformer.from_config(
+        config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
     ).to(device)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(t.seed + processes.rank)
@@ -167,7 +150,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         scheduler.load_state_dict(saved["scheduler"])
         scaler.load_state_dict(saved["scaler"])
         state = dataclasses.replace(TrainerState.from_dict(saved), world_size=processes.world_size)
-        restore_rng(saved, processes, t.seed)
+        checkpoint.restore_rng(saved, processes.rank, processes.world_size, t.seed)
         saved_world = saved.get("world_size", 1)
         if saved_world != processes.world_size:  # each rank's position in the epoch, in its new shard
             state.batch_in_epoch = state.batch_in_epoch * saved_world // processes.world_size
@@ -190,13 +173,3 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     loop = TrainingLoop(config, step, tokenizer, data, processes)
     with logging_redirect_tqdm():
         return loop.run()
-
-
-def restore_rng(saved: dict, processes: distributed.Processes, seed: int) -> None:
-    """Each rank takes back its own random state, so dropout continues as if never stopped;
-    after a change of world size the new ranks start fresh streams."""
-    per_rank = saved.get("rng_ranks") or [saved["rng"]]
-    if len(per_rank) == processes.world_size or processes.is_main:
-        checkpoint.set_rng_state(per_rank[processes.rank] if len(per_rank) == processes.world_size else per_rank[0])
-    else:
-        torch.manual_seed(seed + processes.rank + 1_000_003 * saved["step"])

@@ -1,0 +1,92 @@
+"""The package's shape: no import cycles between modules or between subpackages, and the model
+and the translator free of libraries they do not use."""
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGE = os.path.join(ROOT, "mt_transformer")
+
+
+def modules() -> dict[str, str]:
+    """Dotted module name -> path, for every module of the package."""
+    found = {}
+    for directory, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                dotted = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".")
+                found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(path: str, known: set[str]) -> set[str]:
+    """The package's modules that a file imports, at the top or inside functions."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name in known}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state, path = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def subpackage(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else module
+
+
+def test_no_import_cycles_between_modules_or_subpackages():
+    found = modules()
+    graph = {m: imports(p, set(found)) - {m} for m, p in found.items()}
+    assert find_cycle(graph) is None, find_cycle(graph)
+    packages = {}
+    for module, targets in graph.items():
+        packages.setdefault(subpackage(module), set()).update(subpackage(t) for t in targets)
+    packages = {p: t - {p} - {"mt_transformer"} for p, t in packages.items()}
+    assert find_cycle(packages) is None, find_cycle(packages)
+
+
+@pytest.mark.parametrize(
+    "module,absent",
+    [("mt_transformer.model.transformer", "sentencepiece"), ("mt_transformer.decoding.translator", "datasets")],
+)
+def test_a_module_does_not_pull_in_what_it_does_not_use(module, absent):
+    code = f"import sys, {module}; print({absent!r} in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert result.stdout.strip() == "False"
