@@ -7,14 +7,12 @@ stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import errno
 import functools
 import json
 import logging
 import os
 import sys
-import typing
 
 from mt_transformer.errors import UserError
 
@@ -44,12 +42,6 @@ def _entry_point(function):
             return 2
 
     return lambda argv=None: sys.exit(main(argv))
-
-
-def _device(name: str):
-    from mt_transformer.devices import select_device
-
-    return select_device(name, key="--device")
 
 
 def _config_options(parser: argparse.ArgumentParser) -> None:
@@ -157,82 +149,37 @@ def _decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool =
     )
 
 
-def _translate(args, lines: list[str], n_best: int = 1):
-    """The translations of `lines` and the checkpoint's config (a dict of its sections)."""
-    loaded = _translator(args, n_best)
-    return loaded.translate(lines), loaded.config
+# decode settings and the flags that override them
+_DECODE_FLAGS = {
+    "beam_size": "--beam",
+    "alpha": "--alpha",
+    "max_tokens": "--max-tokens",
+    "max_input_len": "--max-input-len",
+    "n_best": "--nbest",
+}
 
 
-@dataclasses.dataclass
-class _Loaded:
-    translate: typing.Callable  # (lines, progress=True) -> per line, its translations
-    config: dict  # the checkpoint's config, a dict of its sections
-    model: object = None  # the PyTorch model (None with --engine ctranslate2)
-    tokenizer: object = None
-    device: object = None
+def _translator(args, n_best: int = 1):
+    """The translator of --checkpoint with the flags' decode settings (loaded once, for any
+    number of batches of lines)."""
+    from mt_transformer.config import ConfigError
+    from mt_transformer.decoding.translator import load_translator
 
-
-def _translator(args, n_best: int = 1) -> _Loaded:
-    """Load the model once, for translating any number of batches of lines."""
-    from mt_transformer.decoding.translator import translate_lines, translate_with
-
-    if args.engine == "ctranslate2":
-        from mt_transformer.decoding import ctranslate2_engine
-
-        device = "cuda" if args.device.startswith("cuda") else "cpu"
-        translator, tokenizer, metadata = ctranslate2_engine.load(
-            args.checkpoint, device, args.compute_type, args.threads
-        )
-    else:
-        from mt_transformer import checkpoint
-
-        device = _device(args.device)
-        loaded = checkpoint.load(args.checkpoint, device)
-        model, tokenizer, metadata = loaded.model, loaded.tokenizer, {"config": loaded.config.to_dict()}
-    decode, model_config = metadata["config"]["decode"], metadata["config"]["model"]
-    beam = args.beam if args.beam is not None else decode["beam_size"]
-    if beam < 1:
-        raise UserError(f"--beam: must be at least 1, got {beam}")
-    if n_best > beam:
-        raise UserError(f"--nbest: {n_best} exceeds the beam size ({beam})")
-    alpha = args.alpha if args.alpha is not None else decode["alpha"]
-    max_tokens = args.max_tokens or decode["max_tokens"]
-    max_input_len = args.max_input_len if args.max_input_len is not None else decode.get("max_input_len", 0)
-    if max_input_len < 0:
-        raise UserError(f"--max-input-len: must be zero or positive, got {max_input_len}")
-    max_input_len = max_input_len or metadata["config"]["data"]["max_len"]
-    if args.engine == "ctranslate2":
-        max_positions = model_config["max_positions"]
-        search = ctranslate2_engine.Ct2Search(
-            translator, tokenizer, beam, alpha, decode["max_len_a"], decode["max_len_b"], n_best, max_positions
-        )
-        return _Loaded(
-            lambda lines, progress=True: translate_with(
-                search, tokenizer, lines, max_tokens, min(max_input_len, max_positions - 1), progress=progress
-            ),
-            metadata["config"],
-        )
-    return _Loaded(
-        lambda lines, progress=True: translate_lines(
-            model,
-            tokenizer,
-            lines,
-            device,
-            beam_size=beam,
-            alpha=alpha,
-            max_len_a=decode["max_len_a"],
-            max_len_b=decode["max_len_b"],
-            n_best=n_best,
-            max_tokens=max_tokens,
-            max_input_len=max_input_len,
-            max_positions=model_config["max_positions"] if model_config["positions"] == "learned" else None,
-            progress=progress,
-        ),
-        metadata["config"],
-        model,
-        tokenizer,
-        device,
-    )
+    decode = {
+        "beam_size": args.beam,
+        "alpha": args.alpha,
+        "max_tokens": args.max_tokens,
+        "max_input_len": args.max_input_len,
+        "n_best": n_best,
+    }
+    try:
+        return load_translator(args.checkpoint, args.engine, args.device, args.compute_type, args.threads, **decode)
+    except ConfigError as error:  # name the flag, not the config key it overrides
+        message = str(error)
+        for key, flag in _DECODE_FLAGS.items():
+            if decode[key] is not None:
+                message = message.replace(f"decode.{key}", flag)
+        raise UserError(message) from None
 
 
 def _write_output(path: str | None, text: str) -> None:
@@ -291,18 +238,18 @@ def translate_main(argv=None):
     if args.input in (None, "-") and args.output in (None, "-") and sys.stdin.isatty():
         return _translate_interactively(args)
     lines = _read_input(args.input)
-    loaded = _translator(args, n_best=args.nbest)
-    results = loaded.translate(lines)
-    alignments = _inspect(args, loaded, lines, results) if inspect else None
+    translator = _translator(args, n_best=args.nbest)
+    results = translator(lines, progress=True)
+    alignments = _inspect(args, translator, lines, results) if inspect else None
     _write_output(args.output, "".join(_format_translations(results, args, alignments)))
 
 
-def _inspect(args, loaded: _Loaded, lines: list[str], results, first_index: int = 0):
+def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
     """Write the heatmaps of --attention; returns each hypothesis's word alignment when --alignment
     asks for them, else None."""
     from mt_transformer.decoding.alignment import inspect_translations
 
-    layers, heads = len(loaded.model.decoder), loaded.config["model"]["n_heads"]
+    layers, heads = len(translator.model.decoder), translator.config.model.n_heads
     for name, value, count in (
         ("--attention-layer", args.attention_layer, layers),
         ("--attention-head", args.attention_head, heads),
@@ -310,9 +257,9 @@ def _inspect(args, loaded: _Loaded, lines: list[str], results, first_index: int 
         if value is not None and not 1 <= value <= count:
             raise UserError(f"{name}: {value} is not between 1 and {count}")
     alignments = inspect_translations(
-        loaded.model,
-        loaded.tokenizer,
-        loaded.device,
+        translator.model,
+        translator.tokenizer,
+        translator.device,
         lines,
         results,
         args.attention,
@@ -325,12 +272,12 @@ def _inspect(args, loaded: _Loaded, lines: list[str], results, first_index: int 
 
 def _translate_interactively(args) -> None:
     """A terminal on stdin: translate each line as soon as it is entered, until end of input (Ctrl-D)."""
-    loaded = _translator(args, args.nbest)
+    translator = _translator(args, args.nbest)
     print("type a sentence and press Enter; Ctrl-D ends", file=sys.stderr, flush=True)
     for index, line in enumerate(sys.stdin):
         lines = [line.removesuffix("\n").removesuffix("\r")]
-        results = loaded.translate(lines, progress=False)
-        alignments = _inspect(args, loaded, lines, results, index) if args.attention or args.alignment else None
+        results = translator(lines)
+        alignments = _inspect(args, translator, lines, results, index) if args.attention or args.alignment else None
         sys.stdout.write("".join(_format_translations(results, args, alignments, index)))
         sys.stdout.flush()
 
@@ -400,9 +347,10 @@ def eval_main(argv=None):
     if args.checkpoint:
         if not args.src:
             raise UserError("--src: required with --checkpoint")
-        results, config = _translate(args, read_lines(args.src))
+        translator = _translator(args)
+        results = translator(read_lines(args.src), progress=True)
         hypotheses = [r[0].text for r in results]
-        tgt_lang = tgt_lang or config["data"]["tgt_lang"]
+        tgt_lang = tgt_lang or translator.config.data.tgt_lang
         if args.output:
             _write_output(args.output, "".join(h + "\n" for h in hypotheses))
     elif args.hyp:

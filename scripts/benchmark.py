@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from mt_transformer import checkpoint
-from mt_transformer.config import DataConfig, TrainConfig
+from mt_transformer.config import Config, DataConfig, ModelConfig, TrainConfig
 from mt_transformer.data.batching import batch_loader, token_batches
 from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
-from mt_transformer.decoding.translator import translate_lines, translate_with
+from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
 from mt_transformer.devices import cpu_model, use_fast_matmul
 from mt_transformer.model.flops import training_flops
 from mt_transformer.model.transformer import Transformer
@@ -190,9 +190,10 @@ def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096,
     return rows
 
 
-def bench_translation(model, tokenizer, lines: list[str], device, beam: int, max_tokens: int):
+def bench_translation(model, tokenizer, config: Config, lines: list[str], device, beam: int, max_tokens: int):
+    translate = torch_translator(model, tokenizer, with_decode(config, beam_size=beam, max_tokens=max_tokens), device)
     start = time.perf_counter()
-    results = translate_lines(model, tokenizer, lines, device, beam_size=beam, max_tokens=max_tokens)
+    results = translate(lines)
     seconds = time.perf_counter() - start
     tokens = sum(len(r[0].tokens) + 1 for r in results)
     return {
@@ -207,28 +208,18 @@ def bench_translation(model, tokenizer, lines: list[str], device, beam: int, max
 def bench_ctranslate2(loaded, lines: list[str], device, ours_greedy: list[str], workdir: str):
     """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs equal to ours."""
     from mt_transformer.decoding import ctranslate2_engine
-    from mt_transformer.decoding.ctranslate2_engine import Ct2Search
 
     out = os.path.join(workdir, "ct2")
     ctranslate2_engine.export(loaded, out)
-    decode = loaded.config.to_dict()["decode"]
     rows = []
     for compute_type in ("float32", "int8"):
-        translator, ct2_tokenizer, _ = ctranslate2_engine.load(out, device.type, compute_type)
         for beam in (1, 4):
-            search = Ct2Search(
-                translator,
-                ct2_tokenizer,
-                beam,
-                decode["alpha"],
-                decode["max_len_a"],
-                decode["max_len_b"],
-                1,
-                loaded.config.model.max_positions,
+            translate = load_translator(
+                out, "ctranslate2", device.type, compute_type, beam_size=beam, n_best=1, max_tokens=8192
             )
-            translate_with(search, ct2_tokenizer, lines[:50], 8192, None)  # warm-up
+            translate(lines[:50])  # warm-up
             start = time.perf_counter()
-            results = translate_with(search, ct2_tokenizer, lines, 8192, None)
+            results = translate(lines)
             seconds = time.perf_counter() - start
             row = {
                 "compute_type": compute_type,
@@ -424,10 +415,10 @@ def main() -> None:
             "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size),
         }
         lines = list(encoded["valid"]["src"])[: args.sentences]
-        loaded = None
+        loaded, config = None, Config(data=data, model=ModelConfig(**MODEL))
         if args.checkpoint:
             loaded = checkpoint.load(args.checkpoint, device)
-            model, tokenizer = loaded.model, loaded.tokenizer
+            model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
             results["translation_model"] = args.checkpoint
         else:
             results["translation_model"] = "untrained (outputs run to the length limit)"
@@ -435,10 +426,10 @@ def main() -> None:
         results["translation"], outputs = [], {}
         for beam in (1, 4):
             for max_tokens in (2048, 8192):
-                row, outputs[beam] = bench_translation(model, tokenizer, lines, device, beam, max_tokens)
+                row, outputs[beam] = bench_translation(model, tokenizer, config, lines, device, beam, max_tokens)
                 results["translation"].append(row)
         results["beams"] = [
-            bench_translation(model, tokenizer, lines[:300], device, beam, 8192)[0] for beam in (1, 2, 4, 8, 16)
+            bench_translation(model, tokenizer, config, lines[:300], device, beam, 8192)[0] for beam in (1, 2, 4, 8, 16)
         ]
         try:
             import ctranslate2  # noqa: F401

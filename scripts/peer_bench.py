@@ -115,7 +115,7 @@ def main() -> None:
     import torch
 
     from mt_transformer import checkpoint
-    from mt_transformer.decoding.translator import translate_lines
+    from mt_transformer.decoding.translator import torch_translator, with_decode
     from mt_transformer.evaluation.scores import score
 
     torch.set_num_threads(2)
@@ -123,12 +123,12 @@ def main() -> None:
     model, tokenizer = loaded.model, loaded.tokenizer
     sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
     references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
-    translate_lines(model, tokenizer, sources[:20], torch.device("cpu"), beam_size=4)  # warm-up
     for max_tokens in args.max_tokens:
+        settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
+        translate = torch_translator(model, tokenizer, settings, torch.device("cpu"))
+        translate(sources[:20])  # warm-up
         start = time.perf_counter()
-        results = translate_lines(
-            model, tokenizer, sources, torch.device("cpu"), beam_size=4, alpha=0.6, max_tokens=max_tokens
-        )
+        results = translate(sources)
         seconds = time.perf_counter() - start
         hypotheses = [r[0].text for r in results]
         tokens = sum(len(r[0].tokens) for r in results)

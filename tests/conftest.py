@@ -118,3 +118,11 @@ def load_model(path: str, device: torch.device):
 
     loaded = checkpoint.load(path, device)
     return loaded.model, loaded.tokenizer
+
+
+def translator(path: str, **decode):
+    """The PyTorch translator of a checkpoint or run directory on the CPU, with decode settings
+    (DecodeConfig fields) changed."""
+    from mt_transformer.decoding.translator import load_translator
+
+    return load_translator(path, "torch", "cpu", **decode)

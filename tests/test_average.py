@@ -6,9 +6,8 @@ import shutil
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import load_model, run_cli
+from conftest import run_cli, translator
 from mt_transformer import checkpoint
-from mt_transformer.decoding.translator import translate_lines
 from mt_transformer.evaluation.average import average_checkpoints
 
 CPU = torch.device("cpu")
@@ -32,8 +31,7 @@ def test_average_of_identical_checkpoints_is_the_same_model(trained_run, corpus,
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:10]
     translations = []
     for directory in (last, out):
-        model, tokenizer = load_model(directory, CPU)
-        translations.append([r[0].text for r in translate_lines(model, tokenizer, lines, CPU, beam_size=2)])
+        translations.append([r[0].text for r in translator(directory, beam_size=2)(lines)])
     assert translations[0] == translations[1]
 
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, load_model, run_cli, tiny_config, write_config
+from conftest import ROOT, run_cli, tiny_config, translator, write_config
 
 
 def test_translate_keeps_one_line_per_input_line(trained_run, corpus, tmp_path):
@@ -46,7 +46,6 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
 
     from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
     from mt_transformer.decoding.search import length_penalty
-    from mt_transformer.decoding.translator import translate_lines
 
     lines = ["I bought a red apple yesterday.", "Tom will sell 5 old cups tomorrow."]
     result = run_cli(
@@ -65,10 +64,9 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
     assert result.returncode == 0, result.stderr
     rows = [line.split("\t") for line in result.stdout.splitlines()]
     assert [(r[0], len(r)) for r in rows] == [("0", 4), ("0", 4), ("1", 4), ("1", 4)]
-    model, tokenizer = load_model(trained_run, torch.device("cpu"))
-    found = translate_lines(
-        model, tokenizer, lines, torch.device("cpu"), beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=10, n_best=2
-    )
+    translate = translator(trained_run, beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=10, n_best=2)
+    model, tokenizer = translate.model, translate.tokenizer
+    found = translate(lines)
     for row, translation in zip(rows, [t for sentence in found for t in sentence]):
         assert row[3] == translation.text
         # teacher-forcing the hypothesis gives the printed log-probability (its EOS included) ...
@@ -125,7 +123,7 @@ def test_translate_errors_are_one_line(trained_run, tmp_path):
     assert missing.returncode == 2
     assert missing.stderr.strip().startswith("error: ") and len(missing.stderr.strip().splitlines()) == 1
     too_many = run_cli("mt-translate", "--checkpoint", trained_run, "--nbest", "3", "--beam", "2", input="x\n")
-    assert too_many.returncode == 2 and "--nbest: 3 exceeds the beam size (2)" in too_many.stderr
+    assert too_many.returncode == 2 and "--nbest: 3 exceeds --beam (2)" in too_many.stderr
 
 
 def test_eval_translates_and_scores(trained_run, corpus, tmp_path):

@@ -7,10 +7,9 @@ import os
 import pytest
 import torch
 
-from conftest import load_model, run_cli
+from conftest import run_cli, translator
 from mt_transformer import checkpoint
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
-from mt_transformer.decoding.translator import translate_lines
 from mt_transformer.model.transformer import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -71,8 +70,7 @@ def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path)
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     ct2 = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", str(out), "-i", str(source), "--beam", "1")
     assert ct2.returncode == 0, ct2.stderr
-    model, tokenizer = load_model(trained_run, CPU)
-    ours = [r[0].text for r in translate_lines(model, tokenizer, lines, CPU, beam_size=1, max_len_b=10)]
+    ours = [r[0].text for r in translator(trained_run, beam_size=1, max_len_b=10)(lines)]
     assert ct2.stdout.splitlines() == ours  # greedy: the same outputs, the empty line stays empty
 
     beam = run_cli(

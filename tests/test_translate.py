@@ -5,15 +5,14 @@ import logging
 import pytest
 import torch
 
-from conftest import load_model, run_cli
+from conftest import run_cli, translator
 from mt_transformer.decoding.search import Hypothesis
 from mt_transformer.decoding.translator import (
-    Decoder,
+    TorchSearch,
     cut_points,
     join_hypotheses,
     source_batches,
     split_at,
-    translate_lines,
 )
 
 CPU = torch.device("cpu")
@@ -64,11 +63,10 @@ def test_a_line_of_100000_characters_is_translated_in_parts(trained_run, corpus,
 
 
 def test_max_input_len_option_cuts_inputs(trained_run, corpus, caplog):
-    model, tokenizer = load_model(trained_run, CPU)
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:4]
     with caplog.at_level(logging.WARNING, logger="mt_transformer"):
-        whole = translate_lines(model, tokenizer, lines, CPU, beam_size=1)
-        cut = translate_lines(model, tokenizer, lines, CPU, beam_size=1, max_input_len=4)
+        whole = translator(trained_run, beam_size=1)(lines)
+        cut = translator(trained_run, beam_size=1, max_input_len=4)(lines)
     assert "translated in" in caplog.text and len(cut) == len(lines)
     assert [t[0].text for t in whole] != [t[0].text for t in cut]
     assert all(t[0].text for t in cut)
@@ -76,19 +74,20 @@ def test_max_input_len_option_cuts_inputs(trained_run, corpus, caplog):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_out_of_memory_while_decoding_halves_the_batch_then_the_input(trained_run, corpus, monkeypatch, caplog, beam):
-    model, tokenizer = load_model(trained_run, CPU)
+    translate = translator(trained_run, beam_size=beam, n_best=beam)
+    tokenizer = translate.tokenizer
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:8] + [""]
-    expected = translate_lines(model, tokenizer, lines, CPU, beam_size=beam, n_best=beam)
-    real_search = Decoder.search
+    expected = translate(lines)
+    real_search = TorchSearch.search
 
     def search(self, sources):
         if len(sources) > 2 or max(map(len, sources)) > 22:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real_search(self, sources)
 
-    monkeypatch.setattr(Decoder, "search", search)
+    monkeypatch.setattr(TorchSearch, "search", search)
     with caplog.at_level(logging.WARNING, logger="mt_transformer"):
-        got = translate_lines(model, tokenizer, lines, CPU, beam_size=beam, n_best=beam)
+        got = translate(lines)
     assert "halving the batch" in caplog.text and "translating it in two parts" in caplog.text
     assert len(got) == len(lines) and got[-1][0].text == ""
     assert all(len(t) == beam for t in got[:-1])

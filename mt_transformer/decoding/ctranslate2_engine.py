@@ -29,7 +29,7 @@ import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.decoding.search import Hypothesis
+from mt_transformer.decoding.search import Hypothesis, output_limit
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
@@ -174,30 +174,19 @@ def load(directory: str, device: str = "cpu", compute_type: str = "default", thr
 
 
 class Ct2Search:
-    """Translate batches of source subword ids with a CTranslate2 translator (as translate.Decoder does with torch)."""
+    """Search over batches of source subword ids with a CTranslate2 translator, the same interface
+    as translator.TorchSearch."""
 
-    def __init__(
-        self,
-        translator,
-        tokenizer: Tokenizer,
-        beam_size: int,
-        alpha: float,
-        max_len_a: float,
-        max_len_b: int,
-        n_best: int,
-        max_positions: int,
-    ):
-        self.translator, self.tokenizer = translator, tokenizer
-        self.beam_size, self.alpha, self.n_best = beam_size, alpha, n_best
-        self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
+    def __init__(self, translator, tokenizer: Tokenizer, decode, max_positions: int):
+        self.translator, self.tokenizer, self.decode, self.max_positions = translator, tokenizer, decode, max_positions
 
     def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
-        limits = [min(int(self.max_len_a * len(s) + self.max_len_b), self.max_positions - 1) for s in sources]
+        limits = [output_limit(len(s), self.decode, self.max_positions) for s in sources]
         results = self.translator.translate_batch(
             [self.tokenizer.src_pieces(s) for s in sources],
-            beam_size=self.beam_size,
-            length_penalty=self.alpha,
-            num_hypotheses=self.n_best,
+            beam_size=self.decode.beam_size,
+            length_penalty=self.decode.alpha,
+            num_hypotheses=self.decode.n_best,
             max_decoding_length=max(limits),
             max_input_length=0,
             return_scores=True,

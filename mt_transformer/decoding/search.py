@@ -25,3 +25,10 @@ def forbid_all_but_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos_id: int)
     eos = log_probs[:, eos_id].clone()
     log_probs.masked_fill_(rows[:, None], float("-inf"))
     log_probs[:, eos_id] = torch.where(rows, eos, log_probs[:, eos_id])
+
+
+def output_limit(source_len: int, decode, max_positions: int | None = None) -> int:
+    """The most target subwords (before EOS) for a source of `source_len`: decode.max_len_a *
+    source_len + decode.max_len_b, and fewer than a position table of max_positions holds."""
+    limit = int(decode.max_len_a * source_len + decode.max_len_b)
+    return min(limit, max_positions - 1) if max_positions is not None else limit

@@ -1,24 +1,29 @@
-"""Translating lines of text: tokenize, batch by tokens (longest first), search, detokenize,
-and put the results back in input order. Exactly one result per input line; an empty line
-gives an empty translation, and a line too long for the model (or for memory) is translated
-in parts.
+"""The translator: lines of text in, translations out. It tokenizes, batches by tokens (longest
+first), runs one engine's search (PyTorch here, or CTranslate2), detokenizes, and puts the
+results back in input order. Exactly one result per input line; an empty line gives an empty
+translation, and a line too long for the model (or for memory) is translated in parts.
+
+mt-translate, mt-eval, validation during training and the benchmark all translate through it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from tqdm import tqdm
 
+from mt_transformer.config import Config, DecodeConfig, config_from_dict
 from mt_transformer.data.batching import pad
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
-from mt_transformer.decoding.search import Hypothesis
+from mt_transformer.decoding.search import Hypothesis, output_limit
 from mt_transformer.devices import is_out_of_memory, release_memory
 from mt_transformer.model.masks import padding_mask
 
@@ -89,35 +94,25 @@ def join_hypotheses(parts: list[list[Hypothesis]]) -> list[Hypothesis]:
     return joined
 
 
-class Decoder:
-    """Search over batches of subword sequences, surviving out-of-memory errors: a batch that does not
-    fit is halved, and a single input that does not fit is translated in two parts."""
+class TorchSearch:
+    """Greedy or beam search with the PyTorch model over batches of subword sequences, surviving
+    out-of-memory errors: a batch that does not fit is halved, and a single input that does not
+    fit is translated in two parts."""
 
     def __init__(
-        self,
-        model,
-        tokenizer: Tokenizer,
-        device: torch.device,
-        beam_size: int,
-        alpha: float,
-        max_len_a: float,
-        max_len_b: int,
-        n_best: int,
-        max_positions: int | None,
+        self, model, tokenizer: Tokenizer, device: torch.device, decode: DecodeConfig, max_positions: int | None
     ):
         self.model, self.tokenizer, self.device = model, tokenizer, device
-        self.beam_size, self.alpha, self.n_best = beam_size, alpha, n_best
-        self.max_len_a, self.max_len_b, self.max_positions = max_len_a, max_len_b, max_positions
+        self.decode, self.max_positions = decode, max_positions
 
     def search(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
         src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
         src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
-        max_len = torch.tensor([int(self.max_len_a * len(s) + self.max_len_b) for s in sources])
-        if self.max_positions is not None:  # learned positions: the decoder cannot go further
-            max_len = max_len.clamp(max=self.max_positions - 1)
-        if self.beam_size == 1:
+        max_len = torch.tensor([output_limit(len(s), self.decode, self.max_positions) for s in sources])
+        d = self.decode
+        if d.beam_size == 1:
             return [[h] for h in greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID)]
-        return beam_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, self.beam_size, self.alpha, self.n_best)
+        return beam_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, d.beam_size, d.alpha, d.n_best)
 
     def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
         try:
@@ -143,71 +138,99 @@ class Decoder:
         return [join_hypotheses([self([part])[0] for part in parts])]
 
 
-def translate_lines(
-    model,
-    tokenizer: Tokenizer,
-    lines: list[str],
-    device: torch.device,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    n_best: int = 1,
-    max_tokens: int = 8192,
-    max_input_len: int = 0,
-    max_positions: int | None = None,
-    progress: bool = False,
-) -> list[list[Translation]]:
-    """Translate `lines` with the PyTorch model; returns, per line, up to n_best translations, best first.
+@dataclass
+class Translator:
+    search: Callable[[list[list[int]]], list[list[Hypothesis]]]  # subword ids -> hypotheses, best first
+    tokenizer: Tokenizer
+    decode: DecodeConfig  # the settings in effect
+    max_input_len: int | None  # longer inputs are cut into parts; None: no limit
+    model: torch.nn.Module | None = None  # the PyTorch engine's model (attention, alignments)
+    device: torch.device | None = None
+    config: Config | None = None  # the model's config, with `decode` in effect
 
-    An input longer than max_input_len subwords (0: no limit) is cut into parts at sentence or
-    word boundaries; the parts are translated on their own and their translations joined.
-    max_positions: the model's limit with learned position embeddings; None for sinusoidal.
-    """
+    def __call__(self, lines: list[str], progress: bool = False) -> list[list[Translation]]:
+        """Per line, up to decode.n_best translations, best first."""
+        ids = self.tokenizer.encode_src([normalize(line) for line in lines])
+        segments, owners = [], []  # the parts to translate, and the line each belongs to
+        for line, sequence in enumerate(ids):
+            parts = [sequence]
+            if self.max_input_len and len(sequence) > self.max_input_len:
+                parts = split_at(sequence, cut_points(self.tokenizer.src_pieces(sequence), self.max_input_len))
+                log.warning(
+                    "line %d: %d subwords, more than %d: translated in %d parts",
+                    line + 1,
+                    len(sequence),
+                    self.max_input_len,
+                    len(parts),
+                )
+            segments += parts
+            owners += [line] * len(parts)
+
+        found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
+        batches = source_batches([len(s) for s in segments], self.decode.max_tokens)
+        with tqdm(total=sum(map(len, batches)), unit="sent", disable=not progress, leave=False) as bar:
+            for batch in batches:
+                for i, hypotheses in zip(batch, self.search([segments[i] for i in batch])):
+                    found[i] = hypotheses
+                bar.update(len(batch))
+
+        per_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
+        for line, hypotheses in zip(owners, found):
+            per_line[line].append(hypotheses)
+        results = []
+        for parts in per_line:
+            hypotheses = parts[0] if len(parts) == 1 else join_hypotheses(parts)
+            texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
+            results.append([Translation(t, h.tokens, h.score, h.log_prob) for t, h in zip(texts, hypotheses)])
+        return results
+
+
+def input_limit(config: Config, max_positions: int | None) -> int:
+    """Inputs longer than this many subwords are translated in parts: decode.max_input_len, else
+    the data.max_len the model was trained with, and below the model's position table."""
+    limit = config.decode.max_input_len or config.data.max_len
+    return min(limit, max_positions - 1) if max_positions is not None else limit
+
+
+def with_decode(config: Config, **changes) -> Config:
+    """The config with some decode settings changed (None: keep), checked as a config file's are."""
+    from mt_transformer.config import validate
+
+    changed = dataclasses.replace(
+        config, decode=dataclasses.replace(config.decode, **{k: v for k, v in changes.items() if v is not None})
+    )
+    validate(changed)
+    return changed
+
+
+def torch_translator(model, tokenizer: Tokenizer, config: Config, device: torch.device) -> Translator:
+    """A translator for a PyTorch model in memory (validation, the benchmark)."""
+    learned = config.model.positions == "learned"
+    max_positions = config.model.max_positions if learned else None  # sinusoids extend to any length
     model.eval()
-    limit = max_input_len or None
-    if max_positions is not None:
-        limit = min(limit or max_positions - 1, max_positions - 1)
-    search = Decoder(model, tokenizer, device, beam_size, alpha, max_len_a, max_len_b, n_best, max_positions)
-    return translate_with(search, tokenizer, lines, max_tokens, limit, progress)
+    search = TorchSearch(model, tokenizer, device, config.decode, max_positions)
+    return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), model, device, config)
 
 
-def translate_with(
-    search, tokenizer: Tokenizer, lines: list[str], max_tokens: int, max_input_len: int | None, progress: bool = False
-) -> list[list[Translation]]:
-    """Tokenize, cut over-long inputs, batch longest first, run `search` (a callable from a list of
-    subword-id sequences to their hypotheses: Decoder, or ctranslate2_engine.Ct2Search), join the
-    parts, detokenize, and return the results in input order."""
-    ids = tokenizer.encode_src([normalize(line) for line in lines])
-    segments, owners = [], []  # the parts to translate, and the line each belongs to
-    for line, sequence in enumerate(ids):
-        parts = [sequence]
-        if max_input_len and len(sequence) > max_input_len:
-            parts = split_at(sequence, cut_points(tokenizer.src_pieces(sequence), max_input_len))
-            log.warning(
-                "line %d: %d subwords, more than %d: translated in %d parts",
-                line + 1,
-                len(sequence),
-                max_input_len,
-                len(parts),
-            )
-        segments += parts
-        owners += [line] * len(parts)
+def load_translator(
+    path: str, engine: str = "torch", device: str = "auto", compute_type: str = "default", threads: int = 0, **decode
+) -> Translator:
+    """The translator of a checkpoint or run directory (engine torch), or of an mt-export
+    directory (engine ctranslate2), with the decode settings given overriding the checkpoint's."""
+    from mt_transformer.devices import select_device
 
-    found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
-    batches = source_batches([len(s) for s in segments], max_tokens)
-    with tqdm(total=sum(map(len, batches)), unit="sent", disable=not progress, leave=False) as bar:
-        for batch in batches:
-            for i, hypotheses in zip(batch, search([segments[i] for i in batch])):
-                found[i] = hypotheses
-            bar.update(len(batch))
+    if engine == "ctranslate2":
+        from mt_transformer.decoding import ctranslate2_engine
 
-    per_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
-    for line, hypotheses in zip(owners, found):
-        per_line[line].append(hypotheses)
-    results = []
-    for parts in per_line:
-        hypotheses = parts[0] if len(parts) == 1 else join_hypotheses(parts)
-        texts = tokenizer.decode_tgt([h.tokens for h in hypotheses])
-        results.append([Translation(t, h.tokens, h.score, h.log_prob) for t, h in zip(texts, hypotheses)])
-    return results
+        translator, tokenizer, settings = ctranslate2_engine.load(
+            path, select_device(device, key="--device").type, compute_type, threads
+        )
+        config = with_decode(config_from_dict(settings["config"]), **decode)
+        max_positions = config.model.max_positions
+        search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions)
+        return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
+    from mt_transformer import checkpoint
+
+    loaded = checkpoint.load(path, select_device(device, key="--device"))
+    config = with_decode(loaded.config, **decode)
+    return torch_translator(loaded.model, loaded.tokenizer, config, next(loaded.model.parameters()).device)

@@ -9,7 +9,6 @@ alone validates and writes files, and tells the others the early-stopping count.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import time
@@ -191,16 +190,7 @@ class TrainingLoop:
             self.device,
             autocast(self.device, t.precision),
         )
-        metrics["valid_bleu"] = validation_bleu(
-            model,
-            self.tokenizer,
-            self.data["valid"],
-            t.valid_max_sentences,
-            dataclasses.asdict(self.config.decode),
-            d.max_len,
-            self.device,
-            d.tgt_lang,
-        )
+        metrics["valid_bleu"] = validation_bleu(model, self.tokenizer, self.data["valid"], self.config, self.device)
         log.info(
             "step %d  valid loss %.3f  ppl %.2f  BLEU %.2f",
             self.state.step,

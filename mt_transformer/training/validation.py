@@ -7,8 +7,9 @@ import math
 import numpy as np
 import torch
 
+from mt_transformer.config import Config
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
-from mt_transformer.decoding.translator import translate_lines
+from mt_transformer.decoding.translator import torch_translator, with_decode
 from mt_transformer.evaluation.scores import score
 from mt_transformer.training.loss import label_smoothed_loss
 
@@ -37,21 +38,13 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
     }
 
 
-def validation_bleu(
-    model, tokenizer, dataset, max_sentences: int, decode: dict, max_len: int, device, tgt_lang: str | None = None
-) -> float:
+def validation_bleu(model, tokenizer, dataset, config: Config, device) -> float:
+    """Greedy BLEU of the first train.valid_max_sentences valid pairs (0: all), with the decode
+    settings of the config otherwise."""
+    max_sentences = config.train.valid_max_sentences
     if max_sentences:
         dataset = dataset.select(range(min(max_sentences, len(dataset))))
-    sources, references = list(dataset["src"]), list(dataset["tgt"])
-    translations = translate_lines(
-        model,
-        tokenizer,
-        sources,
-        device,
-        beam_size=1,
-        max_len_a=decode["max_len_a"],
-        max_len_b=decode["max_len_b"],
-        max_tokens=decode["max_tokens"],
-        max_input_len=decode["max_input_len"] or max_len,
-    )
-    return score([t[0].text for t in translations], references, metrics=("bleu",), tgt_lang=tgt_lang)["bleu"]
+    translate = torch_translator(model, tokenizer, with_decode(config, beam_size=1, n_best=1), device)
+    translations = translate(list(dataset["src"]))
+    hypotheses = [t[0].text for t in translations]
+    return score(hypotheses, list(dataset["tgt"]), metrics=("bleu",), tgt_lang=config.data.tgt_lang)["bleu"]
