@@ -14,6 +14,10 @@ import os
 
 import datasets
 
+from mt_transformer.config import DataConfig, data_files
+from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
+from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer, train_tokenizer
+from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
 
 log = logging.getLogger(__name__)
@@ -92,8 +96,6 @@ def encode_split(
             stats = json.load(f)
         return datasets.load_from_disk(path), {**stats, "cached": True}
 
-    from mt_transformer.data.corpus import drop_empty
-
     pairs = load()
     stats = {"pairs": len(pairs), "empty": 0, "too_long": 0, "bad_ratio": 0}
     if training:
@@ -126,72 +128,15 @@ def encode_split(
     return datasets.load_from_disk(path), {**stats, "cached": False}
 
 
-def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
+def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "valid")):
     """Train (or reuse) the run's tokenizer and encode the splits.
 
-    `data` is the DataConfig section. Returns (tokenizer, {split: encoded Dataset}).
+    Returns (tokenizer, {split: encoded Dataset}).
     """
-    from mt_transformer.config import data_files
-    from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
-    from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer, train_tokenizer
-    from mt_transformer.errors import UserError
-
     quiet_datasets()  # also for loading the cache
-
-    def loader(split):
-        return lambda: load_pairs(
-            data.format,
-            getattr(data, split),
-            data.src_lang,
-            data.tgt_lang,
-            f"data.{split}",
-            data.hub_name,
-            data.hub_config,
-            data.src_column,
-            data.tgt_column,
-        )
-
-    settings = {name: getattr(data, name) for name in TOKENIZER_SETTINGS}
-    settings_path = os.path.join(run_dir, "tokenizer.json")
-    if Tokenizer.exists(run_dir) and os.path.isfile(settings_path):
-        with open(settings_path, encoding="utf-8") as f:
-            saved = json.load(f)
-        for name in TOKENIZER_SETTINGS:
-            if name == "character_coverage" and settings[name] == 0:
-                continue  # "choose from the text" accepts the coverage the run's tokenizer has
-            if saved.get(name) != settings[name]:
-                raise UserError(
-                    f"data.{name}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
-                    f"({saved.get(name)!r}); use a new train.output_dir"
-                )
-        tokenizer = Tokenizer(run_dir)
-    else:
-        pairs, _ = drop_empty(loader("train")())
-        if len(pairs) == 0:
-            raise UserError(f"data.train: {data.train}: no pair has text on both sides")
-        log.info(
-            "training sentencepiece (%s, vocab %d, %s) on %d pairs",
-            data.spm_type,
-            data.vocab_size,
-            "joint" if data.joint_vocab else "one per side",
-            len(pairs),
-        )
-        tokenizer = train_tokenizer(
-            run_dir,
-            pairs["src"],
-            pairs["tgt"],
-            data.joint_vocab,
-            data.vocab_size,
-            data.spm_type,
-            data.character_coverage,
-            data.spm_max_sentences,
-            seed,
-        )
-        write_text(settings_path, json.dumps(settings, indent=2))
-
+    tokenizer = run_tokenizer(data, run_dir, seed)
     cache_dir = data.cache_dir or os.path.join(run_dir, "cache")
     model_files = [os.path.join(run_dir, name) for name in tokenizer.files]
-    src_model, tgt_model = model_files[0], model_files[-1]
     encoded = {}
     for split in splits:
         if getattr(data, split) is None:
@@ -204,14 +149,18 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
             "columns": [data.src_column, data.tgt_column],
             "langs": [data.src_lang, data.tgt_lang],
         }
-        key = cache_key(
-            source,
-            data_files(data, split),
-            model_files,
-            {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio},
-        )
+        cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio}
+        key = cache_key(source, data_files(data, split), model_files, cleaning)
         encoded[split], stats = encode_split(
-            loader(split), cache_dir, key, src_model, tgt_model, training, data.max_len, data.max_ratio, data.num_proc
+            lambda split=split: split_pairs(data, split),
+            cache_dir,
+            key,
+            model_files[0],
+            model_files[-1],
+            training,
+            data.max_len,
+            data.max_ratio,
+            data.num_proc,
         )
         origin = "cache" if stats["cached"] else "encoded"
         if training:
@@ -228,3 +177,60 @@ def prepare_data(data, run_dir: str, seed: int, splits=("train", "valid")):
         else:
             log.info("%s: %d pairs (%s)", split, stats["kept"], origin)
     return tokenizer, encoded
+
+
+def split_pairs(data: DataConfig, split: str):
+    """The normalized pairs of one split, as the config's data section describes them."""
+    return load_pairs(
+        data.format,
+        getattr(data, split),
+        data.src_lang,
+        data.tgt_lang,
+        f"data.{split}",
+        data.hub_name,
+        data.hub_config,
+        data.src_column,
+        data.tgt_column,
+    )
+
+
+def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
+    """The run directory's tokenizer if its settings match the config (else a one-line error),
+    or a new one trained on the training pairs."""
+    settings = {name: getattr(data, name) for name in TOKENIZER_SETTINGS}
+    settings_path = os.path.join(run_dir, "tokenizer.json")
+    if Tokenizer.exists(run_dir) and os.path.isfile(settings_path):
+        with open(settings_path, encoding="utf-8") as f:
+            saved = json.load(f)
+        for name in TOKENIZER_SETTINGS:
+            if name == "character_coverage" and settings[name] == 0:
+                continue  # "choose from the text" accepts the coverage the run's tokenizer has
+            if saved.get(name) != settings[name]:
+                raise UserError(
+                    f"data.{name}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
+                    f"({saved.get(name)!r}); use a new train.output_dir"
+                )
+        return Tokenizer(run_dir)
+    pairs, _ = drop_empty(split_pairs(data, "train"))
+    if len(pairs) == 0:
+        raise UserError(f"data.train: {data.train}: no pair has text on both sides")
+    log.info(
+        "training sentencepiece (%s, vocab %d, %s) on %d pairs",
+        data.spm_type,
+        data.vocab_size,
+        "joint" if data.joint_vocab else "one per side",
+        len(pairs),
+    )
+    tokenizer = train_tokenizer(
+        run_dir,
+        pairs["src"],
+        pairs["tgt"],
+        data.joint_vocab,
+        data.vocab_size,
+        data.spm_type,
+        data.character_coverage,
+        data.spm_max_sentences,
+        seed,
+    )
+    write_text(settings_path, json.dumps(settings, indent=2))
+    return tokenizer

@@ -1,0 +1,132 @@
+"""What the commands share: the entry-point wrapper (one-line errors, exit codes), the config and
+decoding options, reading input and writing output, and loading a translator from the flags."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import functools
+import logging
+import sys
+
+from mt_transformer.errors import UserError
+
+log = logging.getLogger("mt_transformer")
+
+
+def entry_point(function):
+    """Logging to stderr; user errors and a full disk become `error: ...` and exit code 2, Ctrl-C exit code 130."""
+
+    @functools.wraps(function)
+    def main(argv=None) -> int:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
+        )
+        try:
+            return function(argv) or 0
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            print(f"error: {error.filename or 'writing'}: {error.strerror}", file=sys.stderr)
+            return 2
+
+    return lambda argv=None: sys.exit(main(argv))
+
+
+def config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="YAML config file")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override config keys, e.g. --set train.max_steps=100 model.dropout=0.3",
+    )
+
+
+def read_input(path: str | None) -> list[str]:
+    from mt_transformer.evaluation.scores import read_lines
+
+    if path is None or path == "-":
+        return [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]
+    return read_lines(path)
+
+
+def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = True) -> None:
+    parser.add_argument(
+        "--checkpoint", required=checkpoint_required, help="a run directory (its best checkpoint) or one checkpoint"
+    )
+    parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
+    parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
+    parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: decode.max_tokens)")
+    parser.add_argument(
+        "--max-input-len",
+        type=int,
+        help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
+        "(default: decode.max_input_len, else the training data.max_len)",
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    parser.add_argument(
+        "--engine",
+        default="torch",
+        choices=["torch", "ctranslate2"],
+        help="ctranslate2: --checkpoint is a directory written by mt-export --format ctranslate2",
+    )
+    parser.add_argument(
+        "--compute-type",
+        default="default",
+        help="with --engine ctranslate2: float32, int8, int8_float32, ... (default: as exported)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="with --engine ctranslate2: CPU threads (default: as many as torch uses)"
+    )
+
+
+# decode settings and the flags that override them
+DECODE_FLAGS = {
+    "beam_size": "--beam",
+    "alpha": "--alpha",
+    "max_tokens": "--max-tokens",
+    "max_input_len": "--max-input-len",
+    "n_best": "--nbest",
+}
+
+
+def translator_from_args(args, n_best: int = 1):
+    """The translator of --checkpoint with the flags' decode settings (loaded once, for any
+    number of batches of lines)."""
+    from mt_transformer.config import ConfigError
+    from mt_transformer.decoding.translator import load_translator
+
+    decode = {
+        "beam_size": args.beam,
+        "alpha": args.alpha,
+        "max_tokens": args.max_tokens,
+        "max_input_len": args.max_input_len,
+        "n_best": n_best,
+    }
+    try:
+        return load_translator(args.checkpoint, args.engine, args.device, args.compute_type, args.threads, **decode)
+    except ConfigError as error:  # name the flag, not the config key it overrides
+        message = str(error)
+        for key, flag in DECODE_FLAGS.items():
+            if decode[key] is not None:
+                message = message.replace(f"decode.{key}", flag)
+        raise UserError(message) from None
+
+
+def write_output(path: str | None, text: str) -> None:
+    from mt_transformer.files import write_text
+
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_text(path, text)

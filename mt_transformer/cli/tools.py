@@ -1,0 +1,87 @@
+"""mt-export, mt-average and mt-plot: what a user does with trained checkpoints and runs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from mt_transformer.cli.common import entry_point
+from mt_transformer.errors import UserError
+
+
+@entry_point
+def export_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-export", description="Convert a trained checkpoint for deployment with another inference engine."
+    )
+    parser.add_argument("--checkpoint", required=True, help="a run directory (its best checkpoint) or one checkpoint")
+    parser.add_argument("--format", required=True, choices=["ctranslate2"], help="the engine to export for")
+    parser.add_argument(
+        "--quantization",
+        choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
+        help="store the weights quantized (default: float32; the compute type can still be chosen at translation time)",
+    )
+    parser.add_argument("output_dir", help="the directory to write (replaced if it exists)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from mt_transformer import checkpoint
+    from mt_transformer.decoding import ctranslate2_engine
+
+    ctranslate2_engine.import_ctranslate2()  # a clear message before the model is loaded
+    ctranslate2_engine.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, args.quantization)
+    print(
+        f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
+        f"--checkpoint {args.output_dir})"
+    )
+
+
+@entry_point
+def average_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-average", description="Average the weights of several checkpoints of one run (paper section 6.1)."
+    )
+    parser.add_argument(
+        "--inputs", nargs="+", required=True, help="checkpoint directories, or with --last one run directory"
+    )
+    parser.add_argument("--last", type=int, help="average the N newest checkpoints of the run given in --inputs")
+    parser.add_argument("--output", required=True, help="the checkpoint directory to write (replaced if it exists)")
+    args = parser.parse_args(argv)
+
+    from mt_transformer.evaluation.average import average_checkpoints, last_checkpoints
+
+    inputs = args.inputs
+    if args.last is not None:
+        if len(inputs) != 1:
+            raise UserError("--last: give exactly one run directory in --inputs")
+        if args.last < 1:
+            raise UserError(f"--last: must be at least 1, got {args.last}")
+        inputs = last_checkpoints(inputs[0], args.last)
+    average_checkpoints(inputs, args.output)
+    print(
+        f"wrote {args.output}: the average of {len(inputs)} checkpoints "
+        f"({', '.join(os.path.basename(os.path.normpath(i)) for i in inputs)})"
+    )
+
+
+@entry_point
+def plot_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-plot",
+        description="Draw the training curves of one or several runs on shared axes (from their "
+        "metrics.jsonl): loss, valid BLEU, learning rate and tokens/s against the step.",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (train.output_dir)")
+    parser.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default: curves.png)")
+    args = parser.parse_args(argv)
+
+    from mt_transformer.evaluation.plots import plot_curves, read_metrics
+
+    runs = []
+    for run_dir in args.runs:
+        if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+            raise UserError(f"{run_dir}: no metrics.jsonl (not a run directory, or no step logged yet)")
+        runs.append((os.path.basename(os.path.normpath(run_dir)), read_metrics(run_dir)))
+    plot_curves(runs, args.output)
+    print(f"wrote {args.output}")

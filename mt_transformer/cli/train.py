@@ -1,0 +1,64 @@
+"""mt-train and mt-prepare."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from mt_transformer.cli.common import config_options, entry_point
+
+
+@entry_point
+def train_main(argv=None):
+    parser = argparse.ArgumentParser(prog="mt-train", description="Train a Transformer translation model.")
+    config_options(parser)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and parameter count, then stop"
+    )
+    args = parser.parse_args(argv)
+
+    from mt_transformer.config import load_config, to_yaml
+    from mt_transformer.training.stop_policy import TrainingStopped
+    from mt_transformer.training.train import parameter_count, train
+
+    config = load_config(args.config, args.set)
+    if args.dry_run:
+        print(to_yaml(config), end="")
+        print(f"parameters: {parameter_count(config)}")
+        return 0
+    try:
+        metrics = train(config)
+    except TrainingStopped as stopped:
+        print(stopped, file=sys.stderr)
+        return 128 + stopped.signum
+    if "valid_bleu" in metrics:
+        print(f"valid BLEU {metrics['valid_bleu']:.2f} at step {metrics['step']}")
+
+
+@entry_point
+def prepare_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-prepare",
+        description="Train the tokenizer and encode the training and valid data of a config, without training: "
+        "mt-train with the same config (every torchrun rank, and every later run) loads the result.",
+    )
+    config_options(parser)
+    args = parser.parse_args(argv)
+
+    from mt_transformer.config import check_data_files, load_config
+    from mt_transformer.data.prepare import prepare_data
+    from mt_transformer.files import directory_size
+    from mt_transformer.training.train import check_output_dir
+
+    config = load_config(args.config, args.set)
+    check_data_files(config.data)
+    run_dir = config.train.output_dir
+    check_output_dir(run_dir)
+    _, encoded = prepare_data(config.data, run_dir, config.train.seed)
+    cache_dir = config.data.cache_dir or os.path.join(run_dir, "cache")
+    counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
+    print(
+        f"prepared {counts}: tokenizer in {run_dir}, encoded data in {cache_dir} "
+        f"({directory_size(cache_dir) / 2**20:.1f} MB)"
+    )
