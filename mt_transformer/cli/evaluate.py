@@ -54,20 +54,7 @@ def eval_main(argv=None):
     )
 
     references = read_lines(args.ref)
-    tgt_lang = args.tgt_lang
-    if args.checkpoint:
-        if not args.src:
-            raise UserError("--src: required with --checkpoint")
-        translator = translator_from_args(args)
-        results = translator(read_lines(args.src), progress=True)
-        hypotheses = [r[0].text for r in results]
-        tgt_lang = tgt_lang or translator.config.data.tgt_lang
-        if args.output:
-            write_output(args.output, "".join(h + "\n" for h in hypotheses))
-    elif args.hyp:
-        hypotheses = read_lines(args.hyp)
-    else:
-        raise UserError("--hyp: required (or --checkpoint with --src)")
+    hypotheses, tgt_lang = _hypotheses(args)
     if len(hypotheses) != len(references):
         raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
     system = args.hyp or "translations"
@@ -91,3 +78,21 @@ def eval_main(argv=None):
             )
         )
     print(json.dumps(result) if args.json else "\n".join(text))
+
+
+def _hypotheses(args) -> tuple[list[str], str | None]:
+    """The lines to score (--hyp, or the translations of --src by --checkpoint) and the target
+    language BLEU tokenizes for."""
+    from mt_transformer.evaluation.scores import read_lines
+
+    if args.checkpoint:
+        if not args.src:
+            raise UserError("--src: required with --checkpoint")
+        translator = translator_from_args(args)
+        hypotheses = [r[0].text for r in translator(read_lines(args.src), progress=True)]
+        if args.output:
+            write_output(args.output, "".join(h + "\n" for h in hypotheses))
+        return hypotheses, args.tgt_lang or translator.config.data.tgt_lang
+    if args.hyp:
+        return read_lines(args.hyp), args.tgt_lang
+    raise UserError("--hyp: required (or --checkpoint with --src)")

@@ -5,7 +5,6 @@ the state of a resumed run; then training_loop.TrainingLoop runs the updates.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import math
@@ -140,23 +139,39 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         check_disk_space(
             run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1
         )
+    forward, ddp = wrap_for_processes(model, device, processes, t.compile)
     optimizer, scheduler, scaler = optimizer_for(model, t, config.model.d_model, device)
     state = TrainerState(world_size=processes.world_size)
+    step = TrainingStep(model, optimizer, scheduler, scaler, t, state, device, forward, ddp, processes)
     if found:
-        step_dir = found[-1][1]
-        checkpoint.load_weights(model, step_dir)
-        saved = checkpoint.load_trainer_state(step_dir)
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        scaler.load_state_dict(saved["scaler"])
-        state = dataclasses.replace(TrainerState.from_dict(saved), world_size=processes.world_size)
-        checkpoint.restore_rng(saved, processes.rank, processes.world_size, t.seed)
-        saved_world = saved.get("world_size", 1)
-        if saved_world != processes.world_size:  # each rank's position in the epoch, in its new shard
-            state.batch_in_epoch = state.batch_in_epoch * saved_world // processes.world_size
-            log.info("resuming %d processes' run with %d", saved_world, processes.world_size)
-        log.info("resuming from %s (step %d, epoch %d)", step_dir, state.step, state.epoch + 1)
+        resume(step, found[-1][1], processes, t.seed)
+    loop = TrainingLoop(config, step, tokenizer, data, processes)
+    with logging_redirect_tqdm():
+        return loop.run()
 
+
+def resume(step: TrainingStep, directory: str, processes: distributed.Processes, seed: int) -> None:
+    """Take back a checkpoint's weights, optimizer, schedule, scaler, counters and random state."""
+    checkpoint.load_weights(step.model, directory)
+    saved = checkpoint.load_trainer_state(directory)
+    step.optimizer.load_state_dict(saved["optimizer"])
+    step.scheduler.load_state_dict(saved["scheduler"])
+    step.scaler.load_state_dict(saved["scaler"])
+    state = step.state
+    for name, value in TrainerState.from_dict(saved).to_dict().items():
+        if name != "world_size":
+            setattr(state, name, value)
+    checkpoint.restore_rng(saved, processes.rank, processes.world_size, seed)
+    saved_world = saved.get("world_size", 1)
+    if saved_world != processes.world_size:  # each rank's position in the epoch, in its new shard
+        state.batch_in_epoch = state.batch_in_epoch * saved_world // processes.world_size
+        log.info("resuming %d processes' run with %d", saved_world, processes.world_size)
+    log.info("resuming from %s (step %d, epoch %d)", directory, state.step, state.epoch + 1)
+
+
+def wrap_for_processes(model, device: torch.device, processes: distributed.Processes, compile: bool):
+    """What runs the forward pass: the model, under torchrun its DistributedDataParallel wrapper
+    (also returned, for no_sync), and with train.compile all of it under torch.compile."""
     ddp = None
     if processes.enabled:
         # the only buffers are the sinusoidal position tables, equal everywhere: no syncing at each forward
@@ -167,9 +182,6 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
             model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync
         )
     forward = ddp or model
-    if t.compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
+    if compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
         forward = torch.compile(forward)
-    step = TrainingStep(model, optimizer, scheduler, scaler, t, state, device, forward, ddp, processes)
-    loop = TrainingLoop(config, step, tokenizer, data, processes)
-    with logging_redirect_tqdm():
-        return loop.run()
+    return forward, ddp
