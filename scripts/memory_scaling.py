@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does training memory stay flat as the corpus grows? (issue 6, docs/benchmarks.md)
+"""Does training memory stay flat as the corpus grows? (docs/benchmarks.md)
 
 For generated English-German corpora of each size (default 100k and 2M pairs): `mt-prepare`
 (tokenizer + encoding into memory-mapped Arrow; wall time, pairs/s, peak RSS, size on disk),

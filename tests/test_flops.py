@@ -28,6 +28,6 @@ def test_forward_flops_match_the_flop_counter(monkeypatch, src_len, tgt_len, bat
 
 
 def test_training_flops_of_the_peers_model_are_about_46_mflop_per_target_token():
-    # 4,096 target tokens in sentences of 16, sources as long: the figure the speed issue quotes
+    # 4,096 target tokens in sentences of 16, sources as long: the figure docs/benchmarks.md uses
     flops = training_flops([16] * 256, [16] * 256, 256, 1024, 3, 3, 8000)
     assert 44e6 < flops / 4096 < 48e6

@@ -48,7 +48,7 @@ def beam_search(
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
         log_probs = torch.log_softmax(model.project(states[:, -1]).float(), dim=-1)  # (live*beam, vocab)
-        if step >= shortest_limit:  # (a host-side check: the full-vocabulary masking costs 2% otherwise)
+        if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
             forbid_all_but_eos(log_probs, (max_len <= step).repeat_interleave(beam), eos_id)
         # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
         # so only those are scored: no (live, beam * vocab) sums

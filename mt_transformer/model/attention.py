@@ -98,9 +98,8 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
         elif q.device.type == "cpu" and q.size(-2) <= SHORT_QUERIES and not is_causal:
-            # decoding on CPU: the written-out equation is 1.4-3x faster than SDPA's CPU kernel for a few
-            # queries (batch 128-2048, 4 heads, 1-4 queries over 10-30 keys: 0.5 vs 1.1 ms ... 6.2 vs 8.8 ms,
-            # 2 threads); beam search on the peers' test set: 123 -> 132 and 126 -> 139 sentences/s
+            # decoding on CPU: for a few queries the written-out equation beats SDPA's CPU kernel
+            # (measured in docs/benchmarks.md)
             out = attention_with_weights(q, k, v, mask, dropout=dropout)[0]
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)

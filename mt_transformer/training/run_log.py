@@ -39,7 +39,7 @@ class RunLog:
         self.tensorboard = tensorboard_writer(run_dir) if tensorboard and writes else None
 
     def write(self, entry: dict) -> None:
-        """Add a row to metrics.jsonl, rewriting it atomically (about 1 ms for 1,000 rows), and to
+        """Add a row to metrics.jsonl, rewriting the small file atomically, and to
         TensorBoard when it is on."""
         if not self.writes:
             return
