@@ -356,7 +356,8 @@ def markdown(results: dict) -> str:
 
 
 def write_section(path: str, device: str, text: str) -> None:
-    """Replace this device's section of the benchmarks page (between its two markers), or add it."""
+    """Replace this machine's section of the benchmarks page (between its two markers, named by the
+    device kind and the processor), or add it: each host keeps its own numbers."""
     begin, end = f"<!-- make bench: {device} -->", f"<!-- /make bench: {device} -->"
     page = open(path, encoding="utf-8").read() if os.path.isfile(path) else "# Benchmarks\n"
     block = f"{begin}\n{text}{end}"
@@ -446,7 +447,8 @@ def main() -> None:
     text = markdown(results)
     print(text)
     if args.markdown:
-        write_section(args.markdown, device.type, text)
+        processor = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+        write_section(args.markdown, f"{device.type}, {processor}", text)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
