@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import Config, DecodeConfig, config_from_dict
+from mt_transformer.config import Config, DecodeConfig, config_from_dict, validate
 from mt_transformer.data.batching import pad
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.text import normalize
@@ -194,8 +194,6 @@ def input_limit(config: Config, max_positions: int | None) -> int:
 
 def with_decode(config: Config, **changes) -> Config:
     """The config with some decode settings changed (None: keep), checked as a config file's are."""
-    from mt_transformer.config import validate
-
     changed = dataclasses.replace(
         config, decode=dataclasses.replace(config.decode, **{k: v for k, v in changes.items() if v is not None})
     )
@@ -219,18 +217,16 @@ def load_translator(
     directory (engine ctranslate2), with the decode settings given overriding the checkpoint's."""
     from mt_transformer.devices import select_device
 
+    selected = select_device(device, key="--device")
     if engine == "ctranslate2":
         from mt_transformer.decoding import ctranslate2_engine
 
-        translator, tokenizer, settings = ctranslate2_engine.load(
-            path, select_device(device, key="--device").type, compute_type, threads
-        )
+        translator, tokenizer, settings = ctranslate2_engine.load(path, selected.type, compute_type, threads)
         config = with_decode(config_from_dict(settings["config"]), **decode)
         max_positions = config.model.max_positions
         search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions)
         return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
     from mt_transformer import checkpoint
 
-    loaded = checkpoint.load(path, select_device(device, key="--device"))
-    config = with_decode(loaded.config, **decode)
-    return torch_translator(loaded.model, loaded.tokenizer, config, next(loaded.model.parameters()).device)
+    loaded = checkpoint.load(path, selected)
+    return torch_translator(loaded.model, loaded.tokenizer, with_decode(loaded.config, **decode), selected)
