@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 import mt_transformer.training.step as training_step
 import mt_transformer.training.train as train_module
-from conftest import ROOT, run_cli, tiny_config, write_config
+from conftest import run_cli, subprocess_env, tiny_config, write_config
 from mt_transformer import checkpoint
 from mt_transformer.config import load_config
 from mt_transformer.errors import UserError
@@ -101,15 +101,17 @@ def test_an_epoch_without_a_single_update_is_an_error_not_an_endless_loop(corpus
         train_module.train(config_for(corpus, tmp_path, max_steps=5))
 
 
-def test_fp16_overflows_are_skipped_while_the_grad_scaler_lowers_its_scale(corpus, tmp_path):
-    # fp16 autocast runs on CPU too: the GradScaler starts at 2^16, which overflows at first
+def test_fp16_overflows_are_skipped_while_the_grad_scaler_lowers_its_scale(corpus, tmp_path, monkeypatch):
+    # fp16 autocast runs on CPU too; a loss scale of 2^16 overflows at first
+    monkeypatch.setattr(training_step, "FP16_INITIAL_SCALE", 2.0**16)
     train_module.train(config_for(corpus, tmp_path, precision="fp16", device="cpu", max_steps=10, valid_every=10))
     state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000010", "trainer.pt"), weights_only=True)
     scale = state["scaler"]["scale"]
     assert state["step"] == 10 and 0 < state["skipped"] < 20
     assert scale == 2.0**16 / 2 ** state["skipped"]  # each skipped update halved the scale, nothing else did
     logged = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl") if '"loss"' in line]
-    assert logged[-1]["skipped"] == state["skipped"] and all(math.isfinite(m["loss"]) for m in logged[1:])
+    # the skipped updates' overflowing losses stay out of the logged loss
+    assert logged[-1]["skipped"] == state["skipped"] and all(math.isfinite(m["loss"]) for m in logged)
 
 
 def test_max_bad_updates_must_not_be_negative(corpus, tmp_path):
@@ -152,7 +154,7 @@ def start_training(config, prelude: str = ""):
     return subprocess.Popen(
         [sys.executable, "-c", prelude + "from mt_transformer.cli import train_main; train_main()", "--config", config],
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        env=subprocess_env(),
     )
 
 
@@ -387,3 +389,15 @@ def test_translating_onto_a_full_disk_is_a_one_line_error(trained_run, corpus, s
     assert "Traceback" not in result.stderr
     assert sorted(os.listdir(small_disk)) == ["filler", "out.de"]  # no temporary file left behind
     assert (small_disk / "out.de").read_text(encoding="utf-8") == "the previous translation\n"
+
+
+@pytest.mark.parametrize("before, after", [("bf16", "fp16"), ("fp16", "fp32")])
+def test_resuming_with_another_precision_continues(corpus, tmp_path, caplog, before, after):
+    # a bf16 or fp32 run saves no loss scale, and an fp16 run's scale means nothing without fp16
+    train_module.train(config_for(corpus, tmp_path, precision=before, device="cpu", max_steps=4, valid_every=4))
+    with caplog.at_level("INFO"):
+        train_module.train(config_for(corpus, tmp_path, precision=after, device="cpu", max_steps=6, valid_every=2))
+    assert "resuming from" in caplog.text
+    assert ("loss scale starts at 128" in caplog.text) == (after == "fp16")
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "step_00000006" / "trainer.pt", weights_only=True)
+    assert saved["step"] == 6 and bool(saved["scaler"]) == (after == "fp16")

@@ -100,8 +100,8 @@ class TrainingLoop:
                     continue
                 update = self.step(group, lambda loss, tokens: policy.share(loss, tokens, self.device))
                 group = []
-                if update is not None:  # None: out of memory even one sentence at a time
-                    interval.add(update)
+                if update is not None and update.applied:  # None: dropped for lack of memory
+                    interval.add(update)  # a skipped update's loss is left out: not finite, or fp16 overflowed
                 if update is None or not update.applied:
                     policy.check_divergence(self.step.bad_in_a_row, self.last_good_checkpoint())
                     self.stop_if_signalled()
@@ -227,7 +227,7 @@ class TrainingLoop:
 
     def save(self) -> str:
         """Write a checkpoint (rank 0; every rank contributes its random state). Returns its directory."""
-        rng_ranks = distributed.gather(checkpoint.rng_state(), self.processes)
+        rng_ranks = distributed.gather(checkpoint.rng_state(self.device), self.processes)
         directory = checkpoint.step_dir(self.run_dir, self.state.step)
         if self.processes.is_main:
             step = self.step

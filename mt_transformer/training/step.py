@@ -27,6 +27,9 @@ from mt_transformer.training.state import TrainerState
 log = logging.getLogger(__name__)
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# The fp16 loss scale to start from (fairseq's default): the loss is a sum over up to tens of
+# thousands of tokens, and a start at GradScaler's 2^16 overflows for the first ~9 updates.
+FP16_INITIAL_SCALE = 128.0
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
@@ -44,7 +47,7 @@ def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, devi
         weight_decay=train.weight_decay,
         fused=device.type == "cuda",
     )
-    scaler = torch.amp.GradScaler(device.type, enabled=train.precision == "fp16")
+    scaler = torch.amp.GradScaler(device.type, init_scale=FP16_INITIAL_SCALE, enabled=train.precision == "fp16")
     return optimizer, noam_scheduler(optimizer, d_model, train.warmup), scaler
 
 
@@ -52,12 +55,14 @@ def training_loss(model, batch: Batch, smoothing: float, precision: str, forward
     """Summed label-smoothed loss of one batch, the output projection fused with the loss.
 
     `forward` runs the model's layers: the model itself, or its DistributedDataParallel or
-    torch.compile wrapper.
+    torch.compile wrapper. Under fp16 the fused loss runs in float32: it computes its gradients in
+    the forward pass, before the loss scale is applied, and in fp16 those below 6e-8 would vanish.
     """
     forward = model if forward is None else forward
     with autocast(batch.src.device, precision):
         states = forward(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
-    return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, PRECISIONS[precision])
+    dtype = torch.float32 if precision == "fp16" else PRECISIONS[precision]
+    return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype)
 
 
 @dataclass

@@ -135,6 +135,13 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         device,
         f" x {processes.world_size} processes" if processes.enabled else "",
     )
+    log.info(
+        "tokens per update: up to %s (train.max_tokens %s x train.accumulate %d x %d process(es))",
+        f"{t.max_tokens * t.accumulate * processes.world_size:,}",
+        f"{t.max_tokens:,}",
+        t.accumulate,
+        processes.world_size,
+    )
     if processes.is_main:
         check_disk_space(
             run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1
@@ -156,12 +163,15 @@ def resume(step: TrainingStep, directory: str, processes: distributed.Processes,
     saved = checkpoint.load_trainer_state(directory)
     step.optimizer.load_state_dict(saved["optimizer"])
     step.scheduler.load_state_dict(saved["scheduler"])
-    step.scaler.load_state_dict(saved["scaler"])
+    if saved["scaler"] or not step.scaler.is_enabled():
+        step.scaler.load_state_dict(saved["scaler"])
+    else:  # the run was bf16 or fp32 until now
+        log.info("precision changed to fp16: the loss scale starts at %g", step.scaler.get_scale())
     state = step.state
     for name, value in TrainerState.from_dict(saved).to_dict().items():
         if name != "world_size":
             setattr(state, name, value)
-    checkpoint.restore_rng(saved, processes.rank, processes.world_size, seed)
+    checkpoint.restore_rng(saved, step.device, processes.rank, processes.world_size, seed)
     saved_world = saved.get("world_size", 1)
     if saved_world != processes.world_size:  # each rank's position in the epoch, in its new shard
         state.batch_in_epoch = state.batch_in_epoch * saved_world // processes.world_size

@@ -1,0 +1,54 @@
+"""The training step's loss under mixed precision and its gradient scaler."""
+
+import torch
+
+from mt_transformer.config import TrainConfig
+from mt_transformer.data.batching import Batch
+from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.model.transformer import Transformer
+from mt_transformer.training.loss import label_smoothed_loss
+from mt_transformer.training.step import FP16_INITIAL_SCALE, autocast, optimizer_for, training_loss
+
+
+def confident_model_and_batch() -> tuple[Transformer, Batch]:
+    """A tiny model whose output layer is confident: most probabilities are far below 6e-8, the
+    smallest fp16 number, so their gradients vanish if computed in fp16 before the loss scale."""
+    torch.manual_seed(0)
+    model = Transformer(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0)
+    with torch.no_grad():
+        model.output.weight.mul_(40)
+    src = torch.randint(4, 40, (3, 6))
+    tgt = torch.randint(4, 40, (3, 6))
+    tgt[2, 4:] = PAD_ID
+    return model, Batch(src, tgt, tgt)
+
+
+def test_fp16_output_layer_gradients_keep_values_below_the_fp16_range():
+    model, batch = confident_model_and_batch()
+    scale = FP16_INITIAL_SCALE
+    (scale * training_loss(model, batch, 0.0, "fp16")).backward()
+    fused = model.output.weight.grad / scale
+    model.zero_grad()
+
+    # the reference: the same fp16 forward pass, the logits and the loss in float32
+    with autocast(batch.src.device, "fp16"):
+        states = model(batch.src, batch.tgt_in)
+    logits = states.float() @ model.output.weight.t()
+    probabilities = logits.softmax(-1)
+    assert (probabilities < 6e-8).float().mean() > 0.5  # the case this test is about
+    (scale * label_smoothed_loss(logits, batch.tgt_out, 0.0)).backward()
+    reference = model.output.weight.grad / scale
+
+    small = reference.abs() < 1e-7
+    assert small.sum() > 0
+    # fp16 keeps about 3 significant digits; an fp16 gradient would be 0 here (100% off)
+    error = (fused[small] - reference[small]).norm() / reference[small].norm()
+    assert error < 1e-2, error
+
+
+def test_the_fp16_loss_scale_starts_low_and_bf16_has_none():
+    model = torch.nn.Linear(2, 2)
+    _, _, scaler = optimizer_for(model, TrainConfig(precision="fp16"), 2, torch.device("cpu"))
+    assert scaler.is_enabled() and scaler.get_scale() == FP16_INITIAL_SCALE == 128
+    _, _, scaler = optimizer_for(model, TrainConfig(precision="bf16"), 2, torch.device("cpu"))
+    assert not scaler.is_enabled()
