@@ -10,6 +10,7 @@ import torch
 from conftest import run_cli, translator
 from mt_transformer import checkpoint
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
+from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -46,7 +47,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
                 parameter.add_(0.1 * torch.randn_like(parameter))
     out = tmp_path / "ct2"
     ctranslate2_engine.export(dataclasses.replace(loaded, model=model, config=config), str(out))
-    translator, _, settings = ctranslate2_engine.load(str(out))
+    translator, _, settings = ctranslate2_engine.load(str(out), torch.device("cpu"))
     assert settings["config"]["model"]["norm"] == norm
 
     lines = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:5]
@@ -106,3 +107,27 @@ def test_translating_a_checkpoint_that_was_not_exported_is_a_clear_error(trained
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "mt-export --format ctranslate2" in result.stderr
+
+
+def test_a_gpu_is_asked_for_by_kind_and_index(trained_run, tmp_path, monkeypatch):
+    out = tmp_path / "ct2"
+    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    asked = {}
+    monkeypatch.setattr(ctranslate2, "Translator", lambda directory, **options: asked.update(options))
+    ctranslate2_engine.load(str(out), torch.device("cuda", 1))
+    assert asked["device"] == "cuda" and asked["device_index"] == 1
+    ctranslate2_engine.load(str(out), torch.device("cuda"))
+    assert asked["device"] == "cuda" and asked["device_index"] == 0
+
+
+def test_missing_gpu_libraries_are_a_one_line_error(trained_run):
+    class WithoutCuBLAS:
+        device = "cuda"
+
+        def translate_batch(self, *args, **kwargs):
+            raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
+
+    loaded = checkpoint.load(trained_run, CPU)
+    search = ctranslate2_engine.Ct2Search(WithoutCuBLAS(), loaded.tokenizer, loaded.config.decode, 64)
+    with pytest.raises(UserError, match=r"^CTranslate2 cannot run on cuda: Library libcublas.so.12 is not found"):
+        search([[5, 6, 7]])

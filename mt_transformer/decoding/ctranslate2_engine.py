@@ -153,8 +153,9 @@ def export(loaded, out_dir: str, quantization: str | None = None) -> None:
         raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
 
 
-def load(directory: str, device: str = "cpu", compute_type: str = "default", threads: int = 0):
-    """The CTranslate2 translator, our tokenizer and the settings of an exported directory."""
+def load(directory: str, device: torch.device, compute_type: str = "default", threads: int = 0):
+    """The CTranslate2 translator on `device` (cpu, or cuda with its index), our tokenizer and the
+    settings of an exported directory."""
     ctranslate2 = import_ctranslate2()
     path = os.path.join(directory, SETTINGS_FILE)
     if not os.path.isfile(path):
@@ -166,7 +167,11 @@ def load(directory: str, device: str = "cpu", compute_type: str = "default", thr
         settings = json.load(f)
     try:
         translator = ctranslate2.Translator(
-            directory, device=device, compute_type=compute_type, intra_threads=threads or torch.get_num_threads()
+            directory,
+            device=device.type,
+            device_index=device.index or 0,
+            compute_type=compute_type,
+            intra_threads=threads or torch.get_num_threads(),
         )
     except (RuntimeError, ValueError) as error:
         raise UserError(f"{directory}: CTranslate2 could not load it ({str(error).splitlines()[0]})") from None
@@ -182,15 +187,24 @@ class Ct2Search:
 
     def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
         limits = [output_limit(len(s), self.decode, self.max_positions) for s in sources]
-        results = self.translator.translate_batch(
-            [self.tokenizer.src_pieces(s) for s in sources],
-            beam_size=self.decode.beam_size,
-            length_penalty=self.decode.alpha,
-            num_hypotheses=self.decode.n_best,
-            max_decoding_length=max(limits),
-            max_input_length=0,
-            return_scores=True,
-        )
+        try:
+            results = self.translator.translate_batch(
+                [self.tokenizer.src_pieces(s) for s in sources],
+                beam_size=self.decode.beam_size,
+                length_penalty=self.decode.alpha,
+                num_hypotheses=self.decode.n_best,
+                max_decoding_length=max(limits),
+                max_input_length=0,
+                return_scores=True,
+            )
+        except RuntimeError as error:  # its GPU libraries are loaded at the first translation
+            message = str(error).splitlines()[0]
+            if "cannot be loaded" not in message and "not found" not in message:
+                raise
+            raise UserError(
+                f"CTranslate2 cannot run on {self.translator.device}: {message} (the ctranslate2 wheels on PyPI "
+                f"need the CUDA version they were built for); --device cpu runs it on the CPU"
+            ) from None
         found = []
         for result, limit in zip(results, limits):
             hypotheses = []

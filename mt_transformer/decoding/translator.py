@@ -221,7 +221,7 @@ def load_translator(
     if engine == "ctranslate2":
         from mt_transformer.decoding import ctranslate2_engine
 
-        translator, tokenizer, settings = ctranslate2_engine.load(path, selected.type, compute_type, threads)
+        translator, tokenizer, settings = ctranslate2_engine.load(path, selected, compute_type, threads)
         config = with_decode(config_from_dict(settings["config"]), **decode)
         max_positions = config.model.max_positions
         search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions)
