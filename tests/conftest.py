@@ -25,9 +25,16 @@ torch.set_num_threads(2)
 
 
 @pytest.fixture(autouse=True)
-def _skip_gpu_without_cuda(request):
-    if request.node.get_closest_marker("gpu") and not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
+def _cpu_unless_marked_gpu(request, monkeypatch):
+    """Tests marked gpu run on CUDA (skipped without it); every other test runs as on a machine
+    without CUDA, in this process and in the commands it starts, so that a GPU machine runs them
+    as CI does: on the CPU, deterministic, comparable to the CPU's numbers."""
+    if request.node.get_closest_marker("gpu"):
+        if not torch.cuda.is_available():
+            pytest.skip("needs CUDA")
+        return
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
 @pytest.fixture(scope="session")
@@ -60,6 +67,7 @@ def tiny_config(corpus: str, output_dir: str, **sections) -> dict:
             "valid_every": 20,
             "valid_max_sentences": 20,
             "seed": 3,
+            "device": "cpu",  # session fixtures are made before the per-test CPU pin applies
         },
         "decode": {"beam_size": 2, "max_len_b": 10},
     }
@@ -72,6 +80,12 @@ def write_config(path, config: dict) -> str:
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(config, f)
     return str(path)
+
+
+def subprocess_env(**extra: str) -> dict:
+    """This process's environment with the project first on the Python path, and `extra`."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def run_cli(
@@ -90,7 +104,7 @@ def run_cli(
         "mt-plot": "plot_main",
     }[name]
     code = f"import sys; from mt_transformer.cli import {module}; sys.argv[0] = {name!r}; {module}()"
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "2", **(env or {})}
+    env = subprocess_env(OMP_NUM_THREADS="2", **(env or {}))
     return subprocess.run(
         [sys.executable, "-c", code, *rest],
         input=input,

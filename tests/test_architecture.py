@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, subprocess_env
 
 PACKAGE = os.path.join(ROOT, "mt_transformer")
 
@@ -87,6 +87,6 @@ def test_a_module_does_not_pull_in_what_it_does_not_use(module, absent):
         text=True,
         cwd=ROOT,
         check=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        env=subprocess_env(),
     )
     assert result.stdout.strip() == "False"

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, run_cli, tiny_config, translator, write_config
+from conftest import ROOT, run_cli, subprocess_env, tiny_config, translator, write_config
 
 
 def test_translate_keeps_one_line_per_input_line(trained_run, corpus, tmp_path):
@@ -98,7 +98,7 @@ def test_translate_on_a_terminal_answers_each_line_as_it_is_entered(trained_run)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        env=subprocess_env(),
     )
     os.close(terminal)
     try:

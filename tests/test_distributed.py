@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import ROOT, run_cli, tiny_config, write_config
+from conftest import ROOT, run_cli, subprocess_env, tiny_config, write_config
 from mt_transformer.training.distributed import Processes, shard
 
 # Two ranks sum their halves of the batch and then all-reduce; one process sums the whole batch
@@ -32,7 +32,7 @@ def test_shards_are_disjoint_equal_and_cover_all_but_the_remainder():
 
 
 def torchrun(*args, timeout: int = 300) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    env = subprocess_env(OMP_NUM_THREADS="1")
     # --no-python runs the mt-train command itself: it may be a shell shim (pyenv), not a Python file
     return subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--no-python", *args],
@@ -105,6 +105,7 @@ def two_processes(corpus, tmp_path_factory):
 def test_two_processes_make_the_updates_of_one_that_sees_the_same_global_batches(two_processes):
     directory, stderr = two_processes
     assert "x 2 processes" in stderr
+    assert "tokens per update: up to 512 (train.max_tokens 256 x train.accumulate 1 x 2 process(es))" in stderr
     assert gradient_gap(directory / "single", directory / "double") < GRADIENT_TOLERANCE
     # the logged loss is the global batch's, written once per step by rank 0 (rounded to 4 decimals)
     single, double = losses(directory / "single"), losses(directory / "double")

@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from conftest import run_cli, tiny_config, write_config
+from conftest import run_cli, subprocess_env, tiny_config, write_config
 
 
 def read_metrics(run_dir):
@@ -115,8 +115,6 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(corpus, tmp_path):
     import sys
     import time
 
-    from conftest import ROOT
-
     out = tmp_path / "run"
     config = write_config(
         tmp_path / "c.yaml",
@@ -124,7 +122,7 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(corpus, tmp_path):
             corpus, str(out), train={"max_steps": 100000, "valid_every": 100000, "log_every": 1, "max_tokens": 256}
         ),
     )
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = subprocess_env()
     process = subprocess.Popen(
         [sys.executable, "-c", "from mt_transformer.cli import train_main; train_main()", "--config", config],
         stderr=subprocess.PIPE,
