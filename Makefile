@@ -4,7 +4,7 @@ PIP = $(PYTHON) -m pip
 DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench gpu-check clean
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
 # first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels.
@@ -36,6 +36,10 @@ BENCH_ARGS ?= $(if $(wildcard runs/multi30k_de_en/checkpoints),--checkpoint runs
 
 bench: install
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)
+
+# On a CUDA machine: the gpu tests, precisions, speed and a killed run resumed; a report to paste (gpu-check.md).
+gpu-check: install
+	$(PYTHON) scripts/gpu_check.py
 
 clean:
 	rm -rf $(DEMO_DATA) $(DEMO_RUN) .pytest_cache

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Check a CUDA install of mt_transformer in one command (`make gpu-check`), in under 10 minutes.
+
+1. The gpu-marked tests.
+2. configs/base.yaml's model trained for a few hundred updates on the generated corpus in fp32
+   (TF32 matrix products), bf16 and fp16, through mt-train: their logged losses are compared.
+3. Training speed of the base and big models per precision, and bf16 under torch.compile:
+   target tokens/s, MFU against the measured matrix-product ceiling, peak memory.
+4. With two GPUs or more: the bf16 run again as two processes under torchrun (NCCL).
+5. The bf16 run killed after its first checkpoint and started again: it resumes there, and its
+   losses stay near the uninterrupted run's (on CUDA not bit for bit: attention's backward kernels
+   are not deterministic).
+
+Prints one Markdown block to paste into an issue and writes it to --output. On a machine
+without CUDA it says so in one line and exits 0; it exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Each logged loss (the mean over log_every updates) of bf16 and fp16 within this fraction of
+# fp32's: rounding sends the runs apart slowly, a wrong scale or cast moves a loss by far more.
+LOSS_TOLERANCE = 0.05
+UPDATES, LOG_EVERY, VALID_EVERY = 300, 50, 100
+
+
+def pytest_counts(output: str) -> dict[str, int]:
+    """{"passed": 2, "failed": 1, ...} from pytest's last summary line."""
+    summary = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed|error|skipped)", line)]
+    if not summary:
+        return {}
+    counts = re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", summary[-1])
+    return {word if word != "error" else "errors": int(n) for n, word in counts}
+
+
+def loss_gap(losses: list[tuple[int, float]], reference: list[tuple[int, float]]) -> float:
+    """The largest relative gap between two runs' losses logged at the same steps (inf if the
+    steps differ or a loss is not finite)."""
+    if not losses or [s for s, _ in losses] != [s for s, _ in reference]:
+        return float("inf")
+    gaps = [abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference)]
+    return max(gaps) if all(g == g for g in gaps) else float("inf")
+
+
+def logged_losses(run_dir: str) -> list[tuple[int, float]]:
+    from mt_transformer.evaluation.plots import read_metrics
+
+    return [(m["step"], m["loss"]) for m in read_metrics(run_dir) if "loss" in m]
+
+
+MT_TRAIN = [sys.executable, "-c", "import sys; from mt_transformer.cli import train_main; train_main()"]
+
+
+def mt_train_args(corpus: str, run_dir: str, precision: str, *more: str) -> list[str]:
+    """mt-train's arguments for configs/base.yaml's model and schedule on the generated corpus,
+    shortened to a few hundred updates."""
+    settings = [
+        "data.format=text",
+        f"data.train={corpus}/train",
+        f"data.valid={corpus}/valid",
+        "data.vocab_size=1000",
+        "data.max_len=64",
+        "data.num_proc=1",
+        f"train.output_dir={run_dir}",
+        f"train.precision={precision}",
+        "train.max_tokens=4096",
+        "train.accumulate=2",
+        f"train.max_steps={UPDATES}",
+        "train.warmup=400",
+        f"train.log_every={LOG_EVERY}",
+        f"train.valid_every={VALID_EVERY}",
+        "train.valid_max_sentences=200",
+        *more,
+    ]
+    return ["--config", os.path.join(ROOT, "configs", "base.yaml"), "--set", *settings]
+
+
+def run(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines and result.returncode != 0 else ""
+
+
+def check_precisions(corpus: str, workdir: str) -> dict:
+    rows = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        run_dir = os.path.join(workdir, precision)
+        started = time.monotonic()
+        result = run([*MT_TRAIN, *mt_train_args(corpus, run_dir, precision, "train.device=cuda")])
+        row = rows[precision] = {"ok": result.returncode == 0, "error": last_line(result), "losses": []}
+        row["seconds"] = round(time.monotonic() - started)
+        if result.returncode == 0:
+            row["losses"] = logged_losses(run_dir)
+            skipped = re.findall(r"update skipped \((\d+) so far\)", result.stderr)
+            row["skipped"] = int(skipped[-1]) if skipped else 0
+    for row in rows.values():
+        row["gap"] = loss_gap(row["losses"], rows["fp32"]["losses"])
+    return rows
+
+
+def check_resume(corpus: str, workdir: str, reference: list[tuple[int, float]]) -> dict:
+    """The bf16 run killed once its first checkpoint is written, then the same command again."""
+    run_dir = os.path.join(workdir, "killed")
+    command = [*MT_TRAIN, *mt_train_args(corpus, run_dir, "bf16", "train.device=cuda")]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = os.path.join(run_dir, "checkpoints", f"step_{VALID_EVERY:08d}", "trainer.pt")
+    deadline = time.monotonic() + 240
+    while not os.path.exists(first) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)  # into the next updates
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    result = run(command)
+    resumed = re.search(r"resuming from \S+ \(step (\d+)", result.stderr)
+    return {
+        "ok": result.returncode == 0 and resumed is not None,
+        "resumed_at": int(resumed.group(1)) if resumed else None,
+        "gap": loss_gap(logged_losses(run_dir), reference) if result.returncode == 0 else float("inf"),
+        "error": last_line(result),
+    }
+
+
+def check_two_processes(corpus: str, workdir: str, reference: list[tuple[int, float]]) -> dict:
+    """bf16 on two GPUs, one batch each where one process accumulates two: the same updates."""
+    if torch.cuda.device_count() < 2:
+        return {"skipped": f"{torch.cuda.device_count()} GPU on this machine"}
+    run_dir = os.path.join(workdir, "two")
+    script = os.path.join(workdir, "mt_train.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write("from mt_transformer.cli import train_main\ntrain_main()\n")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script]
+    result = run([*torchrun, *mt_train_args(corpus, run_dir, "bf16", "train.accumulate=1")])
+    return {
+        "ok": result.returncode == 0 and "x 2 processes" in result.stderr,
+        "gap": loss_gap(logged_losses(run_dir), reference) if result.returncode == 0 else float("inf"),
+        "error": last_line(result),
+    }
+
+
+def check_speed(updates: int) -> dict:
+    """The base and big models per precision, bf16 also under torch.compile (scripts/benchmark.py)."""
+    import benchmark
+
+    device = torch.device("cuda")
+    benchmark.use_fast_matmul(device)
+    ceilings = {
+        "tf32": benchmark.matmul_ceiling(device, torch.float32) / 1e9,
+        "bf16": benchmark.matmul_ceiling(device, torch.bfloat16) / 1e9,
+    }
+    runs = [(name, p, False) for name in ("base", "big") for p in ("fp32", "bf16", "fp16")]
+    runs += [("base", "bf16", True), ("big", "bf16", True)]
+    rows = benchmark.bench_paper_configs(device, 16384, updates, runs)
+    return {"ceilings": ceilings, "rows": rows, "table": benchmark.paper_configs_table(rows, ceilings)}
+
+
+def failure(check: dict) -> str:
+    return f" ({check['error']})" if check.get("error") else ""
+
+
+class Verdicts:
+    """Each check's pass or FAIL, as written into the report."""
+
+    def __init__(self):
+        self.failed = 0
+
+    def __call__(self, ok: bool) -> str:
+        self.failed += not ok
+        return "pass" if ok else "FAIL"
+
+
+def report(environment: str, tests: dict, precisions: dict, speed: dict | None, two: dict, resume: dict):
+    """The Markdown block to paste into an issue, and whether every check passed."""
+    verdict = Verdicts()
+    tests_ok = bool(tests) and tests.get("passed", 0) > 0 and not tests.get("failed") and not tests.get("errors")
+    lines = [
+        "### mt_transformer gpu-check",
+        "",
+        environment,
+        "",
+        f"- gpu-marked tests: {verdict(tests_ok)} ({', '.join(f'{n} {w}' for w, n in tests.items()) or 'no summary'})",
+        f"- precisions, base model, {UPDATES} updates; each logged loss within {LOSS_TOLERANCE:.0%} of fp32's:",
+        "",
+        "| precision | result | largest gap to fp32 | skipped updates | loss at each log | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in precisions.items():
+        ok = row["ok"] and row["gap"] <= LOSS_TOLERANCE
+        losses = " ".join(f"{loss:.3f}" for _, loss in row["losses"]) or row["error"]
+        lines.append(
+            f"| {name} | {verdict(ok)} | {row['gap']:.1%} | {row.get('skipped', '')} | {losses} | {row['seconds']} |"
+        )
+    lines.append("")
+    if speed is not None:
+        ceilings = ", ".join(f"{n} {c / 1000:.0f} TFLOP/s" for n, c in speed["ceilings"].items())
+        lines += [f"- training speed, 16,384 target tokens per update (matrix-product ceilings: {ceilings}):", ""]
+        lines += [speed["table"], ""]
+    if "skipped" in two:
+        lines.append(f"- two processes (NCCL): not run, {two['skipped']}")
+    else:
+        lines.append(
+            f"- two processes (NCCL): {verdict(two['ok'] and two['gap'] <= LOSS_TOLERANCE)}, "
+            f"largest loss gap to one process {two['gap']:.1%}{failure(two)}"
+        )
+    lines.append(
+        f"- killed after the checkpoint of step {VALID_EVERY} and restarted: "
+        f"{verdict(resume['ok'] and resume['gap'] <= LOSS_TOLERANCE)}, resumed at step {resume['resumed_at']}, "
+        f"largest loss gap to the uninterrupted bf16 run {resume['gap']:.1%}{failure(resume)}"
+    )
+    return "\n".join(lines) + "\n", verdict.failed == 0
+
+
+def environment() -> str:
+    from mt_transformer.devices import cpu_model
+
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    memory = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return (
+        f"{len(gpus)} x {gpus[0]} ({memory:.0f} GiB), torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"bf16 {'supported' if torch.cuda.is_bf16_supported() else 'not supported'}; CPU {cpu_model()}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="gpu-check.md", help="where to write the report (default: gpu-check.md)")
+    parser.add_argument("--speed-updates", type=int, default=10, help="timed updates per speed measurement")
+    parser.add_argument("--no-speed", action="store_true", help="leave out the speed measurements")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print(f"gpu-check: no CUDA device here (torch {torch.__version__}): nothing to check")
+        return 0
+    from mt_transformer.data.demo_data import generate
+
+    started = time.monotonic()
+    tests = pytest_counts(run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"]).stdout)
+    with tempfile.TemporaryDirectory() as workdir:
+        corpus = os.path.join(workdir, "corpus")
+        generate(corpus, train=30000, valid=500, test=10)
+        precisions = check_precisions(corpus, workdir)
+        reference = precisions["bf16"]["losses"]
+        two = check_two_processes(corpus, workdir, reference)
+        resume = check_resume(corpus, workdir, reference)
+    speed = None if args.no_speed else check_speed(args.speed_updates)
+    text, ok = report(environment(), tests, precisions, speed, two, resume)
+    text += f"\nall checks: {time.monotonic() - started:.0f} s\n"
+    print(text)
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

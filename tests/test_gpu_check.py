@@ -1,0 +1,64 @@
+"""scripts/gpu_check.py on a machine without CUDA: its parsing and its report (the GPU runs
+themselves need a GPU)."""
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+
+from conftest import ROOT, subprocess_env
+
+spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py"))
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+
+
+def test_pytest_summary_is_read():
+    assert gpu_check.pytest_counts("..\n2 passed, 173 deselected in 12.54s\n") == {"passed": 2, "deselected": 173}
+    output = "FAILED tests/x.py::t\n1 failed, 1 passed, 1 error in 3.1s"
+    assert gpu_check.pytest_counts(output) == {"failed": 1, "passed": 1, "errors": 1}
+    assert gpu_check.pytest_counts("ImportError while loading conftest") == {}
+
+
+def test_loss_gap_is_relative_and_infinite_when_runs_are_not_comparable():
+    reference = [(50, 4.0), (100, 2.0)]
+    assert math.isclose(gpu_check.loss_gap([(50, 4.2), (100, 1.9)], reference), 0.05)
+    assert gpu_check.loss_gap([(50, 4.0)], reference) == math.inf  # a step missing
+    assert gpu_check.loss_gap([(50, 4.0), (100, float("nan"))], reference) == math.inf
+    assert gpu_check.loss_gap([], reference) == math.inf
+
+
+def precision_row(losses, gap, error=""):
+    return {"ok": not error, "losses": losses, "gap": gap, "skipped": 0, "seconds": 30, "error": error}
+
+
+def test_report_passes_only_when_every_check_does():
+    losses = [(50, 6.0), (100, 4.0)]
+    precisions = {"fp32": precision_row(losses, 0.0), "bf16": precision_row(losses, 0.01)}
+    precisions["fp16"] = precision_row(losses, 0.02)
+    resume = {"ok": True, "resumed_at": 100, "gap": 0.01, "error": ""}
+    two = {"skipped": "1 GPU on this machine"}
+    text, ok = gpu_check.report("1 x GPU", {"passed": 2, "deselected": 9}, precisions, None, two, resume)
+    assert ok and "FAIL" not in text
+    assert "| bf16 | pass | 1.0% | 0 | 6.000 4.000 | 30 |" in text
+    assert "two processes (NCCL): not run, 1 GPU on this machine" in text
+
+    precisions["fp16"] = precision_row([], math.inf, "error: out of memory")
+    text, ok = gpu_check.report("1 x GPU", {"passed": 2}, precisions, None, two, resume)
+    assert not ok and "| fp16 | FAIL | inf% |" in text and "error: out of memory" in text
+    precisions["fp16"] = precision_row(losses, 0.2)  # past the tolerance
+    assert not gpu_check.report("1 x GPU", {"passed": 2}, precisions, None, two, resume)[1]
+    precisions["fp16"] = precision_row(losses, 0.0)
+    assert not gpu_check.report("1 x GPU", {"passed": 1, "failed": 1}, precisions, None, two, resume)[1]
+
+
+def test_without_cuda_it_says_so_and_succeeds(tmp_path):
+    script = os.path.join(ROOT, "scripts", "gpu_check.py")
+    output = tmp_path / "report.md"
+    result = subprocess.run(
+        [sys.executable, script, "--output", str(output)], capture_output=True, text=True, env=subprocess_env()
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("gpu-check: no CUDA device here") and len(result.stdout.splitlines()) == 1
+    assert not output.exists()
