@@ -16,7 +16,8 @@ from mt_transformer.errors import UserError
 
 def select_device(name: str, local_rank: int | None = None, key: str = "train.device") -> torch.device:
     """The device `name` (auto, cpu, cuda or cuda:N) names; with CUDA under torchrun (`local_rank`
-    given), the GPU of this process's local rank. `key` names the setting in error messages."""
+    given), the GPU of this process's local rank. A GPU named by its index becomes the current
+    CUDA device. `key` names the setting in error messages."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if not name.startswith("cuda"):
@@ -33,14 +34,27 @@ def select_device(name: str, local_rank: int | None = None, key: str = "train.de
     device = torch.device(name)
     if device.index is not None and device.index >= count:
         raise UserError(f"{key}: {name} asked for, but this machine has {count} GPU(s) (cuda:0 to cuda:{count - 1})")
+    if device.index is not None:  # what runs on "the current device" (library workspaces, streams) goes there too
+        torch.cuda.set_device(device)
     return device
 
 
+# torch.OutOfMemoryError is torch >= 2.5's name for the class that older versions call
+# torch.cuda.OutOfMemoryError; other failures to allocate come as plain RuntimeErrors.
+OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+OUT_OF_MEMORY_MESSAGES = (
+    "can't allocate memory",  # the CPU allocator
+    "CUDA error: out of memory",  # a kernel launch or the CUDA runtime
+    "CUBLAS_STATUS_ALLOC_FAILED",  # cuBLAS creating its workspace
+    "CUDNN_STATUS_ALLOC_FAILED",
+)
+
+
 def is_out_of_memory(error: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or the CPU allocator's failure (a plain RuntimeError)."""
-    return isinstance(error, torch.OutOfMemoryError) or (
-        isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
-    )
+    """An out-of-memory error of CUDA, cuBLAS, cuDNN or the CPU allocator."""
+    if isinstance(error, OUT_OF_MEMORY):
+        return True
+    return isinstance(error, RuntimeError) and any(m in str(error) for m in OUT_OF_MEMORY_MESSAGES)
 
 
 def release_memory(device: torch.device) -> None:
@@ -66,17 +80,43 @@ def use_fast_matmul(device: torch.device) -> None:
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # what decides fp32 and bf16 matrix speed on x86
 
 
-def cpu_model() -> str:
-    """The CPU's model name and its vector extensions ("AMD EPYC [avx2]"): speeds are comparable
-    only between runs on the same kind of host."""
+def cpu_info() -> tuple[str, list[str]]:
+    """The CPU's model name and flags from /proc/cpuinfo (no flags where it has none)."""
     import platform
 
     try:
         with open("/proc/cpuinfo") as f:
             lines = f.read().splitlines()
     except OSError:
-        return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine(), []
     name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.machine())
     flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return name, flags
+
+
+def cpu_model() -> str:
+    """The CPU's model name and its vector extensions ("AMD EPYC [avx2]"): speeds are comparable
+    only between runs on the same kind of host."""
+    name, flags = cpu_info()
     present = [flag for flag in SIMD_FLAGS if flag in flags]
     return f"{name} [{', '.join(present)}]" if present else name
+
+
+def slow_precision(device: torch.device, precision: str) -> str | None:
+    """Why `precision` would be slow on `device`, or None: bf16 on hardware without bf16 matrix
+    units is emulated (a GPU before compute capability 8.0, an x86 CPU without avx512_bf16 or
+    amx_bf16), often slower than fp32."""
+    if precision != "bf16":
+        return None
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 8:
+            return (
+                f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no bf16 units: "
+                f"bf16 is emulated and slow there; train.precision: fp16 is this GPU's fast precision"
+            )
+        return None
+    name, flags = cpu_info()
+    if flags and "avx2" in flags and not {"avx512_bf16", "amx_bf16"} & set(flags):
+        return f"{name} has no bf16 units (no avx512_bf16 or amx_bf16): bf16 runs slower than fp32 here"
+    return None

@@ -401,3 +401,15 @@ def test_resuming_with_another_precision_continues(corpus, tmp_path, caplog, bef
     assert ("loss scale starts at 128" in caplog.text) == (after == "fp16")
     saved = torch.load(tmp_path / "run" / "checkpoints" / "step_00000006" / "trainer.pt", weights_only=True)
     assert saved["step"] == 6 and bool(saved["scaler"]) == (after == "fp16")
+
+
+def test_resuming_on_another_device_takes_that_device_adam_kernel(corpus, tmp_path):
+    train_module.train(config_for(corpus, tmp_path, device="cpu", max_steps=4, valid_every=4))
+    path = tmp_path / "run" / "checkpoints" / "step_00000004" / "trainer.pt"
+    saved = torch.load(path, weights_only=True)
+    for group in saved["optimizer"]["param_groups"]:
+        group["fused"] = True  # as a run on a GPU saves it
+    torch.save(saved, path)
+    train_module.train(config_for(corpus, tmp_path, device="cpu", max_steps=6, valid_every=2))
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "step_00000006" / "trainer.pt", weights_only=True)
+    assert [group["fused"] for group in saved["optimizer"]["param_groups"]] == [False]

@@ -44,9 +44,11 @@ def from_environment() -> Processes:
 def init_group(processes: Processes, device: torch.device) -> None:
     if not processes.enabled or dist.is_initialized():
         return
-    if device.type == "cuda":
+    if device.type == "cuda":  # NCCL bound to this rank's GPU from the start, not guessed at the first collective
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT)
+        dist.init_process_group("nccl", timeout=TIMEOUT, device_id=device)
+    else:
+        dist.init_process_group("gloo", timeout=TIMEOUT)
 
 
 def destroy_group() -> None:

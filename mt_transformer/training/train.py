@@ -20,7 +20,7 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config, check_data_files, to_yaml
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.devices import select_device, use_fast_matmul
+from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
@@ -135,6 +135,9 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         device,
         f" x {processes.world_size} processes" if processes.enabled else "",
     )
+    slow = slow_precision(device, t.precision)
+    if slow:
+        log.warning("train.precision: %s", slow)
     log.info(
         "tokens per update: up to %s (train.max_tokens %s x train.accumulate %d x %d process(es))",
         f"{t.max_tokens * t.accumulate * processes.world_size:,}",
@@ -162,6 +165,8 @@ def resume(step: TrainingStep, directory: str, processes: distributed.Processes,
     checkpoint.load_weights(step.model, directory)
     saved = checkpoint.load_trainer_state(directory)
     step.optimizer.load_state_dict(saved["optimizer"])
+    for group in step.optimizer.param_groups:  # the saved groups say which device the run was on before
+        group["fused"] = step.device.type == "cuda"
     step.scheduler.load_state_dict(saved["scheduler"])
     if saved["scaler"] or not step.scaler.is_enabled():
         step.scaler.load_state_dict(saved["scaler"])
