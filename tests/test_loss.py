@@ -7,7 +7,7 @@ import torch
 
 from conftest import FP32_TOLERANCE
 from mt_transformer.data.special_tokens import PAD_ID
-from mt_transformer.training.loss import label_smoothed_loss, linear_cross_entropy
+from mt_transformer.training.loss import blockwise_losses, label_smoothed_loss, linear_cross_entropy
 
 
 def test_label_smoothed_loss_matches_the_formula():
@@ -55,3 +55,15 @@ def test_fused_loss_in_bf16_is_close_to_float32():
     exact = linear_cross_entropy(hidden[None], weight, target, 0.1)
     bf16 = linear_cross_entropy(hidden[None], weight, target, 0.1, torch.bfloat16)
     assert bf16.dtype == torch.float32 and math.isclose(bf16.item(), exact.item(), rel_tol=2e-2)
+
+
+@pytest.mark.parametrize("block_rows", [3, 1024])
+def test_blockwise_validation_losses_equal_the_plain_ones(block_rows):
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(3, 5, 16), torch.randn(11, 16)
+    target = torch.randint(4, 11, (3, 5))
+    target[1, 2:] = PAD_ID
+    loss, nll = blockwise_losses(hidden, weight, target, 0.1, torch.float32, block_rows)
+    logits = hidden @ weight.t()
+    assert math.isclose(loss, label_smoothed_loss(logits, target, 0.1).item(), rel_tol=1e-4)
+    assert math.isclose(nll, label_smoothed_loss(logits, target, 0.0).item(), rel_tol=1e-4)

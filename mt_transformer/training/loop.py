@@ -23,7 +23,7 @@ from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
 from mt_transformer.training.run_log import RunLog
-from mt_transformer.training.step import TrainingStep, Update, autocast
+from mt_transformer.training.step import TrainingStep, Update
 from mt_transformer.training.stop_policy import StopPolicy, TrainingStopped
 from mt_transformer.training.validation import validation_bleu, validation_loss
 
@@ -188,7 +188,7 @@ class TrainingLoop:
             d.max_len,
             t.label_smoothing,
             self.device,
-            autocast(self.device, t.precision),
+            t.precision,
         )
         metrics["valid_bleu"] = validation_bleu(model, self.tokenizer, self.data["valid"], self.config, self.device)
         log.info(

@@ -11,11 +11,12 @@ from mt_transformer.config import Config
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.decoding.translator import torch_translator, with_decode
 from mt_transformer.evaluation.scores import score
-from mt_transformer.training.loss import label_smoothed_loss
+from mt_transformer.training.loss import blockwise_losses
+from mt_transformer.training.step import PRECISIONS, autocast
 
 
 @torch.no_grad()
-def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: float, device, autocast) -> dict:
+def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: float, device, precision: str) -> dict:
     """Label-smoothed loss and NLL per target token over valid pairs within max_len subwords."""
     model.eval()
     src_lens, tgt_lens = lengths(dataset)
@@ -25,10 +26,11 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
     tokens = 0
     for batch in batch_loader(dataset.select_columns(["src_ids", "tgt_ids"]), batches):
         batch = batch.to(device)
-        with autocast:
-            logits = model.project(model(batch.src, batch.tgt_in))
-        total_loss += float(label_smoothed_loss(logits, batch.tgt_out, smoothing))
-        total_nll += float(label_smoothed_loss(logits, batch.tgt_out, 0.0))
+        with autocast(device, precision):
+            states = model(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
+        loss, nll = blockwise_losses(states, model.output.weight, batch.tgt_out, smoothing, PRECISIONS[precision])
+        total_loss += loss
+        total_nll += nll
         tokens += batch.target_tokens
     tokens = max(tokens, 1)
     return {
