@@ -36,6 +36,7 @@ from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
 from mt_transformer.devices import cpu_model, use_fast_matmul
+from mt_transformer.errors import UserError
 from mt_transformer.model.flops import training_flops
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.state import TrainerState
@@ -79,9 +80,25 @@ def corpus(workdir: str) -> tuple[DataConfig, str]:
 
 
 def peak_memory_mb(device: torch.device) -> float:
+    """On CUDA the most allocated since reset_peak_memory(); on CPU the process's peak resident size."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a measured section: on CUDA, forget the peak of what ran before (the CPU's peak
+    resident size cannot be reset)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def precision_name(device: torch.device, precision: str) -> str:
+    """What a precision setting computes in: fp32 on CUDA is TF32 in the matrix products."""
+    if precision == "fp32" and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "fp32 (TF32 matmuls)"
+    return precision
 
 
 def synchronize(device: torch.device) -> None:
@@ -129,6 +146,7 @@ def batch_flops(batch, vocab: int) -> int:
 def bench_training(model, dataset, device, precision: str, max_tokens: int, warmup_updates: int, updates: int):
     src_lens, tgt_lens = np.asarray(dataset["src_len"]), np.asarray(dataset["tgt_len"])
     batches = token_batches(src_lens, tgt_lens, max_tokens, seed=1)
+    reset_peak_memory(device)
     step = training_step(model, device, precision)
     vocab = model.output.out_features
     model.train()
@@ -234,58 +252,63 @@ def bench_ctranslate2(loaded, lines: list[str], device, ours_greedy: list[str], 
     return rows
 
 
-def bench_paper_configs(device, tokens: int, updates: int, compile_options=(False, True)):
-    """MFU of the paper's base and big models (configs/base.yaml, big.yaml) training in bf16 on
-    batches of `tokens` target tokens (random sentences of 32 tokens), with and without torch.compile."""
+def bench_paper_configs(device, tokens: int, updates: int, runs=None):
+    """Speed of the paper's base and big models (configs/base.yaml, big.yaml) on batches of
+    `tokens` target tokens (random sentences of 32 tokens). `runs`: (config, precision, compile)
+    triples, by default both configs in bf16 with and without torch.compile. Peak memory is each
+    run's own."""
     import yaml
 
+    from mt_transformer.data.batching import Batch
+
+    runs = runs or [(name, "bf16", compiled) for name in ("base", "big") for compiled in (False, True)]
     rows = []
-    for name in ("base", "big"):
+    for name, precision, compiled in runs:
         with open(os.path.join(ROOT, "configs", f"{name}.yaml"), encoding="utf-8") as f:
             config = yaml.safe_load(f)
         model_args, vocab = config["model"], config["data"]["vocab_size"]
-        for compiled in compile_options:
-            torch.manual_seed(1)
-            model = Transformer(vocab, vocab, **model_args).to(device)
-            runner = torch.compile(model) if compiled else model
-            step = training_step(model, device, "bf16", forward=runner)
-            length = 32
-            sentences = max(1, tokens // length)
-            ids = torch.randint(4, vocab, (sentences, length + 1), generator=torch.Generator().manual_seed(1))
-            from mt_transformer.data.batching import Batch
-
-            batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
-            model.train()
-            for _ in range(3):  # warm-up (and compilation)
-                step([batch])
-            synchronize(device)
-            start = time.perf_counter()
-            for _ in range(updates):
-                step([batch])
-            synchronize(device)
-            seconds = (time.perf_counter() - start) / updates
-            flops = training_flops(
-                [length] * sentences,
-                [length] * sentences,
-                model_args["d_model"],
-                model_args["d_ff"],
-                model_args["encoder_layers"],
-                model_args["decoder_layers"],
-                vocab,
-            )
-            rows.append(
-                {
-                    "config": name,
-                    "compile": compiled,
-                    "target_tokens": sentences * length,
-                    "seconds_per_update": round(seconds, 4),
-                    "target_tokens_per_s": round(sentences * length / seconds, 1),
-                    "model_flops_per_s": round(flops / seconds),
-                }
-            )
-            del model, runner, step
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        reset_peak_memory(device)
+        torch.manual_seed(1)
+        model = Transformer(vocab, vocab, **model_args).to(device)
+        runner = torch.compile(model) if compiled else model
+        step = training_step(model, device, precision, forward=runner)
+        length = 32
+        sentences = max(1, tokens // length)
+        ids = torch.randint(4, vocab, (sentences, length + 1), generator=torch.Generator().manual_seed(1))
+        batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
+        model.train()
+        for _ in range(3):  # warm-up (and compilation)
+            step([batch])
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(updates):
+            step([batch])
+        synchronize(device)
+        seconds = (time.perf_counter() - start) / updates
+        flops = training_flops(
+            [length] * sentences,
+            [length] * sentences,
+            model_args["d_model"],
+            model_args["d_ff"],
+            model_args["encoder_layers"],
+            model_args["decoder_layers"],
+            vocab,
+        )
+        rows.append(
+            {
+                "config": name,
+                "precision": precision_name(device, precision),
+                "compile": compiled,
+                "target_tokens": sentences * length,
+                "seconds_per_update": round(seconds, 4),
+                "target_tokens_per_s": round(sentences * length / seconds, 1),
+                "model_flops_per_s": round(flops / seconds),
+                "peak_memory_mb": round(peak_memory_mb(device), 1),
+            }
+        )
+        del model, runner, step
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -327,19 +350,9 @@ def markdown(results: dict) -> str:
         for r in results["translation"] + results["beams"]
     ]
     if results.get("paper_configs"):
-        bf16 = ceilings["bf16"]
-        lines += [
-            "",
-            f"| bf16 training | torch.compile | target tokens/update | s/update | target tok/s | "
-            f"model TFLOP/s | MFU (of bf16 {bf16 / 1000:.0f} TFLOP/s) |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {r['config']} | {'yes' if r['compile'] else 'no'} | {r['target_tokens']:,} | "
-            f"{r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | {r['model_flops_per_s'] / 1e12:.1f} | "
-            f"{r['model_flops_per_s'] / 1e9 / bf16:.1%} |"
-            for r in results["paper_configs"]
-        ]
+        lines += ["", paper_configs_table(results["paper_configs"], ceilings)]
+    if results.get("ctranslate2_error"):
+        lines += ["", f"CTranslate2: {results['ctranslate2_error']}"]
     if results.get("ctranslate2"):
         lines += [
             "",
@@ -353,6 +366,25 @@ def markdown(results: dict) -> str:
             for r in results["ctranslate2"]
         ]
     return "\n".join(lines) + "\n"
+
+
+def paper_configs_table(rows: list[dict], ceilings: dict) -> str:
+    """The base and big configs' speed, MFU against the measured ceiling of the matrix products
+    each precision runs on (TF32 or fp32 for fp32, bf16 for bf16 and fp16)."""
+    lines = [
+        "| config | precision | torch.compile | target tokens/update | s/update | target tok/s | "
+        "model TFLOP/s | MFU | peak MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        name = "bf16" if r["precision"] in ("bf16", "fp16") else next(n for n in ceilings if n != "bf16")
+        achieved = r["model_flops_per_s"] / 1e9
+        lines.append(
+            f"| {r['config']} | {r['precision']} | {'yes' if r['compile'] else 'no'} | {r['target_tokens']:,} | "
+            f"{r['seconds_per_update']} | {r['target_tokens_per_s']:,.0f} | {achieved / 1000:.1f} | "
+            f"{achieved / ceilings[name]:.1%} of {name} | {r['peak_memory_mb']:,.0f} |"
+        )
+    return "\n".join(lines)
 
 
 def write_section(path: str, device: str, text: str) -> None:
@@ -404,13 +436,14 @@ def main() -> None:
         tokenizer, encoded = prepare_data(data, workdir, seed=1)
         model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **MODEL).to(device)
         ceilings = {
-            "fp32": matmul_ceiling(device, torch.float32) / 1e9,
+            ("tf32" if precision_name(device, "fp32") != "fp32" else "fp32"): matmul_ceiling(device, torch.float32)
+            / 1e9,
             "bf16": matmul_ceiling(device, torch.bfloat16) / 1e9,
         }
         results = {
             "machine": machine(device),
             "corpus": corpus_name,
-            "precision": args.precision,
+            "precision": precision_name(device, args.precision),
             "ceilings_gflops": {k: round(v, 1) for k, v in ceilings.items()},
             "training": bench_training(model, encoded["train"], device, args.precision, 4096, 5, args.updates),
             "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size),
@@ -437,12 +470,15 @@ def main() -> None:
         except ImportError:
             ctranslate2 = None
         if loaded is not None and ctranslate2 is not None:
-            results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
+            try:
+                results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
+            except UserError as error:  # its GPU build needs its own CUDA libraries
+                results["ctranslate2_error"] = str(error)
 
         if args.paper_configs or (args.paper_configs is None and device.type == "cuda"):
-            results["paper_configs"] = bench_paper_configs(
-                device, args.paper_tokens, args.paper_updates, (False,) if args.no_compile else (False, True)
-            )
+            compiled = (False,) if args.no_compile else (False, True)
+            runs = [(name, "bf16", c) for name in ("base", "big") for c in compiled]
+            results["paper_configs"] = bench_paper_configs(device, args.paper_tokens, args.paper_updates, runs)
 
     text = markdown(results)
     print(text)
