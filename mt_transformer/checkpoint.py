@@ -19,12 +19,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import random
 import re
 import shutil
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -194,36 +192,6 @@ def load_trainer_state(directory: str) -> dict:
         raise UserError(f"{path}: not a readable trainer state ({type(error).__name__})") from None
 
 
-def rng_state(device: torch.device) -> dict:
-    """This process's random generators (Python, numpy, torch CPU and, on a GPU, the training
-    device's), saved with each checkpoint so that a resumed run draws the same dropout masks as an
-    uninterrupted one. Only the process's own GPU: a run may resume with fewer GPUs visible."""
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    numpy_state = np.random.get_state()
-    state["numpy"] = [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]]
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    """Restore what rng_state() saved; the GPU generator only on a GPU (a GPU run resumed on the
-    CPU keeps the CPU generators). Older checkpoints hold every GPU's state: the device's own is
-    taken when it is there."""
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
-    saved = state.get("cuda")
-    if saved is None or device.type != "cuda":
-        return
-    index = device.index or 0
-    if isinstance(saved, (list, tuple)):
-        saved = saved[index] if index < len(saved) else None
-    if saved is not None:
-        torch.cuda.set_rng_state(saved, device)
-
-
 def checkpoint_metadata(config, tokenizer) -> dict:
     """What a checkpoint's config.json holds besides the weights: enough to rebuild model and tokenizer."""
     return {
@@ -315,13 +283,3 @@ def check_compatible(directory: str, config: Config) -> None:
                     f"{section}.{name}: {new!r} in the config but {old!r} in {directory}; "
                     f"use a new train.output_dir or restore the setting"
                 )
-
-
-def restore_rng(saved: dict, device: torch.device, rank: int, world_size: int, seed: int) -> None:
-    """Each rank takes back its own random state, so dropout continues as if never stopped; after
-    a change of world size the new ranks start fresh streams."""
-    per_rank = saved.get("rng_ranks") or [saved["rng"]]
-    if len(per_rank) == world_size or rank == 0:
-        set_rng_state(per_rank[rank] if len(per_rank) == world_size else per_rank[0], device)
-    else:
-        torch.manual_seed(seed + rank + 1_000_003 * saved["step"])

@@ -21,7 +21,7 @@ from mt_transformer.config import Config
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.training import distributed
+from mt_transformer.training import distributed, random_state
 from mt_transformer.training.run_log import RunLog
 from mt_transformer.training.step import TrainingStep, Update
 from mt_transformer.training.stop_policy import StopPolicy, TrainingStopped
@@ -127,6 +127,12 @@ class TrainingLoop:
                     )
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         bar.close()
+        return self.finish(last_metrics, validated_at)
+
+    def finish(self, last_metrics: dict, validated_at: int | None) -> dict:
+        """After the last update: say why training stopped early, and validate and save the last
+        step unless that was just done."""
+        state, policy = self.state, self.policy
         if policy.out_of_patience():
             log.info(
                 "early stop: valid BLEU has not improved for %d validations (best %.2f at step %d)",
@@ -227,7 +233,7 @@ class TrainingLoop:
 
     def save(self) -> str:
         """Write a checkpoint (rank 0; every rank contributes its random state). Returns its directory."""
-        rng_ranks = distributed.gather(checkpoint.rng_state(self.device), self.processes)
+        rng_ranks = distributed.gather(random_state.rng_state(self.device), self.processes)
         directory = checkpoint.step_dir(self.run_dir, self.state.step)
         if self.processes.is_main:
             step = self.step
