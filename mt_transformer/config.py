@@ -84,7 +84,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0: no clipping
     max_bad_updates: int = 20  # stop after this many non-finite updates in a row; 0: never
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: training/precision.py
     device: str = "auto"
     threads: int = 0  # CPU threads; 0: torch's default
     seed: int = 1

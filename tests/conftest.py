@@ -68,6 +68,7 @@ def tiny_config(corpus: str, output_dir: str, **sections) -> dict:
             "valid_max_sentences": 20,
             "seed": 3,
             "device": "cpu",  # session fixtures are made before the per-test CPU pin applies
+            "precision": "fp32",  # auto would time the host, and results would depend on it
         },
         "decode": {"beam_size": 2, "max_len_b": 10},
     }

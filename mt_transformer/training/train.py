@@ -5,6 +5,7 @@ the state of a resumed run; then training_loop.TrainingLoop runs the updates.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
@@ -24,8 +25,9 @@ from mt_transformer.devices import select_device, slow_precision, use_fast_matmu
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
-from mt_transformer.training import distributed
+from mt_transformer.training import distributed, random_state
 from mt_transformer.training.loop import TrainingLoop
+from mt_transformer.training.precision import choose_precision
 from mt_transformer.training.run_log import tensorboard_writer
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for
@@ -128,23 +130,9 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     ).to(device)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(t.seed + processes.rank)
-    log.info(
-        "model: %d parameters, %s on %s%s",
-        count_parameters(model),
-        t.precision,
-        device,
-        f" x {processes.world_size} processes" if processes.enabled else "",
-    )
-    slow = slow_precision(device, t.precision)
-    if slow:
-        log.warning("train.precision: %s", slow)
-    log.info(
-        "tokens per update: up to %s (train.max_tokens %s x train.accumulate %d x %d process(es))",
-        f"{t.max_tokens * t.accumulate * processes.world_size:,}",
-        f"{t.max_tokens:,}",
-        t.accumulate,
-        processes.world_size,
-    )
+    config = with_precision(config, model, device, processes)
+    t = config.train
+    log_setup(model, t, device, processes)
     if processes.is_main:
         check_disk_space(
             run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1
@@ -158,6 +146,36 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     loop = TrainingLoop(config, step, tokenizer, data, processes)
     with logging_redirect_tqdm():
         return loop.run()
+
+
+def with_precision(config: Config, model, device: torch.device, processes: distributed.Processes) -> Config:
+    """The config with train.precision settled: auto chooses for this machine (under torchrun
+    rank 0's choice holds for every rank)."""
+    precision, why = choose_precision(config.train.precision, device, model, config.train.max_tokens)
+    precision = distributed.all_gather(precision)[0]
+    if precision != config.train.precision:
+        log.info("train.precision: %s (%s)", precision, why)
+    slow = slow_precision(device, precision)
+    if slow:
+        log.warning("train.precision: %s", slow)
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, precision=precision))
+
+
+def log_setup(model, t, device: torch.device, processes: distributed.Processes) -> None:
+    log.info(
+        "model: %d parameters, %s on %s%s",
+        count_parameters(model),
+        t.precision,
+        device,
+        f" x {processes.world_size} processes" if processes.enabled else "",
+    )
+    log.info(
+        "tokens per update: up to %s (train.max_tokens %s x train.accumulate %d x %d process(es))",
+        f"{t.max_tokens * t.accumulate * processes.world_size:,}",
+        f"{t.max_tokens:,}",
+        t.accumulate,
+        processes.world_size,
+    )
 
 
 def resume(step: TrainingStep, directory: str, processes: distributed.Processes, seed: int) -> None:
@@ -176,7 +194,7 @@ def resume(step: TrainingStep, directory: str, processes: distributed.Processes,
     for name, value in TrainerState.from_dict(saved).to_dict().items():
         if name != "world_size":
             setattr(state, name, value)
-    checkpoint.restore_rng(saved, step.device, processes.rank, processes.world_size, seed)
+    random_state.restore_rng(saved, step.device, processes.rank, processes.world_size, seed)
     saved_world = saved.get("world_size", 1)
     if saved_world != processes.world_size:  # each rank's position in the epoch, in its new shard
         state.batch_in_epoch = state.batch_in_epoch * saved_world // processes.world_size

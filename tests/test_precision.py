@@ -1,0 +1,78 @@
+"""train.precision: auto: what it chooses on each kind of machine, and the calibration behind it."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import tiny_config, write_config
+from mt_transformer import devices
+from mt_transformer.config import load_config
+from mt_transformer.model.transformer import Transformer
+from mt_transformer.training import precision as precision_module
+from mt_transformer.training import train as train_module
+from mt_transformer.training.precision import calibration, choose_precision
+
+CPU = torch.device("cpu")
+AVX2 = ("AMD EPYC", ["avx2", "fma"])
+AMX = ("Intel Xeon", ["avx2", "avx512f", "avx512_bf16", "amx_bf16"])
+
+
+def never(*args):
+    raise AssertionError("no calibration expected")
+
+
+def test_a_precision_that_is_set_is_kept():
+    assert choose_precision("fp16", CPU, None, 4096, never) == ("fp16", "train.precision")
+
+
+@pytest.mark.parametrize(
+    "capability, expected", [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 0), "fp16"), ((6, 1), "fp32")]
+)
+def test_on_a_gpu_auto_follows_its_compute_capability(monkeypatch, capability, expected):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    chosen, why = choose_precision("auto", torch.device("cuda", 0), None, 4096, never)
+    assert chosen == expected and why.startswith(f"auto: compute capability {capability[0]}.{capability[1]}")
+
+
+def test_on_a_cpu_without_bf16_units_auto_is_fp32_without_calibrating(monkeypatch):
+    monkeypatch.setattr(devices, "cpu_info", lambda: AVX2)
+    chosen, why = choose_precision("auto", CPU, None, 4096, never)
+    assert (
+        chosen == "fp32"
+        and why == "auto: AMD EPYC has no bf16 units (no avx512_bf16 or amx_bf16): bf16 runs slower than fp32 here"
+    )
+
+
+def test_on_a_cpu_with_bf16_units_auto_keeps_bf16_only_when_clearly_faster(monkeypatch):
+    monkeypatch.setattr(devices, "cpu_info", lambda: AMX)
+    assert choose_precision("auto", CPU, None, 4096, lambda *a: 1.6)[0] == "bf16"
+    chosen, why = choose_precision("auto", CPU, None, 4096, lambda *a: 1.05)
+    assert chosen == "fp32" and "only 1.05x" in why
+
+
+def test_calibration_times_both_precisions_and_leaves_the_random_state_alone():
+    torch.manual_seed(0)
+    model = Transformer(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
+    before = torch.get_rng_state()
+    speedup = calibration(model, CPU, 256, rounds=1)
+    assert 0 < speedup < float("inf")
+    assert torch.equal(torch.get_rng_state(), before)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_mt_train_with_auto_trains_and_records_the_precision_chosen(corpus, tmp_path, monkeypatch, caplog):
+    # a CPU with bf16 units on which the calibration found bf16 twice as fast
+    monkeypatch.setattr(devices, "cpu_info", lambda: AMX)
+    monkeypatch.setattr(precision_module, "calibration", lambda *args: 2.0)
+    train = {"precision": "auto", "max_steps": 2, "valid_every": 2, "max_tokens": 256, "valid_max_sentences": 4}
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run"), train=train)))
+    with caplog.at_level("INFO"):
+        train_module.train(config)
+    assert (
+        "train.precision: bf16 (auto: bf16 trained 2.00x as fast as fp32 in a calibration on this CPU)" in caplog.text
+    )
+    assert "model: " in caplog.text and "bf16 on cpu" in caplog.text
+    saved = json.load(open(os.path.join(tmp_path, "run", "checkpoints", "step_00000002", "config.json")))
+    assert saved["config"]["train"]["precision"] == "bf16"
