@@ -177,9 +177,27 @@ def bench_training(model, dataset, device, precision: str, max_tokens: int, warm
     }
 
 
+def random_batch(vocab: int, sentences: int, length: int, generator, device):
+    """Sentences of `length` random tokens, the same ones as source and target."""
+    from mt_transformer.data.batching import Batch
+
+    ids = torch.randint(4, vocab, (sentences, length + 1), generator=generator)
+    return Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
+
+
+def seconds_per_update(step, batch, device, warmups: int, updates: int) -> float:
+    for _ in range(warmups):
+        step([batch])
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(updates):
+        step([batch])
+    synchronize(device)
+    return (time.perf_counter() - start) / updates
+
+
 def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096, updates: int = 3):
     """Seconds per update of `budget` target tokens in sentences of one length (sources as long)."""
-    from mt_transformer.data.batching import Batch
 
     step = training_step(model, device, precision)
     model.train()
@@ -187,15 +205,8 @@ def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096,
     generator = torch.Generator().manual_seed(1)
     for length in (16, 32, 64, 128, 256, 512):
         sentences = budget // length
-        tokens = torch.randint(4, vocab, (sentences, length + 1), generator=generator)
-        batch = Batch(src=tokens[:, 1:], tgt_in=tokens[:, :-1], tgt_out=tokens[:, 1:]).to(device)
-        step([batch])  # warm-up
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(updates):
-            step([batch])
-        synchronize(device)
-        seconds = (time.perf_counter() - start) / updates
+        batch = random_batch(vocab, sentences, length, generator, device)
+        seconds = seconds_per_update(step, batch, device, 1, updates)
         rows.append(
             {
                 "length": length,
@@ -259,8 +270,6 @@ def bench_paper_configs(device, tokens: int, updates: int, runs=None):
     run's own."""
     import yaml
 
-    from mt_transformer.data.batching import Batch
-
     runs = runs or [(name, "bf16", compiled) for name in ("base", "big") for compiled in (False, True)]
     rows = []
     for name, precision, compiled in runs:
@@ -274,17 +283,9 @@ def bench_paper_configs(device, tokens: int, updates: int, runs=None):
         step = training_step(model, device, precision, forward=runner)
         length = 32
         sentences = max(1, tokens // length)
-        ids = torch.randint(4, vocab, (sentences, length + 1), generator=torch.Generator().manual_seed(1))
-        batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]).to(device)
+        batch = random_batch(vocab, sentences, length, torch.Generator().manual_seed(1), device)
         model.train()
-        for _ in range(3):  # warm-up (and compilation)
-            step([batch])
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(updates):
-            step([batch])
-        synchronize(device)
-        seconds = (time.perf_counter() - start) / updates
+        seconds = seconds_per_update(step, batch, device, 3, updates)  # 3 warm-ups: compilation too
         flops = training_flops(
             [length] * sentences,
             [length] * sentences,
