@@ -19,7 +19,7 @@ def test_training_writes_metrics_checkpoints_and_learns(trained_run):
     assert [m["step"] for m in train] == [10, 20, 30, 40]
     assert [m["step"] for m in valid] == [20, 40]
     assert train[-1]["loss"] < train[0]["loss"]
-    assert all(k in valid[0] for k in ("valid_loss", "valid_ppl", "valid_nll"))
+    assert all(k in valid[0] for k in ("valid_loss", "valid_ppl", "valid_nll", "valid_s"))
     names = sorted(os.listdir(os.path.join(trained_run, "checkpoints")))
     assert names == ["best.json", "step_00000020", "step_00000040"]
     assert sorted(os.listdir(os.path.join(trained_run, "checkpoints", "step_00000040"))) == [

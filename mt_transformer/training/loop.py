@@ -209,11 +209,12 @@ class TrainingLoop:
 
     def validate_and_save(self) -> dict:
         state = self.state
-        metrics = {"step": state.step}
+        metrics, started = {"step": state.step}, time.monotonic()
         if "valid" in self.data and self.processes.is_main:
             metrics.update(self.validate())
+            metrics["valid_s"] = round(time.monotonic() - started, 2)  # what validating costs the budget
         metrics["elapsed_s"] = round(state.elapsed, 1)
-        self.log.write(metrics)
+        self.log.write(metrics)  # before the save: a crash in between makes the resumed run validate again
         self.log.refresh_curves()
         bleu = metrics.get("valid_bleu")
         is_best = bleu is not None and (state.best_bleu is None or bleu > state.best_bleu)
