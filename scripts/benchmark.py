@@ -39,6 +39,7 @@ from mt_transformer.devices import cpu_model, use_fast_matmul
 from mt_transformer.errors import UserError
 from mt_transformer.model.flops import training_flops
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.training.precision import choose_precision
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import PRECISIONS, TrainingStep, optimizer_for
 
@@ -321,10 +322,8 @@ def machine(device: torch.device) -> str:
 def markdown(results: dict) -> str:
     t, ceilings = results["training"], results["ceilings_gflops"]
     achieved = t["model_flops_per_s"] / 1e9
-    # against each measured ceiling; a ceiling below what training reaches (bf16 without bf16 units) is no limit
-    mfu = " / ".join(
-        f"{achieved / c:.1%} of {name}" if c > achieved else f"{name} slower than this" for name, c in ceilings.items()
-    )
+    ceiling = ceiling_for(results["precision"], ceilings)
+    mfu = f"{achieved / ceilings[ceiling]:.1%} of {ceiling}"
     lines = [
         f"machine: {results['machine']}  ",
         f"corpus: {results['corpus']}, {results['precision']}; translation model: {results['translation_model']}  ",
@@ -369,6 +368,12 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ceiling_for(precision: str, ceilings: dict) -> str:
+    """The measured ceiling that a precision's matrix products run against: bf16's for bf16 and
+    fp16, else the float32 one (TF32 on CUDA)."""
+    return "bf16" if precision in ("bf16", "fp16") else next(n for n in ceilings if n != "bf16")
+
+
 def paper_configs_table(rows: list[dict], ceilings: dict) -> str:
     """The base and big configs' speed, MFU against the measured ceiling of the matrix products
     each precision runs on (TF32 or fp32 for fp32, bf16 for bf16 and fp16)."""
@@ -378,7 +383,7 @@ def paper_configs_table(rows: list[dict], ceilings: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        name = "bf16" if r["precision"] in ("bf16", "fp16") else next(n for n in ceilings if n != "bf16")
+        name = ceiling_for(r["precision"], ceilings)
         achieved = r["model_flops_per_s"] / 1e9
         lines.append(
             f"| {r['config']} | {r['precision']} | {'yes' if r['compile'] else 'no'} | {r['target_tokens']:,} | "
@@ -410,7 +415,9 @@ def main() -> None:
         help="replace this device's section of this page ('' for none)",
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS))
+    parser.add_argument(
+        "--precision", default="fp32", choices=["auto", *PRECISIONS], help="auto: what mt-train would choose here"
+    )
     parser.add_argument("--updates", type=int, default=30, help="timed training updates")
     parser.add_argument("--sentences", type=int, default=1000, help="sentences translated per setting")
     parser.add_argument(
@@ -436,6 +443,9 @@ def main() -> None:
         data, corpus_name = corpus(workdir)
         tokenizer, encoded = prepare_data(data, workdir, seed=1)
         model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **MODEL).to(device)
+        if args.precision == "auto":
+            args.precision, why = choose_precision("auto", device, model, 4096)
+            print(f"precision: {args.precision} ({why})")
         ceilings = {
             ("tf32" if precision_name(device, "fp32") != "fp32" else "fp32"): matmul_ceiling(device, torch.float32)
             / 1e9,

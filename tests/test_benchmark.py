@@ -29,4 +29,5 @@ def test_each_precision_is_measured_against_the_ceiling_of_its_matrix_products()
     ]
     table = benchmark.paper_configs_table(rows, {"tf32": 400_000.0, "bf16": 800_000.0})
     assert "| base | fp32 (TF32 matmuls) | no | 16,384 | 0.1 | 163,840 | 100.0 | 25.0% of tf32 | 9,000 |" in table
+    assert benchmark.ceiling_for("fp32", {"fp32": 1.0, "bf16": 2.0}) == "fp32"
     assert "| base | fp16 | no | 16,384 | 0.1 | 163,840 | 200.0 | 25.0% of bf16 | 6,000 |" in table
