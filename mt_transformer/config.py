@@ -89,7 +89,8 @@ class TrainConfig:
     threads: int = 0  # CPU threads; 0: torch's default
     seed: int = 1
     log_every: int = 100
-    valid_every: int = 1000
+    valid_every: int = 1000  # validate, then save a checkpoint
+    save_every: int = 0  # also save a checkpoint every N updates, without validating; 0: only at validations
     valid_max_sentences: int = 0  # 0: the whole valid set for BLEU
     keep_last: int = 5
     patience: int = 0  # stop after this many validations in a row without a better valid BLEU; 0: never
@@ -247,6 +248,7 @@ def validate(config: Config) -> None:
         "num_workers",
         "threads",
         "valid_max_sentences",
+        "save_every",
         "max_bad_updates",
         "patience",
     ):

@@ -236,3 +236,15 @@ def test_tensorboard_logging_writes_event_files_or_says_what_is_missing(corpus, 
     events.Reload()
     assert {"loss", "lr", "valid_bleu"} <= set(events.Tags()["scalars"])
     assert [e.step for e in events.Scalars("loss")] == [2, 4]
+
+
+def test_checkpoints_between_validations_are_saved_without_validating(corpus, tmp_path):
+    out = tmp_path / "run"
+    train = {"max_steps": 8, "valid_every": 4, "save_every": 2, "log_every": 2, "max_tokens": 256, "keep_last": 10}
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(out), train=train))
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    names = sorted(os.listdir(out / "checkpoints"))
+    assert names == ["best.json", "step_00000002", "step_00000004", "step_00000006", "step_00000008"]
+    assert [m["step"] for m in read_metrics(str(out)) if "valid_bleu" in m] == [4, 8]
+    assert json.load(open(out / "checkpoints" / "best.json"))["step"] in (4, 8)

@@ -1,6 +1,7 @@
 """The update loop: token-bucketed batches in groups of train.accumulate, one TrainingStep per
-group, the metrics log, validation and a checkpoint every train.valid_every updates, until the
-stop policy says the run is over; on one process or on every rank of a torchrun group.
+group, the metrics log, validation and a checkpoint every train.valid_every updates (and
+checkpoints alone every train.save_every), until the stop policy says the run is over; on one
+process or on every rank of a torchrun group.
 
 Under torchrun every rank runs this loop on its shard of each epoch's batches. The ranks agree
 once per update (one small all-reduce) on the token count, the loss and whether to stop; rank 0
@@ -116,6 +117,10 @@ class TrainingLoop:
                     started = time.monotonic()
                     last_metrics, validated_at = self.validate_and_save(), state.step
                     interval.pause(time.monotonic() - started)
+                elif t.save_every and state.step % t.save_every == 0:
+                    started = time.monotonic()
+                    self.save_and_prune()
+                    interval.pause(time.monotonic() - started)
                 self.stop_if_signalled()
                 if policy.finished():
                     break
@@ -225,12 +230,17 @@ class TrainingLoop:
         # early stopping is decided by rank 0's count, on every rank
         shared = distributed.broadcast([state.best_bleu, state.best_step, state.since_best], self.processes)
         state.best_bleu, state.best_step, state.since_best = shared
+        self.save_and_prune(bleu if is_best else None)
+        return metrics
+
+    def save_and_prune(self, best_bleu: float | None = None) -> None:
+        """Save a checkpoint (the best so far when `best_bleu` is given), then keep only the newest
+        train.keep_last checkpoints and the best."""
         self.save()
-        if is_best:
-            checkpoint.write_best(self.run_dir, state.step, bleu)
+        if best_bleu is not None:
+            checkpoint.write_best(self.run_dir, self.state.step, best_bleu)
         if self.processes.is_main:
             checkpoint.prune(self.run_dir, self.config.train.keep_last)
-        return metrics
 
     def save(self) -> str:
         """Write a checkpoint (rank 0; every rank contributes its random state). Returns its directory."""

@@ -134,8 +134,9 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     t = config.train
     log_setup(model, t, device, processes)
     if processes.is_main:
+        checkpoint_every = min(t.valid_every, t.save_every or t.valid_every)
         check_disk_space(
-            run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / t.valid_every) + 1
+            run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / checkpoint_every) + 1
         )
     forward, ddp = wrap_for_processes(model, device, processes, t.compile)
     optimizer, scheduler, scaler = optimizer_for(model, t, config.model.d_model, device)
