@@ -272,14 +272,14 @@ def load(path: str, device: torch.device) -> LoadedModel:
     return LoadedModel(model.to(device).eval(), tokenizer, config, directory, metadata.get("step"))
 
 
-def check_compatible(directory: str, config: Config) -> None:
-    """Refuse to resume when the model or tokenizer settings changed since the checkpoint."""
+def check_compatible(
+    directory: str, config: Config, hint: str = "use a new train.output_dir or restore the setting"
+) -> None:
+    """Refuse to resume (or fine-tune) when the model or tokenizer settings differ from the
+    checkpoint's; `hint` ends the message."""
     saved, current = read_metadata(directory)["config"], config.to_dict()
     for section, names in (("model", list(current["model"])), ("data", TOKENIZER_SETTINGS)):
         for name in names:
             old, new = saved[section].get(name), current[section][name]
             if old != new:
-                raise UserError(
-                    f"{section}.{name}: {new!r} in the config but {old!r} in {directory}; "
-                    f"use a new train.output_dir or restore the setting"
-                )
+                raise UserError(f"{section}.{name}: {new!r} in the config but {old!r} in {directory}; {hint}")

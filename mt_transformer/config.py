@@ -97,6 +97,8 @@ class TrainConfig:
     num_workers: int = 0
     compile: bool = False  # run the model under torch.compile
     tensorboard: bool = False  # also log to {output_dir}/tensorboard (needs the tensorboard package)
+    init_from: str | None = None  # fine-tune: start from this run or checkpoint's weights and tokenizer
+    init_from_reset: bool = True  # with init_from: a fresh optimizer; false keeps the parent's optimizer state
 
 
 @dataclass(frozen=True)

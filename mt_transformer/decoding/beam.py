@@ -47,13 +47,15 @@ def beam_search(
         live, owners = sentence.numel(), sentence.tolist()
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        log_probs = torch.log_softmax(model.project(states[:, -1]).float(), dim=-1)  # (live*beam, vocab)
+        logits = model.project(states[:, -1]).float()  # (live*beam, vocab)
+        log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (live*beam, 1): log p = logits - log_z
         if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
-            forbid_all_but_eos(log_probs, (max_len <= step).repeat_interleave(beam), eos_id)
+            forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(beam), eos_id)
         # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
-        # so only those are scored: no (live, beam * vocab) sums
-        per_row = min(2 * beam, log_probs.size(-1))
-        row_log_probs, row_tokens = log_probs.topk(per_row, dim=-1)  # (live*beam, per_row)
+        # so only those are scored: no (live, beam * vocab) sums, and no log-softmax of the whole row
+        per_row = min(2 * beam, logits.size(-1))
+        row_logits, row_tokens = logits.topk(per_row, dim=-1)  # (live*beam, per_row)
+        row_log_probs = row_logits - log_z
         row_scores = scores.view(-1, 1) + row_log_probs  # cumulative log-probs
         top_scores, top_index = row_scores.view(live, -1).topk(2 * beam, dim=1)  # (live, 2*beam)
         top_beam = top_index // per_row

@@ -28,10 +28,12 @@ def greedy_search(
     for step in range(int(max_len.max()) + 1):
         states, _ = model.decode(last, memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        log_probs = torch.log_softmax(model.project(states[:, -1]).float(), dim=-1)  # (live, vocab)
+        logits = model.project(states[:, -1]).float()  # (live, vocab)
+        log_z = torch.logsumexp(logits, dim=-1)  # (live,): log p = logits - log_z, no log-softmax of the row
         if step >= shortest_limit:
-            forbid_all_but_eos(log_probs, max_len <= step, eos_id)
-        token_log_prob, token = log_probs.max(dim=-1)  # (live,)
+            forbid_all_but_eos(logits, max_len <= step, eos_id)
+        token_logit, token = logits.max(dim=-1)  # (live,)
+        token_log_prob = token_logit - log_z
         log_prob.index_add_(0, sentence, token_log_prob)
         for owner, t in zip(sentence.tolist(), token.tolist()):  # one host sync per step
             tokens[owner].append(t)

@@ -20,11 +20,11 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def forbid_all_but_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
-    """In the given rows (bool, (n,)), keep only EOS possible: used at the length limit."""
-    eos = log_probs[:, eos_id].clone()
-    log_probs.masked_fill_(rows[:, None], float("-inf"))
-    log_probs[:, eos_id] = torch.where(rows, eos, log_probs[:, eos_id])
+def forbid_all_but_eos(scores: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:
+    """In the given rows (bool, (n,)) of scores (n, vocab), keep only EOS possible: used at the length limit."""
+    eos = scores[:, eos_id].clone()
+    scores.masked_fill_(rows[:, None], float("-inf"))
+    scores[:, eos_id] = torch.where(rows, eos, scores[:, eos_id])
 
 
 def output_limit(source_len: int, decode, max_positions: int | None = None) -> int:

@@ -7,7 +7,7 @@ Shape notation used throughout the model code:
     vocab      target vocabulary size
 
 encode(src) -> memory; decode(tgt_in, memory) -> logits; forward = decode(encode(src)).
-The loss lives in train.py and search in greedy.py / beam_search.py.
+The loss lives in training/loss.py and the search in decoding/greedy.py and decoding/beam.py.
 """
 
 from __future__ import annotations

@@ -99,6 +99,13 @@ class TrainingStep:
         self.forward, self.ddp, self.processes = model if forward is None else forward, ddp, processes
         self.bad_in_a_row = 0  # non-finite updates in a row
 
+    def load_optimizer_state(self, saved: dict) -> None:
+        """Adam's state from a checkpoint, run with this device's kernel (fused on CUDA only)
+        whatever device wrote it."""
+        self.optimizer.load_state_dict(saved)
+        for group in self.optimizer.param_groups:
+            group["fused"] = self.device.type == "cuda"
+
     def __call__(self, group: list[Batch], agree=None) -> Update | None:
         """One update on `group`; None if it was dropped for lack of memory. `agree(loss, tokens)`
         returns the sums over all ranks (under torchrun) before the optimizer step."""

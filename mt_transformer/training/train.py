@@ -25,7 +25,7 @@ from mt_transformer.devices import select_device, slow_precision, use_fast_matmu
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
-from mt_transformer.training import distributed, random_state
+from mt_transformer.training import distributed, finetune, random_state
 from mt_transformer.training.loop import TrainingLoop
 from mt_transformer.training.precision import choose_precision
 from mt_transformer.training.run_log import tensorboard_writer
@@ -77,6 +77,7 @@ def train(config: Config) -> dict:
     """Run (or resume) training as configured. Returns the last validation metrics (on rank 0;
     other ranks of a torchrun group return {})."""
     check_data_files(config.data)
+    parent = finetune.parent_checkpoint(config)
     if config.train.tensorboard:
         tensorboard_writer()  # before any work
     processes = distributed.from_environment()
@@ -85,7 +86,7 @@ def train(config: Config) -> dict:
         logging.getLogger("mt_transformer").setLevel(logging.WARNING)
     distributed.init_group(processes, device)
     try:
-        return _train(config, processes, device)
+        return _train(config, processes, device, parent)
     finally:
         distributed.destroy_group()
 
@@ -106,7 +107,7 @@ def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distr
     return prepared
 
 
-def _train(config: Config, processes: distributed.Processes, device: torch.device) -> dict:
+def _train(config: Config, processes: distributed.Processes, device: torch.device, parent: str | None) -> dict:
     t, run_dir = config.train, config.train.output_dir
     if processes.is_main:
         check_output_dir(run_dir)
@@ -121,6 +122,8 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     found = checkpoint.list_checkpoints(run_dir)
     if found:
         checkpoint.check_compatible(found[-1][1], config)
+    if parent and processes.is_main:
+        finetune.adopt_tokenizer(parent, run_dir)
     tokenizer, data = prepare_for_all_ranks(config.data, run_dir, t.seed, processes)
     if processes.is_main:
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
@@ -144,6 +147,8 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     step = TrainingStep(model, optimizer, scheduler, scaler, t, state, device, forward, ddp, processes)
     if found:
         resume(step, found[-1][1], processes, t.seed)
+    elif parent:
+        finetune.start_from(step, parent, t.init_from_reset)
     loop = TrainingLoop(config, step, tokenizer, data, processes)
     with logging_redirect_tqdm():
         return loop.run()
@@ -183,9 +188,7 @@ def resume(step: TrainingStep, directory: str, processes: distributed.Processes,
     """Take back a checkpoint's weights, optimizer, schedule, scaler, counters and random state."""
     checkpoint.load_weights(step.model, directory)
     saved = checkpoint.load_trainer_state(directory)
-    step.optimizer.load_state_dict(saved["optimizer"])
-    for group in step.optimizer.param_groups:  # the saved groups say which device the run was on before
-        group["fused"] = step.device.type == "cuda"
+    step.load_optimizer_state(saved["optimizer"])
     step.scheduler.load_state_dict(saved["scheduler"])
     if saved["scaler"] or not step.scaler.is_enabled():
         step.scaler.load_state_dict(saved["scaler"])

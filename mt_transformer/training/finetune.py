@@ -1,0 +1,63 @@
+"""Fine-tuning: `train.init_from` starts a new run from a trained model's weights and tokenizer.
+
+The new run has its own data, schedule, step count and data position (fairseq's
+--reset-optimizer --reset-lr-scheduler --reset-dataloader); `train.init_from_reset: false`
+keeps the parent's optimizer state. Model and tokenizer settings must be the parent's. Once the
+run has checkpoints of its own, running it again resumes it, not the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+
+from mt_transformer import checkpoint
+from mt_transformer.config import Config, ConfigError
+from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer
+from mt_transformer.errors import UserError
+from mt_transformer.files import write_text
+
+log = logging.getLogger(__name__)
+
+
+def parent_checkpoint(config: Config) -> str | None:
+    """The checkpoint directory train.init_from names (a run's best, else its newest), checked
+    against the config; None without init_from or once the run has checkpoints of its own."""
+    t = config.train
+    if not t.init_from or checkpoint.list_checkpoints(t.output_dir):
+        return None
+    try:
+        parent = checkpoint.resolve(t.init_from)
+    except UserError as error:
+        raise ConfigError(f"train.init_from: {error}") from None
+    checkpoint.check_compatible(parent, config, "fine-tuning keeps the model and tokenizer of train.init_from")
+    if not t.init_from_reset and not os.path.isfile(os.path.join(parent, checkpoint.TRAINER_FILE)):
+        raise ConfigError(
+            f"train.init_from_reset: false needs the optimizer state of {parent}, which has none "
+            f"(an averaged checkpoint?); set it to true or name a checkpoint written by mt-train"
+        )
+    return parent
+
+
+def adopt_tokenizer(parent: str, run_dir: str) -> None:
+    """Put the parent's sentencepiece model(s) and their settings into the new run directory,
+    where preparing the data finds and reuses them."""
+    os.makedirs(run_dir, exist_ok=True)
+    for name in Tokenizer(parent).files:
+        shutil.copyfile(os.path.join(parent, name), os.path.join(run_dir, name))
+    saved = checkpoint.read_metadata(parent)["config"]["data"]
+    write_text(os.path.join(run_dir, "tokenizer.json"), json.dumps({n: saved[n] for n in TOKENIZER_SETTINGS}, indent=2))
+
+
+def start_from(step, parent: str, reset: bool) -> None:
+    """The parent's weights into `step`'s model, and its optimizer state unless `reset`."""
+    checkpoint.load_weights(step.model, parent)
+    if not reset:
+        step.load_optimizer_state(checkpoint.load_trainer_state(parent)["optimizer"])
+    log.info(
+        "fine-tuning from %s: its weights and tokenizer, %s, a fresh schedule and step count",
+        parent,
+        "a fresh optimizer" if reset else "its optimizer state",
+    )
