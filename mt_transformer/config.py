@@ -110,6 +110,12 @@ class DecodeConfig:
     n_best: int = 1
     max_tokens: int = 8192
     max_input_len: int = 0  # longer inputs are translated in parts; 0: data.max_len
+    # sampling instead of search (decoding/sampling.py): n_best draws per input
+    sampling: bool = False
+    topk: int = 0  # draw among the k most probable tokens; 0: all
+    topp: float = 1.0  # draw among the fewest most probable tokens that hold this probability (nucleus)
+    temperature: float = 1.0  # below 1 sharpens the distribution, above 1 flattens it
+    seed: int = 1  # the same seed, input and batch settings draw the same samples
 
 
 @dataclass(frozen=True)
@@ -287,7 +293,13 @@ def validate(config: Config) -> None:
         t.device == "auto" or t.device == "cpu" or t.device.startswith("cuda"),
         f"train.device: expected auto, cpu or cuda[:N], got {t.device!r}",
     )
-    _check(dec.n_best <= dec.beam_size, f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})")
+    _check(
+        dec.sampling or dec.n_best <= dec.beam_size,
+        f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})",
+    )
+    _check(dec.topk >= 0, f"decode.topk: must be zero or positive, got {dec.topk}")
+    _check(0 < dec.topp <= 1, f"decode.topp: must be in (0, 1], got {dec.topp}")
+    _check(dec.temperature > 0, f"decode.temperature: must be positive, got {dec.temperature}")
     _check(dec.alpha >= 0, f"decode.alpha: must be zero or positive, got {dec.alpha}")
     _check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a: max_len_a and max_len_b must be >= 0")
     _check(dec.max_input_len >= 0, f"decode.max_input_len: must be zero or positive, got {dec.max_input_len}")

@@ -72,6 +72,18 @@ def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = 
         help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
         "(default: decode.max_input_len, else the training data.max_len)",
     )
+    parser.add_argument(
+        "--sampling",
+        action="store_true",
+        default=None,
+        help="draw each translation from the model's distribution instead of searching (--nbest N: N draws)",
+    )
+    parser.add_argument("--topk", type=int, help="with --sampling: draw among the K most probable tokens (0: all)")
+    parser.add_argument(
+        "--topp", type=float, help="with --sampling: draw among the most probable tokens holding probability P"
+    )
+    parser.add_argument("--temperature", type=float, help="with --sampling: <1 sharpens, >1 flattens (default 1)")
+    parser.add_argument("--seed", type=int, help="with --sampling: the random seed (default: decode.seed, 1)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     parser.add_argument(
         "--engine",
@@ -96,6 +108,11 @@ DECODE_FLAGS = {
     "max_tokens": "--max-tokens",
     "max_input_len": "--max-input-len",
     "n_best": "--nbest",
+    "sampling": "--sampling",
+    "topk": "--topk",
+    "topp": "--topp",
+    "temperature": "--temperature",
+    "seed": "--seed",
 }
 
 
@@ -105,13 +122,8 @@ def translator_from_args(args, n_best: int = 1):
     from mt_transformer.config import ConfigError
     from mt_transformer.decoding.translator import load_translator
 
-    decode = {
-        "beam_size": args.beam,
-        "alpha": args.alpha,
-        "max_tokens": args.max_tokens,
-        "max_input_len": args.max_input_len,
-        "n_best": n_best,
-    }
+    decode = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in DECODE_FLAGS.items()}
+    decode["n_best"] = n_best
     try:
         return load_translator(args.checkpoint, args.engine, args.device, args.compute_type, args.threads, **decode)
     except ConfigError as error:  # name the flag, not the config key it overrides

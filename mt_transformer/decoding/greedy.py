@@ -10,9 +10,11 @@ from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos
 
 @torch.inference_mode()
 def greedy_search(
-    model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch.Tensor, bos_id: int, eos_id: int
+    model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch.Tensor, bos_id: int, eos_id: int, pick=None
 ) -> list[Hypothesis]:
     """Most probable next token at each step until EOS or max_len[i] tokens (then EOS is forced).
+    `pick(logits)` chooses the next tokens instead (decoding/sampling.py draws them); the
+    log-probabilities are the model's either way.
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
@@ -32,7 +34,11 @@ def greedy_search(
         log_z = torch.logsumexp(logits, dim=-1)  # (live,): log p = logits - log_z, no log-softmax of the row
         if step >= shortest_limit:
             forbid_all_but_eos(logits, max_len <= step, eos_id)
-        token_logit, token = logits.max(dim=-1)  # (live,)
+        if pick is None:
+            token_logit, token = logits.max(dim=-1)  # (live,)
+        else:
+            token = pick(logits)  # (live,)
+            token_logit = logits.gather(1, token[:, None]).squeeze(1)
         token_log_prob = token_logit - log_z
         log_prob.index_add_(0, sentence, token_log_prob)
         for owner, t in zip(sentence.tolist(), token.tolist()):  # one host sync per step

@@ -23,8 +23,10 @@ from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.decoding.sampling import Sampler, sample
 from mt_transformer.decoding.search import Hypothesis, output_limit
 from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.errors import UserError
 from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)
@@ -104,12 +106,17 @@ class TorchSearch:
     ):
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.decode, self.max_positions = decode, max_positions
+        self.sampler = (
+            Sampler(decode.topk, decode.topp, decode.temperature, decode.seed, device) if decode.sampling else None
+        )
 
     def search(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
         src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
         src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
         max_len = torch.tensor([output_limit(len(s), self.decode, self.max_positions) for s in sources])
         d = self.decode
+        if self.sampler is not None:
+            return sample(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, self.sampler, d.n_best, d.alpha)
         if d.beam_size == 1:
             return [[h] for h in greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID)]
         return beam_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, d.beam_size, d.alpha, d.n_best)
@@ -220,6 +227,9 @@ def load_translator(
     selected = select_device(device, key="--device")
     if engine == "ctranslate2":
         from mt_transformer.decoding import ctranslate2_engine
+
+        if decode.get("sampling"):
+            raise UserError("--sampling needs --engine torch")
 
         translator, tokenizer, settings = ctranslate2_engine.load(path, selected, compute_type, threads)
         config = with_decode(config_from_dict(settings["config"]), **decode)

@@ -46,7 +46,7 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> float:
     max_sentences = config.train.valid_max_sentences
     if max_sentences:
         dataset = dataset.select(range(min(max_sentences, len(dataset))))
-    translate = torch_translator(model, tokenizer, with_decode(config, beam_size=1, n_best=1), device)
+    translate = torch_translator(model, tokenizer, with_decode(config, beam_size=1, n_best=1, sampling=False), device)
     translations = translate(list(dataset["src"]))
     hypotheses = [t[0].text for t in translations]
     return score(hypotheses, list(dataset["tgt"]), metrics=("bleu",), tgt_lang=config.data.tgt_lang)["bleu"]
