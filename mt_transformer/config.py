@@ -110,6 +110,7 @@ class DecodeConfig:
     n_best: int = 1
     max_tokens: int = 8192
     max_input_len: int = 0  # longer inputs are translated in parts; 0: data.max_len
+    no_repeat_ngram: int = 0  # no n-gram of this many tokens twice in an output (fairseq's); 0: off
     # sampling instead of search (decoding/sampling.py): n_best draws per input
     sampling: bool = False
     topk: int = 0  # draw among the k most probable tokens; 0: all
@@ -298,6 +299,7 @@ def validate(config: Config) -> None:
         f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})",
     )
     _check(dec.topk >= 0, f"decode.topk: must be zero or positive, got {dec.topk}")
+    _check(dec.no_repeat_ngram >= 0, f"decode.no_repeat_ngram: must be zero or positive, got {dec.no_repeat_ngram}")
     _check(0 < dec.topp <= 1, f"decode.topp: must be in (0, 1], got {dec.topp}")
     _check(dec.temperature > 0, f"decode.temperature: must be positive, got {dec.temperature}")
     _check(dec.alpha >= 0, f"decode.alpha: must be zero or positive, got {dec.alpha}")

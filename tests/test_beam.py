@@ -6,10 +6,11 @@ import math
 import pytest
 import torch
 
+from conftest import translator
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
-from mt_transformer.decoding.search import length_penalty
+from mt_transformer.decoding.search import length_penalty, repeated_ngrams
 from mt_transformer.model.masks import padding_mask
 from mt_transformer.model.transformer import Transformer
 
@@ -128,3 +129,26 @@ def test_beam_one_equals_greedy_on_a_random_model(seed):
     for g, b in zip(greedy, beam):
         assert g.tokens == b[0].tokens
         assert math.isclose(g.log_prob, b[0].log_prob, rel_tol=1e-4, abs_tol=1e-4)
+
+
+def test_repeated_ngrams_are_the_tokens_that_would_repeat_one():
+    tokens = torch.tensor([[2, 5, 6, 5], [2, 7, 7, 7]])
+    assert repeated_ngrams(tokens, 2, 10).nonzero().tolist() == [[0, 6], [1, 7]]  # 5 6 again; 7 7 again
+    assert repeated_ngrams(tokens, 1, 10).nonzero().tolist() == [[0, 2], [0, 5], [0, 6], [1, 2], [1, 7]]
+    assert repeated_ngrams(tokens, 3, 10).nonzero().tolist() == [[1, 7]]  # 7 7 7 again
+    assert repeated_ngrams(tokens, 5, 10) is None
+
+
+def ngram_repeats(ids: list[int], n: int) -> int:
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_no_repeat_ngram_keeps_every_ngram_of_an_output_unique(trained_run, corpus, beam):
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:40]
+    free = translator(trained_run, beam_size=beam, max_len_b=30)(lines)
+    assert sum(ngram_repeats(r[0].tokens, 1) for r in free) > 0  # the tiny model repeats words
+    for n in (1, 2):
+        for result in translator(trained_run, beam_size=beam, max_len_b=30, no_repeat_ngram=n)(lines):
+            assert ngram_repeats(result[0].tokens, n) == 0

@@ -131,3 +131,14 @@ def test_missing_gpu_libraries_are_a_one_line_error(trained_run):
     search = ctranslate2_engine.Ct2Search(WithoutCuBLAS(), loaded.tokenizer, loaded.config.decode, 64)
     with pytest.raises(UserError, match=r"^CTranslate2 cannot run on cuda: Library libcublas.so.12 is not found"):
         search([[5, 6, 7]])
+
+
+def test_no_repeat_ngram_reaches_ctranslate2(trained_run, corpus, tmp_path):
+    from mt_transformer.decoding.translator import load_translator
+
+    out = tmp_path / "ct2"
+    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:40]
+    translate = load_translator(str(out), "ctranslate2", "cpu", beam_size=1, max_len_b=30, no_repeat_ngram=1)
+    for result in translate(lines):
+        assert len(set(result[0].tokens)) == len(result[0].tokens)

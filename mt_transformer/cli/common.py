@@ -73,6 +73,9 @@ def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = 
         "(default: decode.max_input_len, else the training data.max_len)",
     )
     parser.add_argument(
+        "--no-repeat-ngram", type=int, metavar="N", help="no n-gram of N tokens twice in an output (0: allowed)"
+    )
+    parser.add_argument(
         "--sampling",
         action="store_true",
         default=None,
@@ -108,6 +111,7 @@ DECODE_FLAGS = {
     "max_tokens": "--max-tokens",
     "max_input_len": "--max-input-len",
     "n_best": "--nbest",
+    "no_repeat_ngram": "--no-repeat-ngram",
     "sampling": "--sampling",
     "topk": "--topk",
     "topp": "--topp",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, length_penalty
+from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, forbid_repeated_ngrams, length_penalty
 
 
 @torch.inference_mode()
@@ -26,8 +26,10 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
     n_best: int = 1,
+    no_repeat_ngram: int = 0,
 ) -> list[list[Hypothesis]]:
-    """Return the n_best hypotheses of each sentence, best first.
+    """Return the n_best hypotheses of each sentence, best first; with `no_repeat_ngram` N > 0 no
+    hypothesis holds an n-gram of N tokens twice.
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
@@ -49,6 +51,8 @@ def beam_search(
         memory = None  # from now on the cache holds the cross-attention keys and values
         logits = model.project(states[:, -1]).float()  # (live*beam, vocab)
         log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (live*beam, 1): log p = logits - log_z
+        if no_repeat_ngram:
+            forbid_repeated_ngrams(logits, tokens, no_repeat_ngram)
         if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
             forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(beam), eos_id)
         # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,

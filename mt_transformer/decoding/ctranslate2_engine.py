@@ -193,6 +193,7 @@ class Ct2Search:
                 beam_size=self.decode.beam_size,
                 length_penalty=self.decode.alpha,
                 num_hypotheses=self.decode.n_best,
+                no_repeat_ngram_size=self.decode.no_repeat_ngram,
                 max_decoding_length=max(limits),
                 max_input_length=0,
                 return_scores=True,

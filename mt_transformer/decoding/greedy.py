@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos
+from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, forbid_repeated_ngrams
 
 
 @torch.inference_mode()
 def greedy_search(
-    model, src: torch.Tensor, src_mask: torch.Tensor, max_len: torch.Tensor, bos_id: int, eos_id: int, pick=None
+    model,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    max_len: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    pick=None,
+    no_repeat_ngram: int = 0,
 ) -> list[Hypothesis]:
     """Most probable next token at each step until EOS or max_len[i] tokens (then EOS is forced).
     `pick(logits)` chooses the next tokens instead (decoding/sampling.py draws them); the
-    log-probabilities are the model's either way.
+    log-probabilities are the model's either way. `no_repeat_ngram` N > 0: no n-gram of N tokens
+    twice in an output.
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
@@ -24,6 +32,7 @@ def greedy_search(
     max_len = max_len.to(device)
     sentence = torch.arange(batch, device=device)  # original index of each live row
     last = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)
+    history = last  # (live, 1 + step): BOS and the tokens so far, grown only for no_repeat_ngram
     log_prob = torch.zeros(batch, device=device)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     shortest_limit = int(max_len.min())
@@ -32,6 +41,8 @@ def greedy_search(
         memory = None  # from now on the cache holds the cross-attention keys and values
         logits = model.project(states[:, -1]).float()  # (live, vocab)
         log_z = torch.logsumexp(logits, dim=-1)  # (live,): log p = logits - log_z, no log-softmax of the row
+        if no_repeat_ngram:
+            forbid_repeated_ngrams(logits, history, no_repeat_ngram)
         if step >= shortest_limit:
             forbid_all_but_eos(logits, max_len <= step, eos_id)
         if pick is None:
@@ -47,9 +58,12 @@ def greedy_search(
         if bool(done.all()):
             break
         last = token[:, None]
+        if no_repeat_ngram:
+            history = torch.cat([history, last], dim=1)
         if bool(done.any()):  # finished sentences leave the batch
             keep = (~done).nonzero().view(-1)
             sentence, max_len, last, src_mask = sentence[keep], max_len[keep], last[keep], src_mask[keep]
+            history = history[keep]
             cache.select(keep, sentences=keep)
             shortest_limit = int(max_len.min())
     return [

@@ -44,6 +44,7 @@ def sample(
     sampler: Sampler,
     n: int = 1,
     alpha: float = 0.6,
+    no_repeat_ngram: int = 0,
 ) -> list[list[Hypothesis]]:
     """`n` samples of each sentence, best first by the beam's length-normalised score.
 
@@ -57,6 +58,7 @@ def sample(
         bos_id,
         eos_id,
         pick=sampler,
+        no_repeat_ngram=no_repeat_ngram,
     )
     found = []
     for i in range(src.size(0)):

@@ -32,3 +32,26 @@ def output_limit(source_len: int, decode, max_positions: int | None = None) -> i
     source_len + decode.max_len_b, and fewer than a position table of max_positions holds."""
     limit = int(decode.max_len_a * source_len + decode.max_len_b)
     return min(limit, max_positions - 1) if max_positions is not None else limit
+
+
+def repeated_ngrams(tokens: torch.Tensor, n: int, vocab: int) -> torch.Tensor | None:
+    """The tokens that would repeat an n-gram already in each row (fairseq's no-repeat-ngram):
+    (rows, vocab) bool, or None while the rows are shorter than n.
+
+    tokens: (rows, length), the hypotheses so far (BOS first).
+    """
+    if tokens.size(1) < n:
+        return None
+    grams = tokens.unfold(1, n, 1)  # (rows, length - n + 1, n)
+    prefix = tokens[:, tokens.size(1) - (n - 1) :]  # (rows, n - 1): what the next token would extend
+    follows_prefix = (grams[:, :, : n - 1] == prefix[:, None, :]).all(dim=-1)  # (rows, length - n + 1)
+    counts = torch.zeros(tokens.size(0), vocab, device=tokens.device)
+    return counts.scatter_add_(1, grams[:, :, -1], follows_prefix.float()) > 0
+
+
+def forbid_repeated_ngrams(scores: torch.Tensor, tokens: torch.Tensor, n: int) -> None:
+    """Make impossible, in scores (rows, vocab), each token that would repeat an n-gram of its row
+    of tokens (rows, length)."""
+    banned = repeated_ngrams(tokens, n, scores.size(-1))
+    if banned is not None:
+        scores.masked_fill_(banned, float("-inf"))

@@ -116,10 +116,14 @@ class TorchSearch:
         max_len = torch.tensor([output_limit(len(s), self.decode, self.max_positions) for s in sources])
         d = self.decode
         if self.sampler is not None:
-            return sample(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, self.sampler, d.n_best, d.alpha)
+            sampler, n = self.sampler, d.n_best
+            return sample(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, sampler, n, d.alpha, d.no_repeat_ngram)
         if d.beam_size == 1:
-            return [[h] for h in greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID)]
-        return beam_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, d.beam_size, d.alpha, d.n_best)
+            found = greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, None, d.no_repeat_ngram)
+            return [[h] for h in found]
+        return beam_search(
+            self.model, src, src_mask, max_len, BOS_ID, EOS_ID, d.beam_size, d.alpha, d.n_best, d.no_repeat_ngram
+        )
 
     def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
         try:
