@@ -142,3 +142,15 @@ def test_no_repeat_ngram_reaches_ctranslate2(trained_run, corpus, tmp_path):
     translate = load_translator(str(out), "ctranslate2", "cpu", beam_size=1, max_len_b=30, no_repeat_ngram=1)
     for result in translate(lines):
         assert len(set(result[0].tokens)) == len(result[0].tokens)
+
+
+def test_forced_prefixes_reach_ctranslate2(trained_run, corpus, tmp_path):
+    from mt_transformer.decoding.translator import load_translator
+
+    out = tmp_path / "ct2"
+    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:5]
+    ours = translator(trained_run, beam_size=2)(lines, prefixes=["Tom"] * 5)
+    theirs = load_translator(str(out), "ctranslate2", "cpu", beam_size=2)(lines, prefixes=["Tom"] * 5)
+    assert all(r[0].text.startswith("Tom") for r in theirs)
+    assert [r[0].text for r in theirs] == [r[0].text for r in ours]

@@ -5,7 +5,8 @@ import logging
 import pytest
 import torch
 
-from conftest import run_cli, translator
+from conftest import load_model, run_cli, translator
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.decoding.search import Hypothesis
 from mt_transformer.decoding.translator import (
     TorchSearch,
@@ -98,3 +99,43 @@ def test_out_of_memory_while_decoding_halves_the_batch_then_the_input(trained_ru
             assert [t.tokens for t in got[i]] == [t.tokens for t in expected[i]]
         else:  # the others in parts, still translated
             assert got[i][0].tokens
+
+
+def teacher_forced_log_prob(model, src_ids: list[int], tgt_ids: list[int]) -> float:
+    """log p(tgt_ids, then EOS | source) summed, from one teacher-forced pass."""
+    src = torch.tensor([src_ids + [EOS_ID]])
+    tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
+    with torch.no_grad():
+        log_probs = model.project(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len + 1, vocab)
+    return float(log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None]).sum())
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_forced_prefix_scores_as_teacher_forcing_and_the_search_continues_after_it(trained_run, corpus, beam):
+    model, tokenizer = load_model(trained_run, torch.device("cpu"))
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:6]
+    references = open(f"{corpus}/test.de", encoding="utf-8").read().splitlines()[:6]
+    # the whole reference forced, then EOS at once: the model's teacher-forced log-probability
+    forced = translator(trained_run, beam_size=beam, max_len_a=0, max_len_b=0)(lines, prefixes=references)
+    for line, reference, result in zip(tokenizer.encode_src(lines), tokenizer.tgt.encode(references), forced):
+        assert result[0].tokens == reference
+        assert result[0].log_prob == pytest.approx(teacher_forced_log_prob(model, line, reference), abs=1e-4)
+    # forcing the start a free search chose changes nothing; forcing another start is followed
+    free = translator(trained_run, beam_size=1)(lines)
+    starts = [tokenizer.tgt.decode(r[0].tokens[:2]) for r in free]
+    again = translator(trained_run, beam_size=1)(lines, prefixes=starts)
+    assert [r[0].text for r in again] == [r[0].text for r in free]
+    other = translator(trained_run, beam_size=beam)(lines, prefixes=["Tom"] * len(lines))
+    assert all(r[0].text.startswith("Tom") for r in other)
+
+
+def test_mt_translate_takes_one_prefix_per_line(trained_run, tmp_path):
+    prefixes = tmp_path / "prefixes.de"
+    prefixes.write_text("Tom\n\n", encoding="utf-8")
+    args = ["--checkpoint", trained_run, "--device", "cpu", "--prefix", str(prefixes)]
+    result = run_cli("mt-translate", *args, input="Tom sold it.\na red apple\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].startswith("Tom")
+    result = run_cli("mt-translate", *args, input="one line\n")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: --prefix: {prefixes} has 2 lines, the input 1"

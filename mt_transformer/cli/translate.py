@@ -27,6 +27,12 @@ def translate_main(argv=None):
         "and the summed token log-probability",
     )
     parser.add_argument(
+        "--prefix",
+        metavar="FILE",
+        help="one target prefix per input line (empty: none): each translation begins with it and the "
+        "search continues after it",
+    )
+    parser.add_argument(
         "--alignment",
         action="store_true",
         help="add TAB + hard word alignments from the cross-attention to each line, as "
@@ -54,10 +60,15 @@ def translate_main(argv=None):
     if inspect and args.engine != "torch":
         raise UserError("--attention and --alignment need --engine torch (CTranslate2 does not return attention)")
     if args.input in (None, "-") and args.output in (None, "-") and sys.stdin.isatty():
+        if args.prefix:
+            raise UserError("--prefix: needs the input from -i FILE or a pipe, one prefix per input line")
         return _translate_interactively(args)
     lines = read_input(args.input)
+    prefixes = read_input(args.prefix) if args.prefix else None
+    if prefixes is not None and len(prefixes) != len(lines):
+        raise UserError(f"--prefix: {args.prefix} has {len(prefixes)} lines, the input {len(lines)}")
     translator = translator_from_args(args, n_best=args.nbest)
-    results = translator(lines, progress=True)
+    results = translator(lines, progress=True, prefixes=prefixes)
     alignments = _inspect(args, translator, lines, results) if inspect else None
     write_output(args.output, "".join(_format_translations(results, args, alignments)))
 

@@ -91,10 +91,12 @@ class Batch:
         return parts
 
 
-def pad(sequences: list[list[int]], prefix: list[int] = (), suffix: list[int] = ()) -> torch.Tensor:
-    """Right-pad token lists into a (batch, longest) tensor, adding prefix/suffix tokens."""
+def pad(
+    sequences: list[list[int]], prefix: list[int] = (), suffix: list[int] = (), value: int = PAD_ID
+) -> torch.Tensor:
+    """Right-pad token lists with `value` into a (batch, longest) tensor, adding prefix/suffix tokens."""
     longest = max(len(s) for s in sequences) + len(prefix) + len(suffix)
-    out = torch.full((len(sequences), longest), PAD_ID, dtype=torch.long)
+    out = torch.full((len(sequences), longest), value, dtype=torch.long)
     for row, sequence in enumerate(sequences):
         tokens = list(prefix) + list(sequence) + list(suffix)
         out[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)

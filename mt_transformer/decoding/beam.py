@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, forbid_repeated_ngrams, length_penalty
+from mt_transformer.decoding.search import (
+    Hypothesis,
+    forbid_all_but_eos,
+    forbid_repeated_ngrams,
+    force_prefix,
+    length_penalty,
+)
 
 
 @torch.inference_mode()
@@ -27,9 +33,11 @@ def beam_search(
     alpha: float = 0.6,
     n_best: int = 1,
     no_repeat_ngram: int = 0,
+    prefix: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Return the n_best hypotheses of each sentence, best first; with `no_repeat_ngram` N > 0 no
-    hypothesis holds an n-gram of N tokens twice.
+    hypothesis holds an n-gram of N tokens twice; `prefix` (batch, prefix_len), -1 past each
+    row's end, forces the first tokens.
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
@@ -55,6 +63,7 @@ def beam_search(
             forbid_repeated_ngrams(logits, tokens, no_repeat_ngram)
         if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
             forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(beam), eos_id)
+        force_prefix(logits, None if prefix is None else prefix[sentence].repeat_interleave(beam, dim=0), step)
         # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
         # so only those are scored: no (live, beam * vocab) sums, and no log-softmax of the whole row
         per_row = min(2 * beam, logits.size(-1))

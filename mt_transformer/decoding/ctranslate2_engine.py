@@ -185,8 +185,10 @@ class Ct2Search:
     def __init__(self, translator, tokenizer: Tokenizer, decode, max_positions: int):
         self.translator, self.tokenizer, self.decode, self.max_positions = translator, tokenizer, decode, max_positions
 
-    def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
+    def __call__(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         limits = [output_limit(len(s), self.decode, self.max_positions) for s in sources]
+        if prefixes is not None:
+            limits = [max(limit, len(p)) for limit, p in zip(limits, prefixes)]
         try:
             results = self.translator.translate_batch(
                 [self.tokenizer.src_pieces(s) for s in sources],
@@ -194,6 +196,7 @@ class Ct2Search:
                 length_penalty=self.decode.alpha,
                 num_hypotheses=self.decode.n_best,
                 no_repeat_ngram_size=self.decode.no_repeat_ngram,
+                target_prefix=None if prefixes is None else [self.tokenizer.tgt_pieces(p) for p in prefixes],
                 max_decoding_length=max(limits),
                 max_input_length=0,
                 return_scores=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, forbid_repeated_ngrams
+from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, forbid_repeated_ngrams, force_prefix
 
 
 @torch.inference_mode()
@@ -18,11 +18,12 @@ def greedy_search(
     eos_id: int,
     pick=None,
     no_repeat_ngram: int = 0,
+    prefix: torch.Tensor | None = None,
 ) -> list[Hypothesis]:
     """Most probable next token at each step until EOS or max_len[i] tokens (then EOS is forced).
     `pick(logits)` chooses the next tokens instead (decoding/sampling.py draws them); the
     log-probabilities are the model's either way. `no_repeat_ngram` N > 0: no n-gram of N tokens
-    twice in an output.
+    twice in an output. `prefix` (batch, prefix_len), -1 past each row's end: forced first tokens.
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
@@ -45,6 +46,7 @@ def greedy_search(
             forbid_repeated_ngrams(logits, history, no_repeat_ngram)
         if step >= shortest_limit:
             forbid_all_but_eos(logits, max_len <= step, eos_id)
+        force_prefix(logits, None if prefix is None else prefix[sentence], step)
         if pick is None:
             token_logit, token = logits.max(dim=-1)  # (live,)
         else:

@@ -45,6 +45,7 @@ def sample(
     n: int = 1,
     alpha: float = 0.6,
     no_repeat_ngram: int = 0,
+    prefix: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """`n` samples of each sentence, best first by the beam's length-normalised score.
 
@@ -59,6 +60,7 @@ def sample(
         eos_id,
         pick=sampler,
         no_repeat_ngram=no_repeat_ngram,
+        prefix=None if prefix is None else prefix.repeat_interleave(n, dim=0),
     )
     found = []
     for i in range(src.size(0)):

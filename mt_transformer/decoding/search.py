@@ -55,3 +55,15 @@ def forbid_repeated_ngrams(scores: torch.Tensor, tokens: torch.Tensor, n: int) -
     banned = repeated_ngrams(tokens, n, scores.size(-1))
     if banned is not None:
         scores.masked_fill_(banned, float("-inf"))
+
+
+def force_prefix(scores: torch.Tensor, prefix: torch.Tensor | None, step: int) -> None:
+    """Where a row's forced target prefix (`prefix`: (rows, prefix_len) ids, -1 past its end) has
+    a token at `step`, make every other token impossible in scores (rows, vocab)."""
+    if prefix is None or step >= prefix.size(1):
+        return
+    forced = prefix[:, step, None] >= 0  # (rows, 1)
+    index = prefix[:, step, None].clamp(min=0)  # (rows, 1)
+    kept = scores.gather(1, index)  # the forced token's score, and any token's in rows without one
+    scores.masked_fill_(forced, float("-inf"))
+    scores.scatter_(1, index, torch.where(forced, kept, scores.gather(1, index)))

@@ -110,24 +110,28 @@ class TorchSearch:
             Sampler(decode.topk, decode.topp, decode.temperature, decode.seed, device) if decode.sampling else None
         )
 
-    def search(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
+    def search(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
         src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
-        max_len = torch.tensor([output_limit(len(s), self.decode, self.max_positions) for s in sources])
-        d = self.decode
+        limits = [output_limit(len(s), self.decode, self.max_positions) for s in sources]
+        prefix = None
+        if prefixes is not None and any(prefixes):  # (batch, longest prefix), -1 past each one's end
+            prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
+            limits = [max(limit, len(p)) for limit, p in zip(limits, prefixes)]  # a prefix is never cut
+        max_len, d, model = torch.tensor(limits), self.decode, self.model
         if self.sampler is not None:
-            sampler, n = self.sampler, d.n_best
-            return sample(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, sampler, n, d.alpha, d.no_repeat_ngram)
+            sampler, n, ngram = self.sampler, d.n_best, d.no_repeat_ngram
+            return sample(model, src, src_mask, max_len, BOS_ID, EOS_ID, sampler, n, d.alpha, ngram, prefix)
         if d.beam_size == 1:
-            found = greedy_search(self.model, src, src_mask, max_len, BOS_ID, EOS_ID, None, d.no_repeat_ngram)
+            found = greedy_search(model, src, src_mask, max_len, BOS_ID, EOS_ID, None, d.no_repeat_ngram, prefix)
             return [[h] for h in found]
         return beam_search(
-            self.model, src, src_mask, max_len, BOS_ID, EOS_ID, d.beam_size, d.alpha, d.n_best, d.no_repeat_ngram
+            model, src, src_mask, max_len, BOS_ID, EOS_ID, d.beam_size, d.alpha, d.n_best, d.no_repeat_ngram, prefix
         )
 
-    def __call__(self, sources: list[list[int]]) -> list[list[Hypothesis]]:
+    def __call__(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         try:
-            return self.search(sources)
+            return self.search(sources, prefixes)
         except RuntimeError as error:  # torch.OutOfMemoryError is one
             if not is_out_of_memory(error):
                 raise
@@ -139,19 +143,23 @@ class TorchSearch:
                 max(map(len, sources)),
             )
             half = len(sources) // 2
-            return self(sources[:half]) + self(sources[half:])
+            if prefixes is None:
+                return self(sources[:half]) + self(sources[half:])
+            return self(sources[:half], prefixes[:half]) + self(sources[half:], prefixes[half:])
         source = sources[0]
         if len(source) < 2:
             log.warning("out of memory translating a single subword: its translation is left empty")
             return [[Hypothesis([], 0.0, 0.0)]]
         log.warning("out of memory translating one input of %d subwords: translating it in two parts", len(source))
         parts = split_at(source, cut_points(self.tokenizer.src_pieces(source), (len(source) + 1) // 2))
-        return [join_hypotheses([self([part])[0] for part in parts])]
+        first = self([parts[0]], prefixes)[0]  # a forced prefix begins the first part
+        return [join_hypotheses([first] + [self([part])[0] for part in parts[1:]])]
 
 
 @dataclass
 class Translator:
-    search: Callable[[list[list[int]]], list[list[Hypothesis]]]  # subword ids -> hypotheses, best first
+    # (subword ids, forced target prefixes or None) -> hypotheses, best first
+    search: Callable[[list[list[int]], list[list[int]] | None], list[list[Hypothesis]]]
     tokenizer: Tokenizer
     decode: DecodeConfig  # the settings in effect
     max_input_len: int | None  # longer inputs are cut into parts; None: no limit
@@ -159,10 +167,14 @@ class Translator:
     device: torch.device | None = None
     config: Config | None = None  # the model's config, with `decode` in effect
 
-    def __call__(self, lines: list[str], progress: bool = False) -> list[list[Translation]]:
-        """Per line, up to decode.n_best translations, best first."""
+    def __call__(
+        self, lines: list[str], progress: bool = False, prefixes: list[str] | None = None
+    ) -> list[list[Translation]]:
+        """Per line, up to decode.n_best translations, best first; each begins with its line's
+        prefix when `prefixes` are given (one per line, "" for none)."""
         ids = self.tokenizer.encode_src([normalize(line) for line in lines])
-        segments, owners = [], []  # the parts to translate, and the line each belongs to
+        forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
+        segments, owners, segment_prefixes = [], [], []  # the parts to translate, their lines and prefixes
         for line, sequence in enumerate(ids):
             parts = [sequence]
             if self.max_input_len and len(sequence) > self.max_input_len:
@@ -176,12 +188,14 @@ class Translator:
                 )
             segments += parts
             owners += [line] * len(parts)
+            segment_prefixes += [forced[line] if forced else []] + [[]] * (len(parts) - 1)
 
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
         batches = source_batches([len(s) for s in segments], self.decode.max_tokens)
         with tqdm(total=sum(map(len, batches)), unit="sent", disable=not progress, leave=False) as bar:
             for batch in batches:
-                for i, hypotheses in zip(batch, self.search([segments[i] for i in batch])):
+                batch_prefixes = [segment_prefixes[i] for i in batch] if forced else None
+                for i, hypotheses in zip(batch, self.search([segments[i] for i in batch], batch_prefixes)):
                     found[i] = hypotheses
                 bar.update(len(batch))
 
