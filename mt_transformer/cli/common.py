@@ -61,7 +61,17 @@ def read_input(path: str | None) -> list[str]:
 
 def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = True) -> None:
     parser.add_argument(
-        "--checkpoint", required=checkpoint_required, help="a run directory (its best checkpoint) or one checkpoint"
+        "--checkpoint",
+        nargs="+",
+        required=checkpoint_required,
+        help="a run directory (its best checkpoint) or one checkpoint; several: their ensemble",
+    )
+    parser.add_argument(
+        "--ensemble-mode",
+        choices=["logprob", "prob"],
+        default="logprob",
+        help="how an ensemble combines its models' next-token distributions: the mean of the "
+        "log-probabilities (default) or of the probabilities",
     )
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
@@ -129,7 +139,9 @@ def translator_from_args(args, n_best: int = 1):
     decode = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in DECODE_FLAGS.items()}
     decode["n_best"] = n_best
     try:
-        return load_translator(args.checkpoint, args.engine, args.device, args.compute_type, args.threads, **decode)
+        return load_translator(
+            args.checkpoint, args.engine, args.device, args.compute_type, args.threads, args.ensemble_mode, **decode
+        )
     except ConfigError as error:  # name the flag, not the config key it overrides
         message = str(error)
         for key, flag in DECODE_FLAGS.items():

@@ -59,6 +59,8 @@ def translate_main(argv=None):
     inspect = args.attention or args.alignment
     if inspect and args.engine != "torch":
         raise UserError("--attention and --alignment need --engine torch (CTranslate2 does not return attention)")
+    if inspect and len(args.checkpoint) > 1:
+        raise UserError("--attention and --alignment need one --checkpoint, not an ensemble")
     if args.input in (None, "-") and args.output in (None, "-") and sys.stdin.isatty():
         if args.prefix:
             raise UserError("--prefix: needs the input from -i FILE or a pipe, one prefix per input line")

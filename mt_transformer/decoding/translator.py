@@ -236,25 +236,44 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, device: torch.
 
 
 def load_translator(
-    path: str, engine: str = "torch", device: str = "auto", compute_type: str = "default", threads: int = 0, **decode
+    path: str | list[str],
+    engine: str = "torch",
+    device: str = "auto",
+    compute_type: str = "default",
+    threads: int = 0,
+    ensemble_mode: str = "logprob",
+    **decode,
 ) -> Translator:
-    """The translator of a checkpoint or run directory (engine torch), or of an mt-export
-    directory (engine ctranslate2), with the decode settings given overriding the checkpoint's."""
+    """The translator of a checkpoint or run directory (engine torch; several paths: their
+    ensemble, decoding.ensemble), or of an mt-export directory (engine ctranslate2), with the
+    decode settings given overriding the (first) checkpoint's."""
     from mt_transformer.devices import select_device
 
+    paths = [path] if isinstance(path, str) else list(path)
     selected = select_device(device, key="--device")
     if engine == "ctranslate2":
         from mt_transformer.decoding import ctranslate2_engine
 
-        if decode.get("sampling"):
-            raise UserError("--sampling needs --engine torch")
-
-        translator, tokenizer, settings = ctranslate2_engine.load(path, selected, compute_type, threads)
+        if decode.get("sampling") or len(paths) > 1:
+            raise UserError("--sampling and ensembles (several --checkpoint) need --engine torch")
+        translator, tokenizer, settings = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
         config = with_decode(config_from_dict(settings["config"]), **decode)
         max_positions = config.model.max_positions
         search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions)
         return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
     from mt_transformer import checkpoint
 
-    loaded = checkpoint.load(path, selected)
-    return torch_translator(loaded.model, loaded.tokenizer, with_decode(loaded.config, **decode), selected)
+    members = [checkpoint.load(p, selected) for p in paths]
+    first = members[0]
+    if len(members) == 1:
+        return torch_translator(first.model, first.tokenizer, with_decode(first.config, **decode), selected)
+    from mt_transformer.decoding.ensemble import Ensemble
+
+    for member in members[1:]:
+        if member.tokenizer.fingerprint() != first.tokenizer.fingerprint():
+            raise UserError(
+                f"--checkpoint: {member.directory} and {first.directory} have different tokenizers; "
+                f"an ensemble needs models of one tokenizer"
+            )
+    model = Ensemble([m.model for m in members], ensemble_mode)
+    return torch_translator(model, first.tokenizer, with_decode(first.config, **decode), selected)
