@@ -298,6 +298,10 @@ def validate(config: Config) -> None:
         dec.sampling or dec.n_best <= dec.beam_size,
         f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})",
     )
+    _check(
+        not (dec.sampling and dec.beam_size > 1),
+        f"decode.beam_size: {dec.beam_size} with sampling, which draws one token at a time; leave it at 1",
+    )
     _check(dec.topk >= 0, f"decode.topk: must be zero or positive, got {dec.topk}")
     _check(dec.no_repeat_ngram >= 0, f"decode.no_repeat_ngram: must be zero or positive, got {dec.no_repeat_ngram}")
     _check(0 < dec.topp <= 1, f"decode.topp: must be in (0, 1], got {dec.topp}")

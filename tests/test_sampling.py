@@ -59,3 +59,9 @@ def test_mt_translate_draws_an_n_best_list_by_sampling(trained_run):
 
     result = run_cli("mt-translate", "--checkpoint", trained_run, "--sampling", "--topp", "1.5", input="x\n")
     assert result.returncode == 2 and result.stderr.strip() == "error: --topp: must be in (0, 1], got 1.5"
+
+
+def test_sampling_with_a_beam_is_a_one_line_error(trained_run):
+    result = run_cli("mt-translate", "--checkpoint", trained_run, "--sampling", "--beam", "4", input="x\n")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: --beam: 4 with sampling, which draws one token at a time; leave it at 1")

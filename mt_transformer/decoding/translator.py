@@ -250,6 +250,8 @@ def load_translator(
     from mt_transformer.devices import select_device
 
     paths = [path] if isinstance(path, str) else list(path)
+    if decode.get("sampling") and decode.get("beam_size") is None:
+        decode["beam_size"] = 1  # the checkpoint's beam size is for search
     selected = select_device(device, key="--device")
     if engine == "ctranslate2":
         from mt_transformer.decoding import ctranslate2_engine
