@@ -49,6 +49,9 @@ class DataConfig:
     # cleaning (training data only), in subword tokens
     max_len: int = 256
     max_ratio: float = 3.0
+    # subword regularization of the training data (0: off): a segmentation drawn per batch, with
+    # smoothing alpha for unigram models or as the BPE-dropout probability; never at validation
+    spm_alpha: float = 0.0
     num_proc: int = 1
     cache_dir: str | None = None  # default: {train.output_dir}/cache
 
@@ -269,6 +272,7 @@ def validate(config: Config) -> None:
         f"data.character_coverage: must be in (0, 1], or 0 to choose from the text, got {d.character_coverage}",
     )
     _check(d.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {d.max_ratio}")
+    _check(0 <= d.spm_alpha < 1, f"data.spm_alpha: must be in [0, 1), got {d.spm_alpha}")
     _check(d.src_lang != d.tgt_lang, f"data.tgt_lang: must differ from data.src_lang ({d.src_lang!r})")
     _check(m.d_model % m.n_heads == 0, f"model.d_model: {m.d_model} is not divisible by model.n_heads ({m.n_heads})")
     _check(

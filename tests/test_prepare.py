@@ -92,3 +92,38 @@ def test_a_run_keeps_its_tokenizer_settings(corpus, tmp_path):
         prepare_data(data(character_coverage=0.9995), run, seed=1)
     tokenizer, _ = prepare_data(data(character_coverage=0), run, seed=1)  # auto takes the run's choice
     assert tokenizer.src_vocab_size == 200
+
+
+def test_subword_regularization_draws_segmentations_of_the_same_text(trained_run):
+    from mt_transformer.data.prepare import SubwordEncoder
+    from mt_transformer.data.tokenizer import Tokenizer
+
+    model = os.path.join(trained_run, "spm.model")
+    text = {"src": ["The red apples were sold on March fifth."], "tgt": ["Die roten Äpfel wurden verkauft."]}
+    fixed = SubwordEncoder(model, model)(text)
+    drawn = [SubwordEncoder(model, model, alpha=0.3)(text) for _ in range(20)]
+    assert all(d == fixed for d in [SubwordEncoder(model, model)(text) for _ in range(3)])  # no alpha: one way
+    assert any(d["src_ids"] != fixed["src_ids"] for d in drawn)  # alpha: several ways
+    tokenizer = Tokenizer(trained_run)
+    assert {tokenizer.tgt.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
+
+
+def test_training_with_subword_regularization_segments_every_batch_anew(corpus, tmp_path, monkeypatch):
+    from mt_transformer.data import prepare
+    from mt_transformer.training import train as train_module
+
+    real_call, drawn = prepare.SubwordEncoder.__call__, []
+
+    def counting_call(self, batch):
+        result = real_call(self, batch)
+        if self.alpha > 0:
+            drawn.append(sum(map(len, result["tgt_ids"])))
+        return result
+
+    monkeypatch.setattr(prepare.SubwordEncoder, "__call__", counting_call)
+    out = tmp_path / "run"
+    config = tiny_config(corpus, str(out), train={"max_steps": 4, "valid_every": 4, "max_tokens": 256})
+    config["data"]["spm_alpha"] = 0.2
+    train_module.train(load_config(write_config(tmp_path / "c.yaml", config)))
+    assert len(drawn) >= 4  # one draw per training batch (validation draws none)
+    assert (out / "checkpoints" / "step_00000004" / "model.safetensors").exists()

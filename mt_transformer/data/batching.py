@@ -110,24 +110,38 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
 
 
 class BatchedDataset(torch.utils.data.Dataset):
-    """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers."""
+    """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers.
 
-    def __init__(self, dataset, batches: list[np.ndarray]):
-        self.dataset, self.batches = dataset, batches
+    With `resample` (a function of {"src": texts, "tgt": texts} to {"src_ids", "tgt_ids"}) each
+    batch is segmented anew from its text (subword regularization); a drawn segmentation longer
+    than `max_len` keeps the one of the encoded data.
+    """
+
+    def __init__(self, dataset, batches: list[np.ndarray], resample=None, max_len: int = 0):
+        self.dataset, self.batches, self.resample, self.max_len = dataset, batches, resample, max_len
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
         rows = self.dataset[self.batches[i].tolist()]
-        return collate(rows["src_ids"], rows["tgt_ids"])
+        if self.resample is None:
+            return collate(rows["src_ids"], rows["tgt_ids"])
+        drawn = self.resample({"src": rows["src"], "tgt": rows["tgt"]})
+        src, tgt = (
+            [new if len(new) <= self.max_len else old for new, old in zip(drawn[key], rows[key])]
+            for key in ("src_ids", "tgt_ids")
+        )
+        return collate(src, tgt)
 
 
-def batch_loader(dataset, batches: list[np.ndarray], num_workers: int = 0, pin_memory: bool = False):
+def batch_loader(
+    dataset, batches: list[np.ndarray], num_workers: int = 0, pin_memory: bool = False, resample=None, max_len: int = 0
+):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches),
+        BatchedDataset(dataset, batches, resample, max_len),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

@@ -40,14 +40,16 @@ def cache_key(source: dict, data_files: list[str], tokenizer_files: list[str], s
 
 
 class SubwordEncoder:
-    """A picklable batch function for `datasets.map`: loads sentencepiece lazily in each worker."""
+    """A picklable batch function for `datasets.map` and the training loader: loads sentencepiece
+    lazily in each worker. `alpha` > 0 draws a segmentation per call (subword regularization:
+    unigram sampling with smoothing alpha, or BPE-dropout with probability alpha)."""
 
-    def __init__(self, src_model: str, tgt_model: str):
-        self.src_model, self.tgt_model = src_model, tgt_model
+    def __init__(self, src_model: str, tgt_model: str, alpha: float = 0.0):
+        self.src_model, self.tgt_model, self.alpha = src_model, tgt_model, alpha
         self._processors = None
 
     def __getstate__(self):
-        return {"src_model": self.src_model, "tgt_model": self.tgt_model, "_processors": None}
+        return {"src_model": self.src_model, "tgt_model": self.tgt_model, "alpha": self.alpha, "_processors": None}
 
     def __call__(self, batch: dict) -> dict:
         if self._processors is None:
@@ -58,8 +60,9 @@ class SubwordEncoder:
                 spm.SentencePieceProcessor(model_file=self.tgt_model),
             )
         src_sp, tgt_sp = self._processors
-        src = src_sp.encode(batch["src"], out_type=int)
-        tgt = tgt_sp.encode(batch["tgt"], out_type=int)
+        sampling = {"enable_sampling": True, "alpha": self.alpha, "nbest_size": -1} if self.alpha > 0 else {}
+        src = src_sp.encode(batch["src"], out_type=int, **sampling)
+        tgt = tgt_sp.encode(batch["tgt"], out_type=int, **sampling)
         return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
 
 
@@ -83,12 +86,14 @@ def encode_split(
     max_len: int,
     max_ratio: float,
     num_proc: int,
+    keep_text: bool = False,
 ) -> tuple[datasets.Dataset, dict]:
     """Return the encoded split and its cleaning counts, from the cache when it is there.
 
     `load()` returns the normalized `src`/`tgt` Dataset; it is only called on a cache miss.
     Training data loses empty pairs, pairs longer than `max_len` subwords on either side and
-    pairs whose length ratio exceeds `max_ratio`; other splits keep every line.
+    pairs whose length ratio exceeds `max_ratio`; other splits keep every line. Training data
+    keeps its text only with `keep_text` (to draw segmentations from it).
     """
     path = os.path.join(cache_dir, key)
     if os.path.isfile(os.path.join(path, "stats.json")):
@@ -101,12 +106,13 @@ def encode_split(
     if training:
         pairs, stats["empty"] = drop_empty(pairs)
     # other splits keep their text: validation translates it and scores against it
-    features = FEATURES if training else datasets.Features({**pairs.features, **FEATURES})
+    keep_text = keep_text or not training
+    features = datasets.Features({**pairs.features, **FEATURES}) if keep_text else FEATURES
     encoded = pairs.map(
         SubwordEncoder(src_model, tgt_model),
         batched=True,
         num_proc=num_proc if num_proc > 1 else None,
-        remove_columns=pairs.column_names if training else None,
+        remove_columns=None if keep_text else pairs.column_names,
         features=features,
     )
     if training:
@@ -149,7 +155,8 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
             "columns": [data.src_column, data.tgt_column],
             "langs": [data.src_lang, data.tgt_lang],
         }
-        cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio}
+        keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
+        cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
         key = cache_key(source, data_files(data, split), model_files, cleaning)
         encoded[split], stats = encode_split(
             lambda split=split: split_pairs(data, split),
@@ -161,6 +168,7 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
             data.max_len,
             data.max_ratio,
             data.num_proc,
+            keep_text,
         )
         origin = "cache" if stats["cached"] else "encoded"
         if training:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import time
 
 import torch
@@ -20,6 +21,7 @@ from tqdm import tqdm
 from mt_transformer import checkpoint
 from mt_transformer.config import Config
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
+from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed, random_state
@@ -75,7 +77,7 @@ class TrainingLoop:
 
     def _run(self) -> dict:
         t, state, policy = self.config.train, self.state, self.policy
-        train_set = self.data["train"].select_columns(["src_ids", "tgt_ids"])
+        train_set, resample = self.training_set()
         src_lens, tgt_lens = lengths(self.data["train"])
         interval, last_metrics, validated_at = Interval(self.device), {}, None
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
@@ -90,9 +92,8 @@ class TrainingLoop:
         )
         while not policy.finished():
             batches = self.epoch_batches(src_lens, tgt_lens)
-            loader = batch_loader(
-                train_set, batches[state.batch_in_epoch :], t.num_workers, pin_memory=self.device.type == "cuda"
-            )
+            cuda, max_len = self.device.type == "cuda", self.config.data.max_len
+            loader = batch_loader(train_set, batches[state.batch_in_epoch :], t.num_workers, cuda, resample, max_len)
             for batch in loader:
                 state.batch_in_epoch += 1
                 batches_since_update += 1
@@ -150,6 +151,19 @@ class TrainingLoop:
             last_metrics = self.validate_and_save()
         log.info("training done: step %d, epoch %d, %.1f minutes", state.step, state.epoch + 1, state.elapsed / 60)
         return last_metrics
+
+    def training_set(self):
+        """The encoded training pairs, and with data.spm_alpha their text and the sampler that
+        segments each batch anew (None without)."""
+        alpha = self.config.data.spm_alpha
+        if not alpha:
+            return self.data["train"].select_columns(["src_ids", "tgt_ids"]), None
+        import sentencepiece
+
+        sentencepiece.set_random_generator_seed(self.config.train.seed)
+        files = [os.path.join(self.run_dir, name) for name in self.tokenizer.files]
+        columns = ["src_ids", "tgt_ids", "src", "tgt"]
+        return self.data["train"].select_columns(columns), SubwordEncoder(files[0], files[-1], alpha)
 
     def epoch_batches(self, src_lens, tgt_lens) -> list:
         """This rank's batches of the current epoch (the shuffle depends on the seed and the epoch)."""
