@@ -7,6 +7,8 @@ from safetensors.torch import load_file
 
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer import checkpoint
+from mt_transformer.config import load_config
+from mt_transformer.training import train as train_module
 
 
 def finetune_config(corpus, tmp_path, parent, name="child", **train):
@@ -18,11 +20,18 @@ def weights(checkpoint_dir) -> dict:
     return load_file(os.path.join(checkpoint_dir, "model.safetensors"))
 
 
-def test_a_fine_tuned_run_starts_from_the_parent_weights_and_tokenizer(trained_run, corpus, tmp_path):
-    result = run_cli("mt-train", "--config", finetune_config(corpus, tmp_path, trained_run))
-    assert result.returncode == 0, result.stderr
-    assert "fine-tuning from" in result.stderr and "a fresh optimizer" in result.stderr
-    assert "training sentencepiece" not in result.stderr
+def train_logging(config_path: str, caplog) -> str:
+    """Train in this process; returns what it logged."""
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        train_module.train(load_config(config_path))
+    return caplog.text
+
+
+def test_a_fine_tuned_run_starts_from_the_parent_weights_and_tokenizer(trained_run, corpus, tmp_path, caplog):
+    logged = train_logging(finetune_config(corpus, tmp_path, trained_run), caplog)
+    assert "fine-tuning from" in logged and "a fresh optimizer" in logged
+    assert "training sentencepiece" not in logged
     child = tmp_path / "child"
     assert (child / "spm.model").read_bytes() == open(os.path.join(trained_run, "spm.model"), "rb").read()
     assert sorted(os.listdir(child / "checkpoints")) == ["best.json", "step_00000002"]  # its own step count
@@ -32,16 +41,13 @@ def test_a_fine_tuned_run_starts_from_the_parent_weights_and_tokenizer(trained_r
         torch.testing.assert_close(tensor, parent[name], rtol=0, atol=1e-6)
 
     # running it again resumes the fine-tuning run, not the parent
-    result = run_cli("mt-train", "--config", finetune_config(corpus, tmp_path, trained_run, max_steps=3))
-    assert result.returncode == 0, result.stderr
-    assert "resuming from" in result.stderr and "fine-tuning from" not in result.stderr
+    logged = train_logging(finetune_config(corpus, tmp_path, trained_run, max_steps=3), caplog)
+    assert "resuming from" in logged and "fine-tuning from" not in logged
 
 
-def test_keeping_the_parent_optimizer_continues_its_adam_state(trained_run, corpus, tmp_path):
-    config = finetune_config(corpus, tmp_path, trained_run, init_from_reset=False)
-    result = run_cli("mt-train", "--config", config)
-    assert result.returncode == 0, result.stderr
-    assert "its optimizer state" in result.stderr
+def test_keeping_the_parent_optimizer_continues_its_adam_state(trained_run, corpus, tmp_path, caplog):
+    logged = train_logging(finetune_config(corpus, tmp_path, trained_run, init_from_reset=False), caplog)
+    assert "its optimizer state" in logged
     state = torch.load(tmp_path / "child" / "checkpoints" / "step_00000002" / "trainer.pt", weights_only=True)
     parent = torch.load(os.path.join(checkpoint.resolve(trained_run), "trainer.pt"), weights_only=True)
     assert state["step"] == 2

@@ -32,9 +32,10 @@ def test_draws_follow_the_distribution_its_temperature_and_its_cuts():
 
 def test_the_same_seed_draws_the_same_translations(trained_run, corpus):
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:20]
-    first = [r[0].text for r in translator(trained_run, sampling=True, seed=5, temperature=1.5)(lines)]
-    again = [r[0].text for r in translator(trained_run, sampling=True, seed=5, temperature=1.5)(lines)]
-    other = [r[0].text for r in translator(trained_run, sampling=True, seed=6, temperature=1.5)(lines)]
+    settings = dict(sampling=True, temperature=1.5, max_len_b=10)
+    first = [r[0].text for r in translator(trained_run, seed=5, **settings)(lines)]
+    again = [r[0].text for r in translator(trained_run, seed=5, **settings)(lines)]
+    other = [r[0].text for r in translator(trained_run, seed=6, **settings)(lines)]
     assert first == again and first != other
 
 
