@@ -2,12 +2,13 @@
 
 import os
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer import checkpoint
-from mt_transformer.config import load_config
+from mt_transformer.config import ConfigError, load_config
 from mt_transformer.training import train as train_module
 
 
@@ -64,9 +65,7 @@ def test_a_parent_of_another_tokenizer_or_model_is_refused_before_any_work(train
     assert "fine-tuning keeps the model and tokenizer of train.init_from" in result.stderr
     assert not (tmp_path / "child").exists()
 
-    missing = finetune_config(corpus, tmp_path, str(tmp_path / "nowhere"))
-    result = run_cli("mt-train", "--config", missing)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"error: train.init_from: {tmp_path / 'nowhere'}: no such checkpoint or run directory"
-    )
+    missing = load_config(finetune_config(corpus, tmp_path, str(tmp_path / "nowhere")))
+    with pytest.raises(ConfigError) as error:  # a ConfigError is a one-line error, exit code 2
+        train_module.train(missing)
+    assert str(error.value) == f"train.init_from: {tmp_path / 'nowhere'}: no such checkpoint or run directory"

@@ -94,18 +94,23 @@ def test_a_run_keeps_its_tokenizer_settings(corpus, tmp_path):
     assert tokenizer.src_vocab_size == 200
 
 
-def test_subword_regularization_draws_segmentations_of_the_same_text(trained_run):
-    from mt_transformer.data.prepare import SubwordEncoder
-    from mt_transformer.data.tokenizer import Tokenizer
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp_path, model_type):
+    import sentencepiece
 
-    model = os.path.join(trained_run, "spm.model")
-    text = {"src": ["The red apples were sold on March fifth."], "tgt": ["Die roten Äpfel wurden verkauft."]}
+    from mt_transformer.data.prepare import SubwordEncoder
+    from mt_transformer.data.tokenizer import train_sentencepiece
+
+    model = str(tmp_path / "spm.model")
+    lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
+    train_sentencepiece(lines, model, vocab_size=150, model_type=model_type)
+    text = {"src": ["The red apples were sold on March fifth."], "tgt": ["Tom bought twenty green shirts."]}
     fixed = SubwordEncoder(model, model)(text)
+    assert all(SubwordEncoder(model, model)(text) == fixed for _ in range(3))  # no alpha: one way
     drawn = [SubwordEncoder(model, model, alpha=0.3)(text) for _ in range(20)]
-    assert all(d == fixed for d in [SubwordEncoder(model, model)(text) for _ in range(3)])  # no alpha: one way
     assert any(d["src_ids"] != fixed["src_ids"] for d in drawn)  # alpha: several ways
-    tokenizer = Tokenizer(trained_run)
-    assert {tokenizer.tgt.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
+    processor = sentencepiece.SentencePieceProcessor(model_file=model)
+    assert {processor.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
 
 
 def test_training_with_subword_regularization_segments_every_batch_anew(corpus, tmp_path, monkeypatch):

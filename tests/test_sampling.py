@@ -56,7 +56,6 @@ def test_mt_translate_draws_an_n_best_list_by_sampling(trained_run):
     assert [row[0] for row in rows] == ["0", "0", "0", "1", "1", "1"]
     scores = [float(row[1]) for row in rows]
     assert scores[:3] == sorted(scores[:3], reverse=True) and scores[3:] == sorted(scores[3:], reverse=True)
-    assert run_cli("mt-translate", *args, input="a red apple\nTom sold it.\n").stdout == result.stdout
 
     result = run_cli("mt-translate", "--checkpoint", trained_run, "--sampling", "--topp", "1.5", input="x\n")
     assert result.returncode == 2 and result.stderr.strip() == "error: --topp: must be in (0, 1], got 1.5"

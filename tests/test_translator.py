@@ -81,10 +81,10 @@ def test_out_of_memory_while_decoding_halves_the_batch_then_the_input(trained_ru
     expected = translate(lines)
     real_search = TorchSearch.search
 
-    def search(self, sources):
+    def search(self, sources, prefixes=None):
         if len(sources) > 2 or max(map(len, sources)) > 22:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_search(self, sources)
+        return real_search(self, sources, prefixes)
 
     monkeypatch.setattr(TorchSearch, "search", search)
     with caplog.at_level(logging.WARNING, logger="mt_transformer"):
