@@ -55,7 +55,7 @@ def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path
     real_validate = TrainingLoop.validate_and_save
 
     def slow_validate(self):
-        time.sleep(2.0)  # a long validation: the next log interval must not count it
+        time.sleep(1.5)  # a long validation: the next log interval must not count it
         return real_validate(self)
 
     monkeypatch.setattr(TrainingLoop, "validate_and_save", slow_validate)
@@ -68,7 +68,7 @@ def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path
                     corpus,
                     run_dir,
                     train={
-                        "max_steps": 12,
+                        "max_steps": 6,
                         "log_every": 2,
                         "valid_every": 3,
                         "max_tokens": 256,
@@ -79,7 +79,7 @@ def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path
         )
     )
     logged = [m for m in read_metrics(run_dir) if "tokens_per_s" in m]
-    assert [m["step"] for m in logged] == [2, 4, 6, 8, 10, 12]
+    assert [m["step"] for m in logged] == [2, 4, 6]  # the interval of 4 spans the validation at 3
     # each interval is two updates of at most 256 target tokens each: well under a second of training
     seconds = [2 * 256 / m["tokens_per_s"] for m in logged]
     assert max(seconds) < 1.0, seconds
@@ -176,9 +176,9 @@ def test_compiled_training_writes_checkpoints_that_load_without_compile(corpus, 
         tmp_path / "c.yaml",
         tiny_config(corpus, out, train={"max_steps": 2, "valid_every": 2, "log_every": 1, "compile": True}),
     )
-    # The checkpoint names come from torch.compile's wrapper, whatever the backend: aot_eager traces
-    # and differentiates the model as inductor does but skips generating C++ (2 minutes on 2 cores)
-    result = run_cli("mt-train", "--config", config, env={"TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:aot_eager"})
+    # The checkpoint names come from torch.compile's wrapper, whatever the backend: the eager backend
+    # traces the model as inductor does but generates no code (inductor: 2 minutes on 2 cores)
+    result = run_cli("mt-train", "--config", config, env={"TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:eager"})
     assert result.returncode == 0, result.stderr
     names = load_file(os.path.join(out, "checkpoints", "step_00000002", "model.safetensors")).keys()
     assert not any("_orig_mod" in name for name in names)
