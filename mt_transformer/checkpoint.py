@@ -28,7 +28,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from mt_transformer.config import Config, ConfigError, config_from_dict
-from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer
+from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
 from mt_transformer.model.transformer import Transformer
@@ -277,9 +277,12 @@ def check_compatible(
 ) -> None:
     """Refuse to resume (or fine-tune) when the model or tokenizer settings differ from the
     checkpoint's; `hint` ends the message."""
-    saved, current = read_metadata(directory)["config"], config.to_dict()
-    for section, names in (("model", list(current["model"])), ("data", TOKENIZER_SETTINGS)):
-        for name in names:
-            old, new = saved[section].get(name), current[section][name]
+    saved = read_metadata(directory)["config"]
+    for section, old_settings, new_settings in (
+        ("model", saved["model"], config.to_dict()["model"]),
+        ("data", config_from_dict(saved).data.tokenizer_settings(), config.data.tokenizer_settings()),
+    ):
+        for name, new in new_settings.items():
+            old = old_settings.get(name)
             if old != new:
                 raise UserError(f"{section}.{name}: {new!r} in the config but {old!r} in {directory}; {hint}")

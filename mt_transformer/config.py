@@ -17,15 +17,15 @@ from typing import Literal
 
 import yaml
 
-from mt_transformer.errors import UserError
-
-
-class ConfigError(UserError):
-    pass
+from mt_transformer.config_checks import validate
+from mt_transformer.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class CorpusConfig:
+    """One corpus: its language pair and where its splits are. The data section is one itself;
+    with `data.corpora` a run learns from several, each described by these keys."""
+
     src_lang: str = "src"
     tgt_lang: str = "tgt"
     # Where the pairs come from. text: `train` is a prefix, read as `{train}.{src_lang}` and
@@ -40,6 +40,25 @@ class DataConfig:
     # Column names for jsonl/hub rows that are not {"translation": {src_lang: .., tgt_lang: ..}}.
     src_column: str | None = None
     tgt_column: str | None = None
+    # a token before every source sentence of this corpus, such as <bt> for back-translated pairs
+    tag: str | None = None
+
+    def source_tags(self, target_tags: bool) -> list[str]:
+        """The tokens before each of this corpus's source sentences: <2xx> (xx its target language)
+        when the run has target tags, then its own tag."""
+        return ([f"<2{self.tgt_lang}>"] if target_tags else []) + ([self.tag] if self.tag else [])
+
+
+@dataclass(frozen=True)
+class DataConfig(CorpusConfig):
+    # Several corpora in one run, instead of the splits above: each a mapping of CorpusConfig's keys.
+    corpora: tuple[CorpusConfig, ...] = ()
+    # a token <2xx> before each source sentence, xx its target language: one model for several
+    # target languages, told which one by `mt-translate --tgt-lang xx`
+    target_tags: bool = False
+    # with several corpora each epoch draws from corpus i in proportion to (its share of the
+    # pairs) ** (1 / T): 1 keeps the sizes' proportions, higher values favour small corpora
+    sampling_temperature: float = 1.0
     # sentencepiece
     vocab_size: int = 8000
     joint_vocab: bool = True
@@ -54,6 +73,24 @@ class DataConfig:
     spm_alpha: float = 0.0
     num_proc: int = 1
     cache_dir: str | None = None  # default: {train.output_dir}/cache
+
+    def corpus_list(self) -> tuple[CorpusConfig, ...]:
+        """The corpora of the run: those of `corpora`, or this section itself."""
+        return self.corpora or (self,)
+
+    @property
+    def tags(self) -> list[str]:
+        """Every source tag of the run, sorted: the tokenizer keeps each as one piece."""
+        return sorted({tag for c in self.corpus_list() for tag in c.source_tags(self.target_tags)})
+
+    @property
+    def target_languages(self) -> list[str]:
+        return sorted({c.tgt_lang for c in self.corpus_list()})
+
+    def tokenizer_settings(self) -> dict:
+        """The settings that decide the tokenizer: a run's tokenizer is reused only while they hold."""
+        names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage", "tags")
+        return {name: getattr(self, name) for name in names}
 
 
 @dataclass(frozen=True)
@@ -150,6 +187,10 @@ def _coerce(value, annotation, key: str):
             choices = " | ".join(str(a) for a in args)
             raise ConfigError(f"{key}: {value!r} is not one of {choices}")
         return value
+    if origin is tuple and args[-1] is Ellipsis:  # a list of sections, such as data.corpora
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return tuple(_build_section(f"{key}[{i}]", args[0], v) for i, v in enumerate(value))
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
@@ -236,108 +277,8 @@ def load_config(path: str, overrides: list[str] = ()) -> Config:
     return config_from_dict(apply_overrides(raw, list(overrides)))
 
 
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-def validate(config: Config) -> None:
-    """Cross-field and range checks; file existence is checked by `check_data_files`."""
-    d, m, t, dec = config.data, config.model, config.train, config.decode
-    for section, names in (
-        ("data", ["vocab_size", "max_len", "num_proc", "spm_max_sentences"]),
-        ("model", ["d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "max_positions"]),
-        ("train", ["max_tokens", "accumulate", "max_steps", "warmup", "log_every", "valid_every"]),
-        ("decode", ["beam_size", "n_best", "max_tokens"]),
-    ):
-        for name in names:
-            value = getattr(getattr(config, section), name)
-            _check(value > 0, f"{section}.{name}: must be positive, got {value}")
-    for name in (
-        "max_epochs",
-        "max_minutes",
-        "keep_last",
-        "num_workers",
-        "threads",
-        "valid_max_sentences",
-        "save_every",
-        "max_bad_updates",
-        "patience",
-    ):
-        value = getattr(t, name)
-        _check(value >= 0, f"train.{name}: must be zero or positive, got {value}")
-    _check(d.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {d.vocab_size}")
-    _check(
-        0 <= d.character_coverage <= 1,
-        f"data.character_coverage: must be in (0, 1], or 0 to choose from the text, got {d.character_coverage}",
-    )
-    _check(d.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {d.max_ratio}")
-    _check(0 <= d.spm_alpha < 1, f"data.spm_alpha: must be in [0, 1), got {d.spm_alpha}")
-    _check(d.src_lang != d.tgt_lang, f"data.tgt_lang: must differ from data.src_lang ({d.src_lang!r})")
-    _check(m.d_model % m.n_heads == 0, f"model.d_model: {m.d_model} is not divisible by model.n_heads ({m.n_heads})")
-    _check(
-        m.positions != "sinusoidal" or m.d_model % 2 == 0,
-        f"model.d_model: must be even for sinusoidal positions, got {m.d_model}",
-    )
-    _check(0 <= m.dropout < 1, f"model.dropout: must be in [0, 1), got {m.dropout}")
-    _check(0 <= m.attention_dropout < 1, f"model.attention_dropout: must be in [0, 1), got {m.attention_dropout}")
-    _check(
-        m.max_positions > d.max_len,
-        f"model.max_positions: must exceed data.max_len ({d.max_len}), got {m.max_positions}",
-    )
-    _check(
-        t.max_tokens >= d.max_len + 1,
-        f"train.max_tokens: must be at least data.max_len + 1 ({d.max_len + 1}), got {t.max_tokens}",
-    )
-    _check(t.lr_scale > 0, f"train.lr_scale: must be positive, got {t.lr_scale}")
-    _check(0 <= t.label_smoothing < 1, f"train.label_smoothing: must be in [0, 1), got {t.label_smoothing}")
-    _check(all(0 <= b < 1 for b in t.adam_betas), f"train.adam_betas: each must be in [0, 1), got {list(t.adam_betas)}")
-    _check(t.adam_eps > 0, f"train.adam_eps: must be positive, got {t.adam_eps}")
-    _check(t.clip_norm >= 0, f"train.clip_norm: must be zero or positive, got {t.clip_norm}")
-    _check(
-        t.device == "auto" or t.device == "cpu" or t.device.startswith("cuda"),
-        f"train.device: expected auto, cpu or cuda[:N], got {t.device!r}",
-    )
-    _check(
-        dec.sampling or dec.n_best <= dec.beam_size,
-        f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})",
-    )
-    _check(
-        not (dec.sampling and dec.beam_size > 1),
-        f"decode.beam_size: {dec.beam_size} with sampling, which draws one token at a time; leave it at 1",
-    )
-    _check(dec.topk >= 0, f"decode.topk: must be zero or positive, got {dec.topk}")
-    _check(dec.no_repeat_ngram >= 0, f"decode.no_repeat_ngram: must be zero or positive, got {dec.no_repeat_ngram}")
-    _check(0 < dec.topp <= 1, f"decode.topp: must be in (0, 1], got {dec.topp}")
-    _check(dec.temperature > 0, f"decode.temperature: must be positive, got {dec.temperature}")
-    _check(dec.alpha >= 0, f"decode.alpha: must be zero or positive, got {dec.alpha}")
-    _check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a: max_len_a and max_len_b must be >= 0")
-    _check(dec.max_input_len >= 0, f"decode.max_input_len: must be zero or positive, got {dec.max_input_len}")
-    if d.format == "hub":
-        _check(bool(d.hub_name), "data.hub_name: required when data.format is hub")
-
-
-def data_files(data: DataConfig, split: str) -> list[str]:
-    """The local files behind one split (empty for hub data or an unset split)."""
-    location = getattr(data, split)
-    if location is None or data.format == "hub":
-        return []
-    if data.format == "text":
-        return [f"{location}.{data.src_lang}", f"{location}.{data.tgt_lang}"]
-    return [location]
-
-
-def check_data_files(data: DataConfig, splits=("train", "valid")) -> None:
-    """Raise ConfigError naming the key and path of the first missing data file."""
-    if "train" in splits and data.train is None:
-        raise ConfigError("data.train: required for training")
-    for split in splits:
-        for path in data_files(data, split):
-            if not os.path.isfile(path):
-                raise ConfigError(f"data.{split}: file not found: {path}")
-
-
 def to_yaml(config: Config) -> str:
     raw = config.to_dict()
     raw["train"]["adam_betas"] = list(raw["train"]["adam_betas"])
+    raw["data"]["corpora"] = list(raw["data"]["corpora"])
     return yaml.safe_dump(raw, sort_keys=False)

@@ -441,7 +441,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as workdir:
         data, corpus_name = corpus(workdir)
-        tokenizer, encoded = prepare_data(data, workdir, seed=1)
+        tokenizer, encoded, _ = prepare_data(data, workdir, seed=1)
         model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **MODEL).to(device)
         if args.precision == "auto":
             args.precision, why = choose_precision("auto", device, model, 4096)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mt_transformer.data.batching import collate, token_batches
+from mt_transformer.data.batching import collate, corpus_rows, corpus_shares, token_batches
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -82,3 +82,21 @@ def test_lengths_reads_whole_columns_as_arrays_and_respects_a_selection():
     dataset = datasets.Dataset.from_dict({"src_len": [3, 1, 4, 1, 5], "tgt_len": [9, 2, 6, 5, 3], "src": list("abcde")})
     src, tgt = column_lengths(dataset.select([4, 0, 2]))
     assert src.dtype == np.int64 and src.tolist() == [5, 3, 4] and tgt.tolist() == [3, 9, 6]
+
+
+def test_corpus_rows_follow_the_temperature():
+    sizes = [9000, 1000]
+    assert corpus_rows(sizes, temperature=1.0) is None  # the sizes' own proportions: each row once
+    assert corpus_rows([500], temperature=5.0) is None
+    rows = corpus_rows(sizes, temperature=5.0, seed=1, epoch=0)
+    assert len(rows) == 10_000
+    first = int((rows < 9000).sum())
+    share = 0.9**0.2 / (0.9**0.2 + 0.1**0.2)  # (9000/10000) ** (1/5) normalised: 0.61
+    assert abs(first - share * 10_000) <= 1
+    second = rows[rows >= 9000]
+    assert np.unique(second).size == 1000  # drawn more often than its size: every row, some twice or more
+    assert np.unique(rows[rows < 9000]).size == first  # drawn less often: distinct rows
+    assert np.array_equal(rows, corpus_rows(sizes, 5.0, seed=1, epoch=0))
+    assert not np.array_equal(rows, corpus_rows(sizes, 5.0, seed=1, epoch=1))
+    assert np.allclose(corpus_shares([10, 10, 0], 2.0), [0.5, 0.5, 0.0])
+    assert len(corpus_rows([10, 0, 30], 2.0)) == 40  # an empty corpus (everything cleaned away) gives nothing

@@ -58,7 +58,15 @@ def search(beam, alpha=0.0, max_len=10, n_best=None, sentences=1):
     src = torch.tensor([[7, EOS_ID]] * sentences)
     limits = torch.tensor([max_len] * sentences) if isinstance(max_len, int) else torch.tensor(max_len)
     return beam_search(
-        ScriptedDecoder(), src, padding_mask(src, PAD_ID), limits, BOS_ID, EOS_ID, beam, alpha, n_best or beam
+        ScriptedDecoder(),
+        src,
+        padding_mask(src, PAD_ID),
+        limits,
+        BOS_ID,
+        EOS_ID,
+        beam_size=beam,
+        alpha=alpha,
+        n_best=n_best or beam,
     )
 
 

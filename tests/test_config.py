@@ -4,6 +4,7 @@ import pytest
 
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer.config import ConfigError, load_config
+from mt_transformer.config_checks import check_data_files
 
 
 def test_loads_and_applies_overrides(corpus, tmp_path):
@@ -34,6 +35,11 @@ def test_loads_and_applies_overrides(corpus, tmp_path):
         ("model.dropout=1.5", "model.dropout: must be in [0, 1)"),
         ("train.adam_betas=[0.9]", "train.adam_betas: expected a list of 2 values"),
         ("nodot=1", "--set nodot=1: expected section.key=value"),
+        ("data.corpora=[{src_lang: de, tgt_lang: de}]", "data.corpora[0].tgt_lang: must differ from"),
+        ("data.corpora=[{src_lang: de, tgt_lang: en}, {lang: fr}]", "data.corpora[1].lang: unknown key"),
+        ("data.corpora=[{src_lang: de, tgt_lang: en, tag: two words}]", "data.corpora[0].tag: must be one token"),
+        ("data.corpora=5", "data.corpora: expected a list"),
+        ("data.sampling_temperature=0", "data.sampling_temperature: must be positive"),
     ],
 )
 def test_bad_values_name_the_key(override, message):
@@ -41,6 +47,24 @@ def test_bad_values_name_the_key(override, message):
         load_config("configs/base.yaml", [override])
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_corpora_replace_the_sections_own_splits(corpus, tmp_path):
+    corpora = [
+        {"src_lang": "en", "tgt_lang": "de", "train": f"{corpus}/train"},
+        {"src_lang": "de", "tgt_lang": "en", "train": f"{corpus}/train", "tag": "<bt>"},
+    ]
+    config = tiny_config(corpus, str(tmp_path / "run"), data={"corpora": corpora, "target_tags": True})
+    with pytest.raises(ConfigError, match=r"^data.train: with data.corpora, set it in each corpus instead$"):
+        load_config(write_config(tmp_path / "c.yaml", config))
+    config["data"].update(train=None, valid=None)
+    data = load_config(write_config(tmp_path / "c.yaml", config)).data
+    assert [(c.src_lang, c.tgt_lang, c.tag) for c in data.corpus_list()] == [("en", "de", None), ("de", "en", "<bt>")]
+    assert data.tags == ["<2de>", "<2en>", "<bt>"] and data.target_languages == ["de", "en"]
+    assert data.corpora[1].source_tags(True) == ["<2en>", "<bt>"]
+    config["data"]["corpora"][1]["train"] = str(tmp_path / "missing")
+    with pytest.raises(ConfigError, match=r"data.corpora\[1\].train: file not found: .*missing.de"):
+        check_data_files(load_config(write_config(tmp_path / "c.yaml", config)).data)
 
 
 def test_unknown_key_in_file(tmp_path):

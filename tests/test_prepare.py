@@ -72,7 +72,7 @@ def test_a_line_of_100000_characters_is_dropped_from_training_and_counted(corpus
     config = tiny_config(corpus, str(tmp_path / "run"), data={"train": str(tmp_path / "train"), "valid": None})
     data = load_config(write_config(tmp_path / "c.yaml", config)).data
     with caplog.at_level(logging.INFO, logger="mt_transformer"):
-        tokenizer, encoded = prepare_data(data, str(tmp_path / "run"), seed=1)
+        tokenizer, encoded, _ = prepare_data(data, str(tmp_path / "run"), seed=1)
     assert len(encoded["train"]) == 300
     assert "train: 300 pairs (encoded), dropped 0 empty, 1 longer than 48 subwords" in caplog.text
     assert tokenizer.src_vocab_size == 200
@@ -90,7 +90,7 @@ def test_a_run_keeps_its_tokenizer_settings(corpus, tmp_path):
         prepare_data(data(vocab_size=180), run, seed=1)
     with pytest.raises(UserError, match=r"data.character_coverage: 0.9995 differs"):
         prepare_data(data(character_coverage=0.9995), run, seed=1)
-    tokenizer, _ = prepare_data(data(character_coverage=0), run, seed=1)  # auto takes the run's choice
+    tokenizer, _, _ = prepare_data(data(character_coverage=0), run, seed=1)  # auto takes the run's choice
     assert tokenizer.src_vocab_size == 200
 
 

@@ -60,3 +60,12 @@ def test_auto_coverage_trains_on_text_without_spaces(tmp_path, caplog):
     ids = tokenizer.tgt.encode(chinese[:3])
     assert tokenizer.decode_tgt(ids) == chinese[:3]
     assert all(UNK_ID not in row for row in ids)
+
+
+def test_source_tags_are_pieces_of_their_own(tmp_path):
+    tokenizer = train_tokenizer(str(tmp_path), SRC, TGT, False, 50, "bpe", 1.0, 1000, seed=1, tags=["<2en>", "<bt>"])
+    assert tokenizer.tags == {"<2en>": 4, "<bt>": 5}
+    assert Tokenizer(str(tmp_path)).tags == tokenizer.tags
+    plain = tokenizer.encode_src(["das Haus"])[0]
+    assert tokenizer.encode_src(["<2en> <bt> das Haus", "<2en> das Haus"]) == [[4, 5, *plain], [4, *plain]]
+    assert tokenizer.tgt.piece_to_id("<2en>") == UNK_ID  # the target side never holds them

@@ -55,7 +55,7 @@ def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path
     real_validate = TrainingLoop.validate_and_save
 
     def slow_validate(self):
-        time.sleep(1.5)  # a long validation: the next log interval must not count it
+        time.sleep(3.0)  # a long validation: the next log interval must not count it
         return real_validate(self)
 
     monkeypatch.setattr(TrainingLoop, "validate_and_save", slow_validate)
@@ -80,9 +80,10 @@ def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path
     )
     logged = [m for m in read_metrics(run_dir) if "tokens_per_s" in m]
     assert [m["step"] for m in logged] == [2, 4, 6]  # the interval of 4 spans the validation at 3
-    # each interval is two updates of at most 256 target tokens each: well under a second of training
+    # each interval is two updates of at most 256 target tokens each; counting the validation
+    # would add its 3 s to the second one, however fast or busy the host is
     seconds = [2 * 256 / m["tokens_per_s"] for m in logged]
-    assert max(seconds) < 1.0, seconds
+    assert seconds[1] < min(seconds[0], seconds[2]) + 2.0, seconds
 
 
 def test_resume_refuses_a_changed_model(trained_run, corpus, tmp_path):

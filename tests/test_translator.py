@@ -7,14 +7,7 @@ import torch
 
 from conftest import load_model, run_cli, translator
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
-from mt_transformer.decoding.search import Hypothesis
-from mt_transformer.decoding.translator import (
-    TorchSearch,
-    cut_points,
-    join_hypotheses,
-    source_batches,
-    split_at,
-)
+from mt_transformer.decoding.translator import TorchSearch, source_batches
 
 CPU = torch.device("cpu")
 
@@ -26,25 +19,6 @@ def test_source_batches_skip_empty_inputs_and_respect_the_budget():
     assert batches[0] == [4]  # longer than the budget on its own: a batch of its own
     for batch in batches[1:]:
         assert (max(lengths[i] for i in batch) + 1) * len(batch) <= 12
-
-
-def test_cut_points_prefer_sentence_ends_then_word_starts():
-    pieces = ["▁Das", "▁ist", "▁gut", ".", "▁Und", "▁das", "▁auch", "▁hier", "▁und", "▁dort"]
-    assert cut_points(pieces, 5) == [4, 9]  # after "." (not at the limit, 5), then before the last word
-    assert cut_points(pieces, 6) == [4]
-    assert cut_points(pieces, 10) == []
-    # no spaces (Japanese): the sentence end "。" still marks a cut; otherwise cut at the limit
-    assert cut_points(["今日", "は", "晴れ", "。", "明日", "は", "雨", "です"], 5) == [4]
-    assert cut_points(list("abcdefghij"), 4) == [4, 8]
-
-
-def test_split_at_and_join_hypotheses():
-    assert split_at([1, 2, 3, 4, 5], [2, 4]) == [[1, 2], [3, 4], [5]]
-    joined = join_hypotheses(
-        [[Hypothesis([7], -1.0, -2.0), Hypothesis([8], -3.0, -4.0)], [Hypothesis([9, 10], -0.5, -1.0)]]
-    )
-    assert [h.tokens for h in joined] == [[7, 9, 10], [8, 9, 10]]
-    assert joined[0].log_prob == -3.0 and joined[1].score == -3.5
 
 
 def test_a_line_of_100000_characters_is_translated_in_parts(trained_run, corpus, tmp_path):

@@ -97,6 +97,13 @@ def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = 
     )
     parser.add_argument("--temperature", type=float, help="with --sampling: <1 sharpens, >1 flattens (default 1)")
     parser.add_argument("--seed", type=int, help="with --sampling: the random seed (default: decode.seed, 1)")
+    parser.add_argument(
+        "--tgt-lang",
+        metavar="XX",
+        help="the language to translate into, for a model trained with data.target_tags (each input then "
+        "begins with the tag <2XX>; default: its one target language); mt-eval also tokenizes BLEU for "
+        "zh, ja and ko as sacreBLEU does for them (default: the checkpoint's target language)",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     parser.add_argument(
         "--engine",
@@ -140,7 +147,14 @@ def translator_from_args(args, n_best: int = 1):
     decode["n_best"] = n_best
     try:
         return load_translator(
-            args.checkpoint, args.engine, args.device, args.compute_type, args.threads, args.ensemble_mode, **decode
+            args.checkpoint,
+            args.engine,
+            args.device,
+            args.compute_type,
+            args.threads,
+            args.ensemble_mode,
+            args.tgt_lang,
+            **decode,
         )
     except ConfigError as error:  # name the flag, not the config key it overrides
         message = str(error)

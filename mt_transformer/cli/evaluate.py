@@ -22,11 +22,6 @@ def eval_main(argv=None):
     parser.add_argument("-o", "--output", help="with --checkpoint: also write the translations here")
     parser.add_argument("--metrics", nargs="+", default=["bleu", "chrf"], choices=["bleu", "chrf", "ter"])
     parser.add_argument(
-        "--tgt-lang",
-        help="target language code: BLEU tokenizes zh, ja and ko text as sacreBLEU "
-        "does for them (default: the checkpoint's data.tgt_lang with --checkpoint)",
-    )
-    parser.add_argument(
         "--compare",
         metavar="BASELINE",
         help="a second system's translations of the same source: "
@@ -92,7 +87,7 @@ def _hypotheses(args) -> tuple[list[str], str | None]:
         hypotheses = [r[0].text for r in translator(read_lines(args.src), progress=True)]
         if args.output:
             write_output(args.output, "".join(h + "\n" for h in hypotheses))
-        return hypotheses, args.tgt_lang or translator.config.data.tgt_lang
+        return hypotheses, args.tgt_lang or translator.target_language
     if args.hyp:
         return read_lines(args.hyp), args.tgt_lang
     raise UserError("--hyp: required (or --checkpoint with --src)")

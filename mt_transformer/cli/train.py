@@ -46,7 +46,8 @@ def prepare_main(argv=None):
     config_options(parser)
     args = parser.parse_args(argv)
 
-    from mt_transformer.config import check_data_files, load_config
+    from mt_transformer.config import load_config
+    from mt_transformer.config_checks import check_data_files
     from mt_transformer.data.prepare import prepare_data
     from mt_transformer.files import directory_size
     from mt_transformer.training.train import check_output_dir
@@ -55,7 +56,7 @@ def prepare_main(argv=None):
     check_data_files(config.data)
     run_dir = config.train.output_dir
     check_output_dir(run_dir)
-    _, encoded = prepare_data(config.data, run_dir, config.train.seed)
+    _, encoded, _ = prepare_data(config.data, run_dir, config.train.seed)
     cache_dir = config.data.cache_dir or os.path.join(run_dir, "cache")
     counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
     print(

@@ -60,6 +60,32 @@ def token_batches(
     return batches
 
 
+def corpus_shares(sizes: list[int], temperature: float) -> np.ndarray:
+    """Each corpus's share of an epoch: (its share of the pairs) ** (1 / temperature), normalised."""
+    weights = (np.asarray(sizes, dtype=np.float64) / max(sum(sizes), 1)) ** (1.0 / temperature)
+    return weights / max(weights.sum(), 1e-300)
+
+
+def corpus_rows(sizes: list[int], temperature: float, seed: int = 0, epoch: int = 0) -> np.ndarray | None:
+    """The training rows of one epoch over corpora laid end to end (corpus i's rows follow corpus
+    i - 1's): as many rows as they hold together, corpus i's count in proportion to its
+    `corpus_shares`. A corpus drawn more often than its size repeats whole copies of itself, then
+    a random part; less often, a random part. None where every corpus keeps its own size (one
+    corpus, or temperature 1): each row once, as with a single corpus."""
+    if len(sizes) < 2 or temperature == 1.0:
+        return None
+    counts = np.round(corpus_shares(sizes, temperature) * sum(sizes)).astype(np.int64)
+    rng = np.random.default_rng([seed, epoch, 1])
+    rows, offset = [], 0
+    for size, count in zip(sizes, counts.tolist()):
+        if size:
+            copies, rest = divmod(count, size)
+            rows += [np.arange(offset, offset + size)] * copies
+            rows.append(offset + rng.choice(size, rest, replace=False))
+        offset += size
+    return np.concatenate(rows)
+
+
 @dataclass
 class Batch:
     src: torch.Tensor  # (batch, src_len): subwords + EOS, padded

@@ -14,9 +14,16 @@ import os
 
 import datasets
 
-from mt_transformer.config import DataConfig, data_files
+from mt_transformer.config import CorpusConfig, DataConfig
+from mt_transformer.config_checks import corpus_keys, data_files
+from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
-from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer, train_tokenizer
+from mt_transformer.data.tokenizer import (
+    Tokenizer,
+    encode_tagged,
+    train_tokenizer,
+    user_symbols,
+)
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
 
@@ -41,8 +48,9 @@ def cache_key(source: dict, data_files: list[str], tokenizer_files: list[str], s
 
 class SubwordEncoder:
     """A picklable batch function for `datasets.map` and the training loader: loads sentencepiece
-    lazily in each worker. `alpha` > 0 draws a segmentation per call (subword regularization:
-    unigram sampling with smoothing alpha, or BPE-dropout with probability alpha)."""
+    lazily in each worker. Source tags at the start of a line keep their own ids. `alpha` > 0
+    draws a segmentation per call (subword regularization: unigram sampling with smoothing alpha,
+    or BPE-dropout with probability alpha)."""
 
     def __init__(self, src_model: str, tgt_model: str, alpha: float = 0.0):
         self.src_model, self.tgt_model, self.alpha = src_model, tgt_model, alpha
@@ -58,10 +66,11 @@ class SubwordEncoder:
             self._processors = (
                 spm.SentencePieceProcessor(model_file=self.src_model),
                 spm.SentencePieceProcessor(model_file=self.tgt_model),
+                user_symbols(self.src_model),
             )
-        src_sp, tgt_sp = self._processors
+        src_sp, tgt_sp, tags = self._processors
         sampling = {"enable_sampling": True, "alpha": self.alpha, "nbest_size": -1} if self.alpha > 0 else {}
-        src = src_sp.encode(batch["src"], out_type=int, **sampling)
+        src = encode_tagged(src_sp, batch["src"], tags, **sampling)
         tgt = tgt_sp.encode(batch["tgt"], out_type=int, **sampling)
         return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
 
@@ -135,82 +144,119 @@ def encode_split(
 
 
 def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "valid")):
-    """Train (or reuse) the run's tokenizer and encode the splits.
+    """Train (or reuse) the run's tokenizer and encode the splits of every corpus.
 
-    Returns (tokenizer, {split: encoded Dataset}).
+    Returns (tokenizer, {split: encoded Dataset}, the number of training pairs of each corpus);
+    a split of several corpora is their concatenation, in the order of data.corpora.
     """
     quiet_datasets()  # also for loading the cache
     tokenizer = run_tokenizer(data, run_dir, seed)
     cache_dir = data.cache_dir or os.path.join(run_dir, "cache")
     model_files = [os.path.join(run_dir, name) for name in tokenizer.files]
-    encoded = {}
+    encoded, sizes = {}, []
     for split in splits:
-        if getattr(data, split) is None:
-            continue
-        training = split == "train"
-        source = {
-            "format": data.format,
-            "location": getattr(data, split),
-            "hub": [data.hub_name, data.hub_config],
-            "columns": [data.src_column, data.tgt_column],
-            "langs": [data.src_lang, data.tgt_lang],
-        }
-        keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
-        cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
-        key = cache_key(source, data_files(data, split), model_files, cleaning)
-        encoded[split], stats = encode_split(
-            lambda split=split: split_pairs(data, split),
-            cache_dir,
-            key,
-            model_files[0],
-            model_files[-1],
-            training,
-            data.max_len,
-            data.max_ratio,
-            data.num_proc,
-            keep_text,
+        parts = []
+        for corpus, key in corpus_keys(data):
+            if getattr(corpus, split) is None:
+                continue
+            parts.append(encode_corpus_split(data, corpus, key, split, cache_dir, model_files))
+        if parts:
+            encoded[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+        if split == "train":
+            sizes = [len(part) for part in parts]
+    if len(sizes) > 1:
+        shares = corpus_shares(sizes, data.sampling_temperature)
+        log.info(
+            "each epoch: %s (data.sampling_temperature %g)",
+            ", ".join(f"{c.src_lang}->{c.tgt_lang} {share:.1%}" for c, share in zip(data.corpus_list(), shares)),
+            data.sampling_temperature,
         )
-        origin = "cache" if stats["cached"] else "encoded"
-        if training:
-            log.info(
-                "train: %d pairs (%s), dropped %d empty, %d longer than %d subwords, %d with length ratio over %g",
-                stats["kept"],
-                origin,
-                stats["empty"],
-                stats["too_long"],
-                data.max_len,
-                stats["bad_ratio"],
-                data.max_ratio,
-            )
-        else:
-            log.info("%s: %d pairs (%s)", split, stats["kept"], origin)
-    return tokenizer, encoded
+    return tokenizer, encoded, sizes
 
 
-def split_pairs(data: DataConfig, split: str):
-    """The normalized pairs of one split, as the config's data section describes them."""
-    return load_pairs(
-        data.format,
-        getattr(data, split),
-        data.src_lang,
-        data.tgt_lang,
-        f"data.{split}",
-        data.hub_name,
-        data.hub_config,
-        data.src_column,
-        data.tgt_column,
+def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split: str, cache_dir: str, model_files):
+    training = split == "train"
+    tags = corpus.source_tags(data.target_tags)
+    source = {
+        "format": corpus.format,
+        "location": getattr(corpus, split),
+        "hub": [corpus.hub_name, corpus.hub_config],
+        "columns": [corpus.src_column, corpus.tgt_column],
+        "langs": [corpus.src_lang, corpus.tgt_lang],
+    }
+    if tags:  # keys of untagged corpora stay those of earlier versions: their caches remain valid
+        source["tags"] = tags
+    keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
+    cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
+    dataset, stats = encode_split(
+        lambda: with_tags(split_pairs(corpus, key, split), tags),
+        cache_dir,
+        cache_key(source, data_files(corpus, split), model_files, cleaning),
+        model_files[0],
+        model_files[-1],
+        training,
+        data.max_len,
+        data.max_ratio,
+        data.num_proc,
+        keep_text,
     )
+    origin = "cache" if stats["cached"] else "encoded"
+    name = split if key == "data" else f"{key} {split}"
+    if training:
+        log.info(
+            "%s: %d pairs (%s), dropped %d empty, %d longer than %d subwords, %d with length ratio over %g",
+            name,
+            stats["kept"],
+            origin,
+            stats["empty"],
+            stats["too_long"],
+            data.max_len,
+            stats["bad_ratio"],
+            data.max_ratio,
+        )
+    else:
+        log.info("%s: %d pairs (%s)", name, stats["kept"], origin)
+    return dataset
+
+
+def with_tags(pairs: datasets.Dataset, tags: list[str]) -> datasets.Dataset:
+    """The pairs with `tags` before each source sentence (empty sources stay empty: cleaning drops them)."""
+    if not tags:
+        return pairs
+    head = " ".join(tags) + " "
+    return pairs.map(lambda b: {"src": [head + s if s else s for s in b["src"]]}, batched=True)
+
+
+def split_pairs(corpus: CorpusConfig, key: str, split: str):
+    """The normalized pairs of one split of a corpus, as the config describes them."""
+    return load_pairs(
+        corpus.format,
+        getattr(corpus, split),
+        corpus.src_lang,
+        corpus.tgt_lang,
+        f"{key}.{split}",
+        corpus.hub_name,
+        corpus.hub_config,
+        corpus.src_column,
+        corpus.tgt_column,
+    )
+
+
+def training_pairs(data: DataConfig) -> datasets.Dataset:
+    """Every corpus's non-empty training pairs, untagged: the text the tokenizer learns from."""
+    parts = [drop_empty(split_pairs(c, key, "train"))[0] for c, key in corpus_keys(data)]
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
 def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
     """The run directory's tokenizer if its settings match the config (else a one-line error),
     or a new one trained on the training pairs."""
-    settings = {name: getattr(data, name) for name in TOKENIZER_SETTINGS}
+    settings = data.tokenizer_settings()
     settings_path = os.path.join(run_dir, "tokenizer.json")
     if Tokenizer.exists(run_dir) and os.path.isfile(settings_path):
         with open(settings_path, encoding="utf-8") as f:
-            saved = json.load(f)
-        for name in TOKENIZER_SETTINGS:
+            saved = {"tags": [], **json.load(f)}  # tokenizers without tags did not record them
+        for name in settings:
             if name == "character_coverage" and settings[name] == 0:
                 continue  # "choose from the text" accepts the coverage the run's tokenizer has
             if saved.get(name) != settings[name]:
@@ -219,9 +265,10 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
                     f"({saved.get(name)!r}); use a new train.output_dir"
                 )
         return Tokenizer(run_dir)
-    pairs, _ = drop_empty(split_pairs(data, "train"))
+    pairs = training_pairs(data)
     if len(pairs) == 0:
-        raise UserError(f"data.train: {data.train}: no pair has text on both sides")
+        where = "data.corpora: their train splits" if data.corpora else f"data.train: {data.train}"
+        raise UserError(f"{where}: no pair has text on both sides")
     log.info(
         "training sentencepiece (%s, vocab %d, %s) on %d pairs",
         data.spm_type,
@@ -239,6 +286,7 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
         data.character_coverage,
         data.spm_max_sentences,
         seed,
+        data.tags,
     )
     write_text(settings_path, json.dumps(settings, indent=2))
     return tokenizer

@@ -29,8 +29,6 @@ RICH_COVERAGE = 0.9995
 RICH_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 RICH_SHARE, RICH_DISTINCT, COVERAGE_SAMPLE = 0.10, 1000, 100_000
 
-# The data settings that decide the tokenizer: a run's tokenizer is reused only while they hold.
-TOKENIZER_SETTINGS = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +54,10 @@ def train_sentencepiece(
     character_coverage: float = 1.0,
     max_sentences: int = 2_000_000,
     seed: int = 1,
+    tags: Iterable[str] = (),
 ) -> None:
-    """Train a sentencepiece model on `sentences` and write it atomically to `path`."""
+    """Train a sentencepiece model on `sentences` and write it atomically to `path`; each of
+    `tags` becomes one piece (ids 4, 5, ... in order) that the text around it never merges into."""
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)
     try:
@@ -74,6 +74,7 @@ def train_sentencepiece(
             bos_id=BOS_ID,
             eos_id=EOS_ID,
             max_sentence_length=1 << 16,
+            user_defined_symbols=list(tags),
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
         )
@@ -87,6 +88,33 @@ def train_sentencepiece(
             ) from None
         raise UserError(f"sentencepiece training failed: {message}") from None
     write_bytes(path, model.getvalue())
+
+
+def user_symbols(path: str) -> dict[str, int]:
+    """The user-defined pieces (source tags) of a sentencepiece model file, with their ids."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    with open(path, "rb") as f:
+        model.ParseFromString(f.read())
+    user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+    return {p.piece: i for i, p in enumerate(model.pieces) if p.type == user_defined}
+
+
+def encode_tagged(processor: spm.SentencePieceProcessor, lines: list[str], tags: dict[str, int], **options):
+    """Encode lines into ids; the tags a line begins with (space-separated, from `tags`) become
+    their own ids without the word-boundary piece sentencepiece would put before them."""
+    if not tags:
+        return processor.encode(lines, out_type=int, **options)
+    heads, rests = [], []
+    for line in lines:
+        words = line.split(" ")
+        n = 0
+        while n < len(words) and words[n] in tags:
+            n += 1
+        heads.append([tags[w] for w in words[:n]])
+        rests.append(" ".join(words[n:]) if n else line)
+    return [head + ids for head, ids in zip(heads, processor.encode(rests, out_type=int, **options))]
 
 
 def _load(path: str) -> spm.SentencePieceProcessor:
@@ -114,6 +142,7 @@ class Tokenizer:
             self.files = [SRC_FILE, TGT_FILE]
             self.src = _load(os.path.join(directory, SRC_FILE))
             self.tgt = _load(os.path.join(directory, TGT_FILE))
+        self.tags = user_symbols(os.path.join(directory, self.files[0]))  # source tag -> id
 
     @staticmethod
     def exists(directory: str) -> bool:
@@ -138,7 +167,7 @@ class Tokenizer:
         return self.tgt.get_piece_size()
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
-        return self.src.encode(lines, out_type=int)
+        return encode_tagged(self.src, lines, self.tags)
 
     def src_pieces(self, ids: list[int]) -> list[str]:
         return [self.src.id_to_piece(i) for i in ids]
@@ -160,24 +189,25 @@ def train_tokenizer(
     character_coverage: float,
     max_sentences: int,
     seed: int,
+    tags: Iterable[str] = (),
 ) -> Tokenizer:
-    """Train the joint model, or one per side, into `directory`. `character_coverage` 0 means
-    choose it from the text (`auto_coverage`); the lines are then read twice, so they must be
-    sequences, not one-shot iterators."""
+    """Train the joint model, or one per side, into `directory`; source `tags` are pieces of the
+    source model. `character_coverage` 0 means choose it from the text (`auto_coverage`); the
+    lines are then read twice, so they must be sequences, not one-shot iterators."""
     options = dict(vocab_size=vocab_size, model_type=model_type, seed=seed)
 
-    def train(lines, name, limit):
+    def train(lines, name, limit, tags=()):
         coverage = character_coverage or auto_coverage(lines)
         if not character_coverage:
             log.info("%s: character coverage %g (chosen from the text)", name, coverage)
         train_sentencepiece(
-            lines, os.path.join(directory, name), max_sentences=limit, character_coverage=coverage, **options
+            lines, os.path.join(directory, name), max_sentences=limit, character_coverage=coverage, tags=tags, **options
         )
 
     if joint:
-        train(_Interleaved(src_lines, tgt_lines), JOINT_FILE, 2 * max_sentences)
+        train(_Interleaved(src_lines, tgt_lines), JOINT_FILE, 2 * max_sentences, tags)
     else:
-        train(src_lines, SRC_FILE, max_sentences)
+        train(src_lines, SRC_FILE, max_sentences, tags)
         train(tgt_lines, TGT_FILE, max_sentences)
     return Tokenizer(directory)
 

@@ -29,6 +29,7 @@ def beam_search(
     max_len: torch.Tensor,
     bos_id: int,
     eos_id: int,
+    *,
     beam_size: int = 4,
     alpha: float = 0.6,
     n_best: int = 1,

@@ -29,7 +29,7 @@ import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.decoding.search import Hypothesis, output_limit
+from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
@@ -186,9 +186,7 @@ class Ct2Search:
         self.translator, self.tokenizer, self.decode, self.max_positions = translator, tokenizer, decode, max_positions
 
     def __call__(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
-        limits = [output_limit(len(s), self.decode, self.max_positions) for s in sources]
-        if prefixes is not None:
-            limits = [max(limit, len(p)) for limit, p in zip(limits, prefixes)]
+        limits = output_limits(sources, self.decode, self.max_positions, prefixes)
         try:
             results = self.translator.translate_batch(
                 [self.tokenizer.src_pieces(s) for s in sources],

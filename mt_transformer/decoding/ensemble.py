@@ -43,13 +43,14 @@ class Ensemble(torch.nn.Module):
     def decode(self, tgt_in, memory, src_mask, cache: EnsembleCache | None = None, need_weights: bool = False):
         """The members' decoder states side by side, (batch, tgt_len, sum of the members' d_model),
         and the first member's cross-attention weights."""
-        states, weights = [], []
+        states, weights = [], None
         for i, model in enumerate(self.members):
             member_memory = None if memory is None else memory[i]  # None: the caches hold it
             member_cache = None if cache is None else cache.caches[i]
             member_states, member_weights = model.decode(tgt_in, member_memory, src_mask, member_cache, need_weights)
             states.append(member_states)
-            weights = weights or member_weights
+            if i == 0:
+                weights = member_weights
         return torch.cat(states, dim=-1), weights
 
     def project(self, states: torch.Tensor) -> torch.Tensor:

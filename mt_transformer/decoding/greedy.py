@@ -16,6 +16,7 @@ def greedy_search(
     max_len: torch.Tensor,
     bos_id: int,
     eos_id: int,
+    *,
     pick=None,
     no_repeat_ngram: int = 0,
     prefix: torch.Tensor | None = None,

@@ -41,6 +41,7 @@ def sample(
     max_len: torch.Tensor,
     bos_id: int,
     eos_id: int,
+    *,
     sampler: Sampler,
     n: int = 1,
     alpha: float = 0.6,

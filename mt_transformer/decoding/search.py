@@ -34,6 +34,16 @@ def output_limit(source_len: int, decode, max_positions: int | None = None) -> i
     return min(limit, max_positions - 1) if max_positions is not None else limit
 
 
+def output_limits(
+    sources: list[list[int]], decode, max_positions: int | None = None, prefixes: list[list[int]] | None = None
+) -> list[int]:
+    """output_limit of each source, raised to the length of its forced prefix: a prefix is never cut."""
+    limits = [output_limit(len(s), decode, max_positions) for s in sources]
+    if prefixes is None:
+        return limits
+    return [max(limit, len(p)) for limit, p in zip(limits, prefixes)]
+
+
 def repeated_ngrams(tokens: torch.Tensor, n: int, vocab: int) -> torch.Tensor | None:
     """The tokens that would repeat an n-gram already in each row (fairseq's no-repeat-ngram):
     (rows, vocab) bool, or None while the rows are shorter than n.

@@ -16,15 +16,17 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import Config, DecodeConfig, config_from_dict, validate
+from mt_transformer.config import Config, DecodeConfig, config_from_dict
+from mt_transformer.config_checks import validate
 from mt_transformer.data.batching import pad
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at, split_input
 from mt_transformer.decoding.sampling import Sampler, sample
-from mt_transformer.decoding.search import Hypothesis, output_limit
+from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.devices import is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.model.masks import padding_mask
@@ -56,46 +58,6 @@ def source_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
-SENTENCE_ENDS = (".", "!", "?", ";", ":", "。", "！", "？", "؟", "।")
-
-
-def cut_points(pieces: list[str], limit: int) -> list[int]:
-    """Where to cut a subword sequence into parts of at most `limit` (> 1) pieces.
-
-    Within the last half of each window, prefer the end of a sentence, then the start of a word
-    (a piece beginning with sentencepiece's "▁"), and cut at the limit only when neither exists.
-    """
-    cuts, start = [], 0
-    while len(pieces) - start > limit:
-        window = range(start + limit, start + limit // 2, -1)  # a cut at j ends the part before piece j
-        cut = (
-            next((j for j in window if pieces[j - 1].endswith(SENTENCE_ENDS)), None)
-            or next((j for j in window if pieces[j].startswith("▁")), None)
-            or start + limit
-        )
-        cuts.append(cut)
-        start = cut
-    return cuts
-
-
-def split_at(sequence: list[int], cuts: list[int]) -> list[list[int]]:
-    bounds = [0, *cuts, len(sequence)]
-    return [sequence[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
-def join_hypotheses(parts: list[list[Hypothesis]]) -> list[Hypothesis]:
-    """The k-th joined hypothesis concatenates the k-th of every part (or its last, if it has fewer)."""
-    joined = []
-    for k in range(max(len(p) for p in parts)):
-        chosen = [p[min(k, len(p) - 1)] for p in parts]
-        joined.append(
-            Hypothesis(
-                [t for h in chosen for t in h.tokens], sum(h.score for h in chosen), sum(h.log_prob for h in chosen)
-            )
-        )
-    return joined
-
-
 class TorchSearch:
     """Greedy or beam search with the PyTorch model over batches of subword sequences, surviving
     out-of-memory errors: a batch that does not fit is halved, and a single input that does not
@@ -113,20 +75,18 @@ class TorchSearch:
     def search(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
         src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
-        limits = [output_limit(len(s), self.decode, self.max_positions) for s in sources]
+        max_len = torch.tensor(output_limits(sources, self.decode, self.max_positions, prefixes))  # (batch,)
         prefix = None
         if prefixes is not None and any(prefixes):  # (batch, longest prefix), -1 past each one's end
             prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
-            limits = [max(limit, len(p)) for limit, p in zip(limits, prefixes)]  # a prefix is never cut
-        max_len, d, model = torch.tensor(limits), self.decode, self.model
+        d = self.decode
+        common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
         if self.sampler is not None:
-            sampler, n, ngram = self.sampler, d.n_best, d.no_repeat_ngram
-            return sample(model, src, src_mask, max_len, BOS_ID, EOS_ID, sampler, n, d.alpha, ngram, prefix)
+            return sample(self.model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common)
         if d.beam_size == 1:
-            found = greedy_search(model, src, src_mask, max_len, BOS_ID, EOS_ID, None, d.no_repeat_ngram, prefix)
-            return [[h] for h in found]
+            return [[h] for h in greedy_search(self.model, src, src_mask, max_len, **common)]
         return beam_search(
-            model, src, src_mask, max_len, BOS_ID, EOS_ID, d.beam_size, d.alpha, d.n_best, d.no_repeat_ngram, prefix
+            self.model, src, src_mask, max_len, beam_size=d.beam_size, alpha=d.alpha, n_best=d.n_best, **common
         )
 
     def __call__(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
@@ -166,19 +126,31 @@ class Translator:
     model: torch.nn.Module | None = None  # the PyTorch engine's model (attention, alignments)
     device: torch.device | None = None
     config: Config | None = None  # the model's config, with `decode` in effect
+    target_tag: str = ""  # a target-language tag put before every input line (multilingual models)
+
+    @property
+    def target_language(self) -> str | None:
+        """The language this translator writes, when it is known: BLEU tokenizes for it."""
+        if self.target_tag:
+            return self.target_tag[2:-1]
+        languages = self.config.data.target_languages if self.config else []
+        return languages[0] if len(languages) == 1 else None
 
     def __call__(
         self, lines: list[str], progress: bool = False, prefixes: list[str] | None = None
     ) -> list[list[Translation]]:
         """Per line, up to decode.n_best translations, best first; each begins with its line's
         prefix when `prefixes` are given (one per line, "" for none)."""
-        ids = self.tokenizer.encode_src([normalize(line) for line in lines])
+        texts = [normalize(line) for line in lines]
+        if self.target_tag:  # empty lines stay empty
+            texts = [f"{self.target_tag} {text}" if text else text for text in texts]
+        ids = self.tokenizer.encode_src(texts)
         forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
         segments, owners, segment_prefixes = [], [], []  # the parts to translate, their lines and prefixes
         for line, sequence in enumerate(ids):
             parts = [sequence]
             if self.max_input_len and len(sequence) > self.max_input_len:
-                parts = split_at(sequence, cut_points(self.tokenizer.src_pieces(sequence), self.max_input_len))
+                parts = split_input(sequence, self.tokenizer, self.max_input_len)
                 log.warning(
                     "line %d: %d subwords, more than %d: translated in %d parts",
                     line + 1,
@@ -242,11 +214,34 @@ def load_translator(
     compute_type: str = "default",
     threads: int = 0,
     ensemble_mode: str = "logprob",
+    tgt_lang: str | None = None,
     **decode,
 ) -> Translator:
     """The translator of a checkpoint or run directory (engine torch; several paths: their
     ensemble, decoding.ensemble), or of an mt-export directory (engine ctranslate2), with the
-    decode settings given overriding the (first) checkpoint's."""
+    decode settings given overriding the (first) checkpoint's, into `tgt_lang` for a model
+    trained with target tags."""
+    translator = _load_translator(path, engine, device, compute_type, threads, ensemble_mode, **decode)
+    translator.target_tag = target_tag(translator.config, tgt_lang)
+    return translator
+
+
+def target_tag(config: Config, tgt_lang: str | None) -> str:
+    """The tag <2xx> that asks a model trained with data.target_tags for language xx; a language
+    it does not write is a one-line error. "" for a model without target tags."""
+    if not config.data.target_tags:
+        return ""
+    languages = config.data.target_languages
+    if tgt_lang is not None and tgt_lang not in languages:
+        raise UserError(f"--tgt-lang: {tgt_lang!r} is not among the model's target languages ({', '.join(languages)})")
+    if tgt_lang is None and len(languages) > 1:
+        raise UserError(f"--tgt-lang: required: this model translates into {', '.join(languages)}")
+    return f"<2{tgt_lang or languages[0]}>"
+
+
+def _load_translator(
+    path: str | list[str], engine: str, device: str, compute_type: str, threads: int, ensemble_mode: str, **decode
+) -> Translator:
     from mt_transformer.devices import select_device
 
     paths = [path] if isinstance(path, str) else list(path)

@@ -14,8 +14,8 @@ import os
 import shutil
 
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, ConfigError
-from mt_transformer.data.tokenizer import TOKENIZER_SETTINGS, Tokenizer
+from mt_transformer.config import Config, ConfigError, config_from_dict
+from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 
@@ -47,8 +47,8 @@ def adopt_tokenizer(parent: str, run_dir: str) -> None:
     os.makedirs(run_dir, exist_ok=True)
     for name in Tokenizer(parent).files:
         shutil.copyfile(os.path.join(parent, name), os.path.join(run_dir, name))
-    saved = checkpoint.read_metadata(parent)["config"]["data"]
-    write_text(os.path.join(run_dir, "tokenizer.json"), json.dumps({n: saved[n] for n in TOKENIZER_SETTINGS}, indent=2))
+    settings = config_from_dict(checkpoint.read_metadata(parent)["config"]).data.tokenizer_settings()
+    write_text(os.path.join(run_dir, "tokenizer.json"), json.dumps(settings, indent=2))
 
 
 def start_from(step, parent: str, reset: bool) -> None:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config
-from mt_transformer.data.batching import batch_loader, lengths, token_batches
+from mt_transformer.data.batching import batch_loader, corpus_rows, lengths, token_batches
 from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
@@ -56,8 +56,10 @@ class TrainingLoop:
         tokenizer: Tokenizer,
         data: dict,
         processes: distributed.Processes = distributed.Processes(),
+        corpus_sizes: list[int] = (),
     ):
         self.config, self.step, self.tokenizer, self.data, self.processes = config, step, tokenizer, data, processes
+        self.corpus_sizes = list(corpus_sizes)  # the training pairs of each corpus, laid end to end in data["train"]
         self.state, self.device, self.run_dir = step.state, step.device, config.train.output_dir
         self.policy = StopPolicy(config.train, self.state, processes)
         self.log = RunLog(self.run_dir, self.state.step, processes.is_main, config.train.tensorboard)
@@ -168,7 +170,13 @@ class TrainingLoop:
     def epoch_batches(self, src_lens, tgt_lens) -> list:
         """This rank's batches of the current epoch (the shuffle depends on the seed and the epoch)."""
         t = self.config.train
-        batches = token_batches(src_lens, tgt_lens, t.max_tokens, t.seed, self.state.epoch)
+        rows = corpus_rows(self.corpus_sizes, self.config.data.sampling_temperature, t.seed, self.state.epoch)
+        if rows is None:
+            batches = token_batches(src_lens, tgt_lens, t.max_tokens, t.seed, self.state.epoch)
+        else:
+            batches = [
+                rows[b] for b in token_batches(src_lens[rows], tgt_lens[rows], t.max_tokens, t.seed, self.state.epoch)
+            ]
         if len(batches) < self.processes.world_size:
             raise UserError(
                 f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "

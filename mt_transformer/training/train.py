@@ -18,7 +18,8 @@ import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, check_data_files, to_yaml
+from mt_transformer.config import Config, to_yaml
+from mt_transformer.config_checks import check_data_files
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
@@ -124,7 +125,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         checkpoint.check_compatible(found[-1][1], config)
     if parent and processes.is_main:
         finetune.adopt_tokenizer(parent, run_dir)
-    tokenizer, data = prepare_for_all_ranks(config.data, run_dir, t.seed, processes)
+    tokenizer, data, corpus_sizes = prepare_for_all_ranks(config.data, run_dir, t.seed, processes)
     if processes.is_main:
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
@@ -149,7 +150,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         resume(step, found[-1][1], processes, t.seed)
     elif parent:
         finetune.start_from(step, parent, t.init_from_reset)
-    loop = TrainingLoop(config, step, tokenizer, data, processes)
+    loop = TrainingLoop(config, step, tokenizer, data, processes, corpus_sizes)
     with logging_redirect_tqdm():
         return loop.run()
 

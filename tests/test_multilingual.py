@@ -1,0 +1,87 @@
+"""One model for several corpora and target languages: data.corpora, data.target_tags,
+data.sampling_temperature and mt-translate --tgt-lang."""
+
+import logging
+
+import pytest
+
+from conftest import tiny_config, write_config
+from mt_transformer.cli.translate import translate_main
+from mt_transformer.config import load_config
+from mt_transformer.decoding.translator import load_translator
+from mt_transformer.errors import UserError
+from mt_transformer.training import train as train_module
+
+
+@pytest.fixture(scope="module")
+def two_way_run(corpus, tmp_path_factory):
+    """en->de on the whole corpus and de->en on its first 500 pairs, in one model with target
+    tags; the de->en corpus is sampled up (temperature 3)."""
+    directory = tmp_path_factory.mktemp("two_way")
+    for side in ("en", "de"):
+        lines = open(f"{corpus}/train.{side}", encoding="utf-8").read().splitlines()[:500]
+        (directory / f"small.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    corpora = [
+        {"src_lang": "en", "tgt_lang": "de", "train": f"{corpus}/train", "valid": f"{corpus}/valid"},
+        {"src_lang": "de", "tgt_lang": "en", "train": str(directory / "small"), "valid": f"{corpus}/valid"},
+    ]
+    data = {"train": None, "valid": None, "corpora": corpora, "target_tags": True, "sampling_temperature": 3.0}
+    config = tiny_config(corpus, str(directory / "run"), data=data, train={"max_steps": 20, "valid_every": 20})
+    path = write_config(directory / "config.yaml", config)
+    logger = logging.getLogger("mt_transformer")
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        train_module.train(load_config(path))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return str(directory / "run"), "\n".join(records)
+
+
+def test_each_corpus_is_tagged_and_sampled_by_temperature(two_way_run):
+    run, logged = two_way_run
+    share = 0.2 ** (1 / 3) / (0.8 ** (1 / 3) + 0.2 ** (1 / 3))  # 500 of 2,500 pairs at temperature 3
+    assert f"each epoch: en->de {1 - share:.1%}, de->en {share:.1%} (data.sampling_temperature 3)" in logged
+    assert "data.corpora[1] train: 500 pairs" in logged
+    translator = load_translator(run, "torch", "cpu", tgt_lang="en")
+    tags = translator.tokenizer.tags
+    assert set(tags) == {"<2de>", "<2en>"}
+    from mt_transformer.data.prepare import prepare_data
+
+    _, encoded, sizes = prepare_data(load_config(f"{run}/config.yaml").data, run, seed=1)  # from the cache
+    assert sizes == [2000, 500]
+    first_ids = [row[0] for row in encoded["train"]["src_ids"]]
+    assert first_ids[:2000] == [tags["<2de>"]] * 2000 and first_ids[2000:] == [tags["<2en>"]] * 500
+    assert len(encoded["valid"]) == 120  # both valid sets, each with its own tag
+
+
+def test_translate_asks_for_the_target_language(two_way_run, tmp_path, capsys):
+    run, _ = two_way_run
+    for tgt_lang in ("de", "en"):
+        translator = load_translator(run, "torch", "cpu", tgt_lang=tgt_lang)
+        assert translator.target_tag == f"<2{tgt_lang}>" and translator.target_language == tgt_lang
+        [[translation]] = translator(["the red house"])
+        assert translation.text is not None
+    with pytest.raises(UserError, match=r"^--tgt-lang: required: this model translates into de, en$"):
+        load_translator(run, "torch", "cpu")
+    with pytest.raises(UserError, match=r"^--tgt-lang: 'fr' is not among the model's target languages \(de, en\)$"):
+        load_translator(run, "torch", "cpu", tgt_lang="fr")
+    source = tmp_path / "in.txt"
+    source.write_text("the red house\n\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as done:
+        translate_main(["--checkpoint", run, "--tgt-lang", "de", "-i", str(source), "--device", "cpu"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.split("\n")[1] == ""  # an empty line stays empty, tag or not
+    with pytest.raises(SystemExit) as done:
+        translate_main(["--checkpoint", run, "-i", str(source), "--device", "cpu"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("error: --tgt-lang: required: this model translates into de, en")
+
+
+def test_a_model_without_target_tags_ignores_the_flag(trained_run):
+    translator = load_translator(trained_run, "torch", "cpu", tgt_lang="de")
+    assert translator.target_tag == "" and translator.target_language == "de"
