@@ -101,6 +101,9 @@ def test_dry_run_matches_paper_parameter_counts(config, paper):
 
 
 def test_all_shipped_configs_load():
-    for name in os.listdir("configs"):
-        if name.endswith(".yaml"):
-            load_config(os.path.join("configs", name))
+    for directory in ("configs", "configs/recipes"):
+        for name in os.listdir(directory):
+            if name.endswith(".yaml"):
+                load_config(os.path.join(directory, name))
+    two_way = load_config("configs/recipes/two_way_cpu.yaml").data
+    assert two_way.tags == ["<2de>", "<2en>"] and two_way.target_languages == ["de", "en"]
