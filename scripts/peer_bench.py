@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument(
         "--max-tokens", type=int, nargs="+", default=[2048, 8192], help="decoding batch sizes in source tokens"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="decode this many times, alternating the settings")
     args = parser.parse_args()
     data = os.path.join(args.peers_dir, "data")
     out = os.path.join(args.peers_dir, "runs", f"mt_transformer-{args.tag}")
@@ -123,21 +124,23 @@ def main() -> None:
     model, tokenizer = loaded.model, loaded.tokenizer
     sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
     references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
-    for max_tokens in args.max_tokens:
-        settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
-        translate = torch_translator(model, tokenizer, settings, torch.device("cpu"))
-        translate(sources[:20])  # warm-up
-        start = time.perf_counter()
-        results = translate(sources)
-        seconds = time.perf_counter() - start
-        hypotheses = [r[0].text for r in results]
-        tokens = sum(len(r[0].tokens) for r in results)
-        result[f"decode_sent_per_s@{max_tokens}"] = round(len(sources) / seconds, 2)
-        result[f"decode_tok_per_s@{max_tokens}"] = round(tokens / seconds, 1)
-        result["out_tokens"] = tokens
-        result["bleu"] = score(hypotheses, references, ["bleu"])["bleu"]
-        with open(os.path.join(out, f"hyp.test.{max_tokens}"), "w", encoding="utf-8") as f:
-            f.write("".join(h + "\n" for h in hypotheses))
+    for round_ in range(args.rounds):  # the batch sizes alternate within each round
+        for max_tokens in args.max_tokens:
+            settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
+            translate = torch_translator(model, tokenizer, settings, torch.device("cpu"))
+            translate(sources[:20])  # warm-up
+            start = time.perf_counter()
+            results = translate(sources)
+            seconds = time.perf_counter() - start
+            hypotheses = [r[0].text for r in results]
+            tokens = sum(len(r[0].tokens) for r in results)
+            name = f"{max_tokens}/round{round_ + 1}"
+            result[f"decode_sent_per_s@{name}"] = round(len(sources) / seconds, 2)
+            result[f"decode_tok_per_s@{name}"] = round(tokens / seconds, 1)
+            result["out_tokens"] = tokens
+            result["bleu"] = score(hypotheses, references, ["bleu"])["bleu"]
+            with open(os.path.join(out, f"hyp.test.{max_tokens}"), "w", encoding="utf-8") as f:
+                f.write("".join(h + "\n" for h in hypotheses))
     with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(" ".join(f"{k}={v}" for k, v in result.items()))
