@@ -1,17 +1,15 @@
 """The config's cross-field and range checks, and the data files a config names.
 
-Each failed check raises `ConfigError` with one line that names the key.
+Each failed check raises `ConfigError` with one line that names the key. The functions take the
+sections of config.py (a Config, its DataConfig, a CorpusConfig); config.py imports this module,
+so this one names those classes only in words.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from mt_transformer.errors import ConfigError
-
-if TYPE_CHECKING:
-    from mt_transformer.config import Config, CorpusConfig, DataConfig
 
 
 def _check(condition: bool, message: str) -> None:
@@ -19,7 +17,7 @@ def _check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def validate(config: Config) -> None:
+def validate(config) -> None:
     """Cross-field and range checks; file existence is checked by `check_data_files`."""
     d, m, t, dec = config.data, config.model, config.train, config.decode
     for section, names in (
@@ -93,7 +91,7 @@ def validate(config: Config) -> None:
     _check(dec.max_input_len >= 0, f"decode.max_input_len: must be zero or positive, got {dec.max_input_len}")
 
 
-def check_corpora(d: DataConfig) -> None:
+def check_corpora(d) -> None:
     """Each corpus's languages, tag and hub name; with data.corpora, no splits of the section's own."""
     _check(d.sampling_temperature > 0, f"data.sampling_temperature: must be positive, got {d.sampling_temperature}")
     for c, key in corpus_keys(d):
@@ -112,14 +110,14 @@ def check_corpora(d: DataConfig) -> None:
             _check(getattr(d, key) is None, f"data.{key}: with data.corpora, set it in each corpus instead")
 
 
-def corpus_keys(d: DataConfig) -> list[tuple[CorpusConfig, str]]:
-    """Each corpus with the config key that names it in messages: data, or data.corpora[i]."""
+def corpus_keys(d) -> list[tuple]:
+    """(corpus, the config key that names it in messages): (data, "data") or each of data.corpora."""
     if not d.corpora:
         return [(d, "data")]
     return [(c, f"data.corpora[{i}]") for i, c in enumerate(d.corpora)]
 
 
-def data_files(corpus: CorpusConfig, split: str) -> list[str]:
+def data_files(corpus, split: str) -> list[str]:
     """The local files behind one split of a corpus (empty for hub data or an unset split)."""
     location = getattr(corpus, split)
     if location is None or corpus.format == "hub":
@@ -129,7 +127,7 @@ def data_files(corpus: CorpusConfig, split: str) -> list[str]:
     return [location]
 
 
-def check_data_files(data: DataConfig, splits=("train", "valid")) -> None:
+def check_data_files(data, splits=("train", "valid")) -> None:
     """Raise ConfigError naming the key and path of the first missing data file."""
     for corpus, key in corpus_keys(data):
         if "train" in splits and corpus.train is None:

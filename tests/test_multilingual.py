@@ -4,6 +4,7 @@ data.sampling_temperature and mt-translate --tgt-lang."""
 import logging
 
 import pytest
+import torch
 
 from conftest import tiny_config, write_config
 from mt_transformer.cli.translate import translate_main
@@ -85,3 +86,20 @@ def test_translate_asks_for_the_target_language(two_way_run, tmp_path, capsys):
 def test_a_model_without_target_tags_ignores_the_flag(trained_run):
     translator = load_translator(trained_run, "torch", "cpu", tgt_lang="de")
     assert translator.target_tag == "" and translator.target_language == "de"
+
+
+def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, tmp_path):
+    from mt_transformer import checkpoint
+    from mt_transformer.decoding import ctranslate2_engine
+
+    run, _ = two_way_run
+    out = str(tmp_path / "ct2")
+    ctranslate2_engine.export(checkpoint.load(run, torch.device("cpu")), out)
+    translator = load_translator(out, "ctranslate2", "cpu", tgt_lang="de", beam_size=1)
+    seen = []
+    search = translator.search
+    translator.search = lambda sources, prefixes=None: seen.extend(sources) or search(sources, prefixes)
+    [[translation]] = translator(["the red house"])
+    assert seen[0][0] == translator.tokenizer.tags["<2de>"] and translation.text is not None
+    with pytest.raises(UserError, match=r"^--tgt-lang: required"):
+        load_translator(out, "ctranslate2", "cpu")

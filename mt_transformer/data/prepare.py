@@ -168,7 +168,10 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
         shares = corpus_shares(sizes, data.sampling_temperature)
         log.info(
             "each epoch: %s (data.sampling_temperature %g)",
-            ", ".join(f"{c.src_lang}->{c.tgt_lang} {share:.1%}" for c, share in zip(data.corpus_list(), shares)),
+            ", ".join(
+                f"{c.src_lang}->{c.tgt_lang}{f' {c.tag}' if c.tag else ''} {share:.1%}"
+                for c, share in zip(data.corpus_list(), shares)
+            ),
             data.sampling_temperature,
         )
     return tokenizer, encoded, sizes
