@@ -1,3 +1,4 @@
+import json
 import logging
 import os
 
@@ -92,6 +93,13 @@ def test_a_run_keeps_its_tokenizer_settings(corpus, tmp_path):
         prepare_data(data(character_coverage=0.9995), run, seed=1)
     tokenizer, _, _ = prepare_data(data(character_coverage=0), run, seed=1)  # auto takes the run's choice
     assert tokenizer.src_vocab_size == 200
+    settings = json.loads(open(f"{run}/tokenizer.json").read())
+    del settings["tags"]  # as written before source tags existed: such runs still resume
+    open(f"{run}/tokenizer.json", "w").write(json.dumps(settings))
+    prepare_data(data(), run, seed=1)
+    tags_differ = r"data.target_tags/tag \(source tags\): \['<2de>'\] differs from the tokenizer already in .*\(\[\]\)"
+    with pytest.raises(UserError, match=tags_differ):
+        prepare_data(data(target_tags=True), run, seed=1)
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])

@@ -263,8 +263,9 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
             if name == "character_coverage" and settings[name] == 0:
                 continue  # "choose from the text" accepts the coverage the run's tokenizer has
             if saved.get(name) != settings[name]:
+                key = "data.target_tags/tag (source tags)" if name == "tags" else f"data.{name}"
                 raise UserError(
-                    f"data.{name}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
+                    f"{key}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
                     f"({saved.get(name)!r}); use a new train.output_dir"
                 )
         return Tokenizer(run_dir)
