@@ -87,6 +87,12 @@ class DataConfig(CorpusConfig):
     def target_languages(self) -> list[str]:
         return sorted({c.tgt_lang for c in self.corpus_list()})
 
+    @property
+    def target_language(self) -> str | None:
+        """The run's one target language (BLEU tokenizes for it), or None when it has several."""
+        languages = self.target_languages
+        return languages[0] if len(languages) == 1 else None
+
     def tokenizer_settings(self) -> dict:
         """The settings that decide the tokenizer: a run's tokenizer is reused only while they hold."""
         names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage", "tags")

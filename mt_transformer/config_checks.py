@@ -97,12 +97,9 @@ def check_corpora(d) -> None:
     for c, key in corpus_keys(d):
         _check(c.src_lang != c.tgt_lang, f"{key}.tgt_lang: must differ from {key}.src_lang ({c.src_lang!r})")
         _check(c.format != "hub" or bool(c.hub_name), f"{key}.hub_name: required when {key}.format is hub")
+        _check(c.tag is None or _one_word(c.tag), f"{key}.tag: must be one token without spaces, got {c.tag!r}")
         _check(
-            c.tag is None or (c.tag != "" and not any(ch.isspace() for ch in c.tag)),
-            f"{key}.tag: must be one token without spaces, got {c.tag!r}",
-        )
-        _check(
-            not d.target_tags or (c.tgt_lang != "" and not any(ch.isspace() for ch in c.tgt_lang)),
+            not d.target_tags or _one_word(c.tgt_lang),
             f"{key}.tgt_lang: {c.tgt_lang!r} cannot name a target tag <2xx>: it must be one word",
         )
     if d.corpora:
@@ -110,11 +107,13 @@ def check_corpora(d) -> None:
             _check(getattr(d, key) is None, f"data.{key}: with data.corpora, set it in each corpus instead")
 
 
+def _one_word(text: str) -> bool:
+    return text != "" and not any(ch.isspace() for ch in text)
+
+
 def corpus_keys(d) -> list[tuple]:
-    """(corpus, the config key that names it in messages): (data, "data") or each of data.corpora."""
-    if not d.corpora:
-        return [(d, "data")]
-    return [(c, f"data.corpora[{i}]") for i, c in enumerate(d.corpora)]
+    """Each of d.corpus_list() with the config key that names it in messages: data, or data.corpora[i]."""
+    return [(c, "data" if c is d else f"data.corpora[{i}]") for i, c in enumerate(d.corpus_list())]
 
 
 def data_files(corpus, split: str) -> list[str]:

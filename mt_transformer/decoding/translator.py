@@ -133,8 +133,7 @@ class Translator:
         """The language this translator writes, when it is known: BLEU tokenizes for it."""
         if self.target_tag:
             return self.target_tag[2:-1]
-        languages = self.config.data.target_languages if self.config else []
-        return languages[0] if len(languages) == 1 else None
+        return self.config.data.target_language if self.config else None
 
     def __call__(
         self, lines: list[str], progress: bool = False, prefixes: list[str] | None = None

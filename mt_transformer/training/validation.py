@@ -49,6 +49,4 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> float:
     translate = torch_translator(model, tokenizer, with_decode(config, beam_size=1, n_best=1, sampling=False), device)
     translations = translate(list(dataset["src"]))
     hypotheses = [t[0].text for t in translations]
-    languages = config.data.target_languages  # BLEU tokenizes for the target language when there is one
-    tgt_lang = languages[0] if len(languages) == 1 else None
-    return score(hypotheses, list(dataset["tgt"]), metrics=("bleu",), tgt_lang=tgt_lang)["bleu"]
+    return score(hypotheses, list(dataset["tgt"]), metrics=("bleu",), tgt_lang=config.data.target_language)["bleu"]
