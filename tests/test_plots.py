@@ -58,3 +58,25 @@ def test_heatmap_grows_with_the_sentence_and_stays_readable(tmp_path):
     (w1, h1), (w2, h2) = image_size(short), image_size(long)
     assert w2 > w1 and h2 > h1
     assert 500 <= w1 and 300 <= h1 and w2 <= 4000 and h2 <= 4000
+
+
+def test_run_log_redraws_curves_at_most_once_a_minute_and_at_the_end(tmp_path, monkeypatch):
+    from mt_transformer.training import run_log
+
+    now = [1000.0]
+    monkeypatch.setattr(run_log.time, "monotonic", lambda: now[0])
+    log = run_log.RunLog(str(tmp_path), step=0, writes=True, tensorboard=False)
+    path = tmp_path / "curves.png"
+    rows = fake_metrics(3)
+    log.write(rows[0])
+    log.refresh_curves()
+    assert not path.exists()  # seconds after the start
+    now[0] += run_log.CURVES_EVERY_S
+    log.refresh_curves()
+    assert path.exists()
+    path.unlink()
+    log.refresh_curves(final=True)
+    assert not path.exists()  # nothing new to draw
+    log.write(rows[1])
+    log.refresh_curves(final=True)
+    assert image_size(path) == (1100, 750)

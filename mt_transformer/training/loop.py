@@ -151,6 +151,7 @@ class TrainingLoop:
         if validated_at != state.step:
             state.elapsed = policy.elapsed()
             last_metrics = self.validate_and_save()
+        self.log.refresh_curves(final=True)
         log.info("training done: step %d, epoch %d, %.1f minutes", state.step, state.epoch + 1, state.elapsed / 60)
         return last_metrics
 
@@ -294,6 +295,7 @@ class TrainingLoop:
     def stop_if_signalled(self) -> None:
         signum = self.policy.signal_to_stop()
         if signum is not None:
+            self.log.refresh_curves(final=True)
             directory = self.save()
             raise TrainingStopped(signum, self.state.step, directory)
 

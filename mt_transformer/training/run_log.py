@@ -1,11 +1,13 @@
 """What a run reports as it goes: metrics.jsonl (one JSON object per logged step or validation),
-TensorBoard when asked for, and curves.png redrawn at each validation. Only rank 0 writes."""
+TensorBoard when asked for, and curves.png redrawn after validations (at most once a minute, and
+at the end). Only rank 0 writes."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import time
 
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.plots import plot_curves, read_metrics
@@ -14,6 +16,8 @@ from mt_transformer.files import write_text
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+# Drawing the figure takes 1-2 s of a small CPU; validations minutes apart redraw every time.
+CURVES_EVERY_S = 60.0
 
 
 def metrics_up_to(run_dir: str, step: int) -> list[dict]:
@@ -37,6 +41,7 @@ class RunLog:
         self.run_dir, self.writes = run_dir, writes
         self.rows = metrics_up_to(run_dir, step) if writes else []
         self.tensorboard = tensorboard_writer(run_dir) if tensorboard and writes else None
+        self.drawn_at, self.drawn_rows = time.monotonic(), len(self.rows)
 
     def write(self, entry: dict) -> None:
         """Add a row to metrics.jsonl, rewriting the small file atomically, and to
@@ -51,11 +56,15 @@ class RunLog:
                     self.tensorboard.add_scalar(key, value, entry["step"])
             self.tensorboard.flush()
 
-    def refresh_curves(self) -> None:
-        """Redraw curves.png from the rows so far. A failure to draw is a warning: it must not end
-        a long run."""
-        if not self.writes:
+    def refresh_curves(self, final: bool = False) -> None:
+        """Redraw curves.png from the rows so far if a minute has passed since the last drawing, or
+        at the end (`final`) if rows came since. A failure to draw is a warning: it must not end a
+        long run."""
+        if not self.writes or len(self.rows) == self.drawn_rows:
             return
+        if not final and time.monotonic() - self.drawn_at < CURVES_EVERY_S:
+            return
+        self.drawn_at, self.drawn_rows = time.monotonic(), len(self.rows)
         try:
             plot_curves([("", self.rows)], os.path.join(self.run_dir, "curves.png"))
         except (OSError, RuntimeError, ValueError) as error:
