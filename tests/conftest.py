@@ -89,32 +89,80 @@ def subprocess_env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
+COMMANDS = {
+    "mt-train": "train_main",
+    "mt-prepare": "prepare_main",
+    "mt-translate": "translate_main",
+    "mt-eval": "eval_main",
+    "mt-export": "export_main",
+    "mt-average": "average_main",
+    "mt-plot": "plot_main",
+}
+
+
 def run_cli(
-    *args, input: str | None = None, cwd: str | None = None, env: dict | None = None
+    *args, input: str | None = None, cwd: str | None = None, env: dict | None = None, fresh_process: bool = False
 ) -> subprocess.CompletedProcess:
-    """Run one of the console scripts as a user would, through the installed module (`env`: extra
-    environment variables)."""
+    """Run one of the commands as a user would and return its exit code, stdout and stderr. It
+    runs in this process (a fresh Python process costs seconds of imports), or in a fresh one
+    through the installed module with `fresh_process`, `cwd` or `env` (extra environment
+    variables): for what depends on the process itself."""
     name, *rest = args
-    module = {
-        "mt-train": "train_main",
-        "mt-prepare": "prepare_main",
-        "mt-translate": "translate_main",
-        "mt-eval": "eval_main",
-        "mt-export": "export_main",
-        "mt-average": "average_main",
-        "mt-plot": "plot_main",
-    }[name]
-    code = f"import sys; from mt_transformer.cli import {module}; sys.argv[0] = {name!r}; {module}()"
-    env = subprocess_env(OMP_NUM_THREADS="2", **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-c", code, *rest],
-        input=input,
-        capture_output=True,
-        text=True,
-        cwd=cwd or ROOT,
-        env=env,
-        timeout=600,
-    )
+    if fresh_process or cwd or env:
+        code = (
+            f"import sys; from mt_transformer.cli import {COMMANDS[name]}; sys.argv[0] = {name!r}; {COMMANDS[name]}()"
+        )
+        return subprocess.run(
+            [sys.executable, "-c", code, *rest],
+            input=input,
+            capture_output=True,
+            text=True,
+            cwd=cwd or ROOT,
+            env=subprocess_env(OMP_NUM_THREADS="2", **(env or {})),
+            timeout=600,
+        )
+    return _run_in_this_process(name, rest, input)
+
+
+def _run_in_this_process(name: str, args: list[str], input: str | None) -> subprocess.CompletedProcess:
+    """The command's main() with its own stdin, stdout, stderr and log, the process's thread count
+    and signal handlers put back afterwards; an uncaught exception is exit code 1 and a traceback,
+    as in a process of its own."""
+    import contextlib
+    import io
+    import logging
+    import signal
+    import traceback
+
+    from mt_transformer import cli
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", datefmt="%H:%M:%S"))
+    logger = logging.getLogger("mt_transformer")
+    level, threads, stdin = logger.level, torch.get_num_threads(), sys.stdin
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    sys.stdin = io.StringIO(input or "")
+    returncode = 0
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                getattr(cli, COMMANDS[name])(list(args))
+            except SystemExit as exit:
+                returncode = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+            except Exception:
+                traceback.print_exc()
+                returncode = 1
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        sys.stdin = stdin
+        torch.set_num_threads(threads)
+        for s, previous in handlers.items():
+            signal.signal(s, previous)
+    return subprocess.CompletedProcess([name, *args], returncode, stdout.getvalue(), stderr.getvalue())
 
 
 @pytest.fixture(scope="session")

@@ -121,18 +121,19 @@ def test_two_processes_make_the_updates_of_one_that_sees_the_same_global_batches
 
 @pytest.mark.slow
 def test_two_processes_resume_like_an_uninterrupted_run(corpus, tmp_path):
-    script = mt_train()
     whole = config_for(corpus, tmp_path, "whole", max_steps=4, valid_every=2)
-    split = config_for(corpus, tmp_path, "split", max_steps=4, valid_every=2)
-    for config in (whole, split):  # dropout on: each rank's random state must come back too
-        with open(config) as f:
-            text = f.read().replace("dropout: 0.0", "dropout: 0.1")
-        with open(config, "w") as f:
-            f.write(text)
-    finish(torchrun("--standalone", "--nproc-per-node", "2", script, "--config", whole))
-    finish(torchrun("--standalone", "--nproc-per-node", "2", script, "--config", split, "--set", "train.max_steps=2"))
-    stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", script, "--config", split))
-    assert "resuming from" in stderr
+    with open(whole) as f:  # dropout on: each rank's random state must come back too
+        text = f.read().replace("dropout: 0.0", "dropout: 0.1")
+    with open(whole, "w") as f:
+        f.write(text)
+    finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config", whole))
+    # the same run stopped after its step-2 checkpoint: the later checkpoint never written
+    shutil.copytree(tmp_path / "whole", tmp_path / "split")
+    shutil.rmtree(tmp_path / "split" / "checkpoints" / "step_00000004")
+    os.remove(tmp_path / "split" / "checkpoints" / "best.json")
+    resume = ("--config", whole, "--set", f"train.output_dir={tmp_path / 'split'}")
+    stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), *resume))
+    assert "resuming from" in stderr and "step_00000002" in stderr
     assert losses(tmp_path / "split") == losses(tmp_path / "whole")
     split_weights, whole_weights = weights(tmp_path / "split", 4), weights(tmp_path / "whole", 4)
     assert all(np.array_equal(split_weights[name], whole_weights[name]) for name in whole_weights)
