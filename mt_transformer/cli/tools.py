@@ -15,21 +15,40 @@ def export_main(argv=None):
         prog="mt-export", description="Convert a trained checkpoint for deployment with another inference engine."
     )
     parser.add_argument("--checkpoint", required=True, help="a run directory (its best checkpoint) or one checkpoint")
-    parser.add_argument("--format", required=True, choices=["ctranslate2"], help="the engine to export for")
+    parser.add_argument(
+        "--format",
+        required=True,
+        choices=["ctranslate2", "huggingface"],
+        help="ctranslate2: for mt-translate --engine ctranslate2; huggingface: a transformers model and tokenizer",
+    )
     parser.add_argument(
         "--quantization",
         choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
-        help="store the weights quantized (default: float32; the compute type can still be chosen at translation time)",
+        help="ctranslate2: store the weights quantized (default: float32; the compute type can still be "
+        "chosen at translation time)",
     )
     parser.add_argument("output_dir", help="the directory to write (replaced if it exists)")
     args = parser.parse_args(argv)
+    if args.quantization and args.format != "ctranslate2":
+        raise UserError(f"--quantization: only for --format ctranslate2, not {args.format}")
 
     import torch
 
     from mt_transformer import checkpoint
+
+    if args.format == "huggingface":
+        from mt_transformer.decoding import huggingface_export
+
+        huggingface_export.import_transformers()  # a clear message before the model is loaded
+        settings = huggingface_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir)
+        print(
+            f"wrote {args.output_dir} ({settings['architecture']}; load it with "
+            f'transformers.pipeline("translation", model="{args.output_dir}")'
+        )
+        return
     from mt_transformer.decoding import ctranslate2_engine
 
-    ctranslate2_engine.import_ctranslate2()  # a clear message before the model is loaded
+    ctranslate2_engine.import_ctranslate2()
     ctranslate2_engine.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, args.quantization)
     print(
         f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "

@@ -1,0 +1,303 @@
+"""Export to Hugging Face transformers: a directory that `AutoModelForSeq2SeqLM`, `AutoTokenizer`
+and `pipeline("translation")` load offline.
+
+    OUT_DIR/
+        config.json, generation_config.json, model.safetensors     the model
+        tokenizer_config.json, source.spm, target.spm, vocab.json  (and target_vocab.json with
+                                                                    separate vocabularies)
+        mt_transformer.json                                        the settings of the checkpoint
+
+Which architecture computes our function exactly:
+- post-norm, sinusoidal positions: `MarianMTModel` (post-norm layers, embeddings scaled by
+  sqrt(d_model), fixed sinusoidal positions from 0, no embedding LayerNorm; shared or separate
+  source/target embeddings, output tied to the target embeddings or not);
+- pre-norm, sinusoidal positions, one embedding matrix for source, target and output:
+  `PegasusForConditionalGeneration` (pre-norm layers, a final LayerNorm after each stack, the
+  same embeddings and positions as Marian).
+Learned positions, and pre-norm models with more than one embedding matrix, have no such
+architecture (Marian and Pegasus compute their positions themselves; Pegasus has one embedding
+matrix), and are refused.
+
+Both compute the sinusoid with all sines first and all cosines after (features 0..d/2-1 and
+d/2..d-1), where ours interleaves them (sin in even features, cos in odd). A model is the same
+function under any consistent reordering of the features of its residual stream (LayerNorm
+normalises over all of them; every linear layer that reads or writes the stream is reordered
+with it), so the export reorders our weights to put our sines first. Before anything is written,
+the exported model's log-probabilities are compared with ours on a test batch.
+
+The tokenizer is transformers' `MarianTokenizer` (for both architectures): sentencepiece model(s)
+and a vocabulary with our ids. Target-language tags `<2xx>` are written `>>xx<<`, the form that
+tokenizer splits off the front of a line (what OPUS-MT models use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+import torch
+
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.errors import UserError
+from mt_transformer.files import atomic_dir
+
+SETTINGS_FILE = "mt_transformer.json"
+# The largest difference in log-probability allowed between the export and our model on the
+# check batch: float32 rounding of two implementations moves O(1) values by ~1e-6; a wrong
+# layout or a missing scale moves them by far more than this.
+CHECK_TOLERANCE = 1e-3
+TARGET_TAG = re.compile(r"<2(\S+)>")
+
+
+def import_transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(
+            "transformers is not installed: pip install transformers (or pip install 'mt_transformer[huggingface]')"
+        ) from None
+    return transformers
+
+
+def architecture(model) -> str:
+    """ "marian" or "pegasus" for a model one of them computes exactly; else a one-line error saying why."""
+    pre_norm = isinstance(model.encoder_norm, torch.nn.LayerNorm)
+    if not hasattr(model.src_positions, "table"):
+        raise UserError(
+            "this model has learned positions (model.positions: learned); the transformers models that "
+            "match it otherwise (Marian, Pegasus) compute sinusoidal positions, so it cannot be exported"
+        )
+    if not pre_norm:
+        return "marian"
+    if model.src_embed is not model.tgt_embed or model.output.weight is not model.tgt_embed.weight:
+        raise UserError(
+            "this pre-norm model has separate embedding matrices (separate vocabularies or "
+            "model.tie_embeddings: false); transformers' pre-norm translation model (Pegasus) has one "
+            "for source, target and output, so it cannot be exported"
+        )
+    return "pegasus"
+
+
+def stream_order(d_model: int) -> torch.Tensor:
+    """Feature j of the exported residual stream is feature order[j] of ours: our sines (even
+    features) first, then our cosines (odd features)."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def hf_config(loaded, arch: str):
+    """The transformers config of the model: sizes, special ids and our decode defaults."""
+    transformers = import_transformers()
+    model, m, tokenizer = loaded.model, loaded.config.model, loaded.tokenizer
+    shared = model.src_embed is model.tgt_embed
+    settings = dict(
+        vocab_size=tokenizer.src_vocab_size,
+        d_model=m.d_model,
+        encoder_layers=m.encoder_layers,
+        decoder_layers=m.decoder_layers,
+        encoder_attention_heads=m.n_heads,
+        decoder_attention_heads=m.n_heads,
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        activation_function="relu",
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        activation_dropout=0.0,
+        max_position_embeddings=m.max_positions,
+        scale_embedding=True,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=EOS_ID,
+        tie_word_embeddings=model.output.weight is model.tgt_embed.weight,
+        is_encoder_decoder=True,
+    )
+    if arch == "marian":
+        return transformers.MarianConfig(
+            decoder_vocab_size=tokenizer.tgt_vocab_size, share_encoder_decoder_embeddings=shared, **settings
+        )
+    return transformers.PegasusConfig(**settings)
+
+
+def _copy(target: torch.Tensor, source: torch.Tensor) -> None:
+    if target.shape != source.shape:
+        raise RuntimeError(f"export: shape {tuple(source.shape)} does not fit {tuple(target.shape)}")
+    with torch.no_grad():
+        target.copy_(source)
+
+
+def _linear(theirs: torch.nn.Linear, weight: torch.Tensor, bias: torch.Tensor, order, reads: bool, writes: bool):
+    """Copy a linear layer, reordering its inputs when it reads the residual stream and its
+    outputs when it writes it."""
+    if reads:
+        weight = weight[:, order]
+    if writes:
+        weight, bias = weight[order], bias[order]
+    _copy(theirs.weight, weight)
+    _copy(theirs.bias, bias)
+
+
+def _norm(theirs: torch.nn.LayerNorm, ours: torch.nn.LayerNorm, order) -> None:
+    _copy(theirs.weight, ours.weight[order])
+    _copy(theirs.bias, ours.bias[order])
+
+
+def _attention(theirs, ours, order) -> None:
+    """Our q_proj and fused kv_proj (keys first) into q_proj, k_proj and v_proj; out_proj."""
+    d_model = ours.q_proj.weight.size(0)
+    k_weight, v_weight = ours.kv_proj.weight.split(d_model)
+    k_bias, v_bias = ours.kv_proj.bias.split(d_model)
+    _linear(theirs.q_proj, ours.q_proj.weight, ours.q_proj.bias, order, reads=True, writes=False)
+    _linear(theirs.k_proj, k_weight, k_bias, order, reads=True, writes=False)
+    _linear(theirs.v_proj, v_weight, v_bias, order, reads=True, writes=False)
+    _linear(theirs.out_proj, ours.out_proj.weight, ours.out_proj.bias, order, reads=False, writes=True)
+
+
+def _ffn(theirs, ours, order) -> None:
+    _linear(theirs.fc1, ours.ffn.linear1.weight, ours.ffn.linear1.bias, order, reads=True, writes=False)
+    _linear(theirs.fc2, ours.ffn.linear2.weight, ours.ffn.linear2.bias, order, reads=False, writes=True)
+
+
+def copy_weights(ours, hf_model) -> None:
+    """Our weights into a freshly built Marian or Pegasus model, the residual stream reordered."""
+    order = stream_order(ours.src_embed.weight.size(1))
+    base = hf_model.model
+    _copy(base.encoder.embed_tokens.weight, ours.src_embed.weight[:, order])
+    _copy(base.decoder.embed_tokens.weight, ours.tgt_embed.weight[:, order])  # the same matrix when shared
+    _copy(hf_model.lm_head.weight, ours.output.weight[:, order])
+    for theirs, layer in zip(base.encoder.layers, ours.encoder):
+        _attention(theirs.self_attn, layer.self_attn, order)
+        _norm(theirs.self_attn_layer_norm, layer.norms[0], order)
+        _ffn(theirs, layer, order)
+        _norm(theirs.final_layer_norm, layer.norms[1], order)
+    for theirs, layer in zip(base.decoder.layers, ours.decoder):
+        _attention(theirs.self_attn, layer.self_attn, order)
+        _norm(theirs.self_attn_layer_norm, layer.norms[0], order)
+        _attention(theirs.encoder_attn, layer.cross_attn, order)
+        _norm(theirs.encoder_attn_layer_norm, layer.norms[1], order)
+        _ffn(theirs, layer, order)
+        _norm(theirs.final_layer_norm, layer.norms[2], order)
+    if isinstance(ours.encoder_norm, torch.nn.LayerNorm):
+        _norm(base.encoder.layer_norm, ours.encoder_norm, order)
+        _norm(base.decoder.layer_norm, ours.decoder_norm, order)
+
+
+def build_model(loaded):
+    """The transformers model computing `loaded.model`'s function, in eval mode."""
+    transformers = import_transformers()
+    arch = architecture(loaded.model)
+    config = hf_config(loaded, arch)
+    model_class = transformers.MarianMTModel if arch == "marian" else transformers.PegasusForConditionalGeneration
+    hf_model = model_class(config).eval()
+    copy_weights(loaded.model, hf_model)
+    return hf_model
+
+
+def teacher_forced_log_probs(model, hf_model, src: torch.Tensor, tgt_in: torch.Tensor):
+    """Per-token log-probabilities of both models for (batch, len) sources (ending in EOS, padded)
+    and target inputs (BOS first, padded): two (batch, tgt_len, vocab) tensors."""
+    with torch.inference_mode():
+        ours = model.project(model(src, tgt_in)).log_softmax(-1)
+        theirs = hf_model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in).logits.log_softmax(-1)
+    return ours, theirs
+
+
+def check_same_function(model, hf_model, src_vocab: int, tgt_vocab: int) -> float:
+    """The largest log-probability difference on a fixed batch of random ids (two sentences, one
+    padded), refusing the export when it exceeds CHECK_TOLERANCE."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, src_vocab, (2, 9), generator=generator)
+    src[:, -1], src[1, 5:] = EOS_ID, PAD_ID
+    src[1, 4] = EOS_ID
+    tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)
+    tgt_in[:, 0] = BOS_ID
+    ours, theirs = teacher_forced_log_probs(model, hf_model, src, tgt_in)
+    # padded target positions are not compared: the decoder's causal mask keeps them from earlier ones
+    gap = float((ours - theirs).abs().max())
+    if not gap <= CHECK_TOLERANCE:
+        transformers = import_transformers()
+        raise UserError(
+            f"the exported model differs from ours by {gap:.2g} in log-probability (transformers "
+            f"{transformers.__version__}); nothing was written"
+        )
+    return gap
+
+
+def vocabulary(processor, tags: dict[str, int]) -> dict[str, int]:
+    """Piece -> id for a sentencepiece model, our target-language tags written >>xx<<."""
+    names = {i: f">>{TARGET_TAG.fullmatch(tag).group(1)}<<" for tag, i in tags.items() if TARGET_TAG.fullmatch(tag)}
+    return {names.get(i, processor.id_to_piece(i)): i for i in range(processor.get_piece_size())}
+
+
+def write_tokenizer(tokenizer, config, directory: str, work: str) -> None:
+    """transformers' MarianTokenizer files for our tokenizer into `directory` (`work` holds inputs)."""
+    transformers = import_transformers()
+    vocab = os.path.join(work, "vocab.json")
+    with open(vocab, "w", encoding="utf-8") as f:
+        json.dump(vocabulary(tokenizer.src, tokenizer.tags), f, ensure_ascii=False)
+    target_vocab = None
+    if not tokenizer.joint:
+        target_vocab = os.path.join(work, "target_vocab.json")
+        with open(target_vocab, "w", encoding="utf-8") as f:
+            json.dump(vocabulary(tokenizer.tgt, {}), f, ensure_ascii=False)
+    files = [os.path.join(tokenizer.directory, name) for name in tokenizer.files]
+    hf_tokenizer = transformers.MarianTokenizer(
+        source_spm=files[0],
+        target_spm=files[-1],
+        vocab=vocab,
+        target_vocab_file=target_vocab,
+        separate_vocabs=not tokenizer.joint,
+        source_lang=config.data.src_lang,
+        target_lang=config.data.tgt_lang,
+        model_max_length=config.model.max_positions,
+    )
+    hf_tokenizer.save_pretrained(directory)
+
+
+def generation_defaults(hf_model, decode, max_positions: int) -> None:
+    """Our decode settings where generate() has them: beam size, n-best, no-repeat n-grams.
+
+    generate() divides a finished beam's log-probability by length ** length_penalty; ours
+    divides by GNMT's ((5 + length) / 6) ** alpha. The two agree on which of two hypotheses of
+    equal length is better, not always across lengths; alpha is kept as length_penalty. Its
+    output limit is one number for all inputs (max_length, counting the start token); ours is
+    max_len_a * source length + max_len_b per sentence, which a caller gives as max_new_tokens.
+    """
+    g = hf_model.generation_config
+    g.num_beams, g.num_return_sequences = decode.beam_size, 1
+    g.length_penalty, g.no_repeat_ngram_size = decode.alpha, decode.no_repeat_ngram
+    g.max_length, g.early_stopping = max_positions, True
+    g.decoder_start_token_id, g.bos_token_id, g.eos_token_id, g.pad_token_id = BOS_ID, BOS_ID, EOS_ID, PAD_ID
+    g.forced_eos_token_id = EOS_ID
+
+
+def export(loaded, out_dir: str) -> dict:
+    """Write the transformers model of a checkpoint.LoadedModel and its tokenizer to out_dir,
+    atomically, after checking it computes our log-probabilities; returns its settings."""
+    transformers = import_transformers()
+    hf_model = build_model(loaded)
+    tokenizer = loaded.tokenizer
+    gap = check_same_function(loaded.model, hf_model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    generation_defaults(hf_model, loaded.config.decode, loaded.config.model.max_positions)
+    settings = {
+        "engine": "transformers",
+        "architecture": type(hf_model).__name__,
+        "transformers_version": transformers.__version__,
+        "largest_log_prob_difference": gap,
+        "config": {key: loaded.config.to_dict()[key] for key in ("data", "model", "decode")},
+        "step": loaded.step,
+    }
+    try:
+        with atomic_dir(out_dir) as tmp:
+            hf_model.save_pretrained(tmp)
+            work = os.path.join(tmp, "work")
+            os.makedirs(work)
+            write_tokenizer(tokenizer, loaded.config, tmp, work)
+            shutil.rmtree(work)
+            with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
+                json.dump(settings, f, indent=2)
+    except OSError as error:
+        raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
+    return settings
