@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""A checkpoint translated three ways: our translator, its `mt-export --format huggingface`
+export through transformers' generate(), and its CTranslate2 export. For greedy search and beam 4:
+how many lines equal ours, BLEU, and sentences/s (the search only: models loaded and warmed up
+first; batches as each engine is usually run).
+
+    python3 scripts/huggingface_compare.py --checkpoint runs/demo --src data/demo/test.en \
+        --ref data/demo/test.de [--tgt-lang de] [--threads 2]
+
+generate() takes one output limit per call: each batch gets the largest of its sentences'
+limits (ours: max_len_a * source length + max_len_b per sentence), so a line whose search runs
+to its limit can come out longer there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import tempfile
+import time
+
+import sacrebleu
+import torch
+
+from mt_transformer import checkpoint
+from mt_transformer.decoding import ctranslate2_engine, huggingface_export
+from mt_transformer.decoding.search import output_limit
+from mt_transformer.decoding.translator import load_translator
+
+
+def cpu_name() -> str:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        text = f.read()
+    model = re.search(r"model name\s*:\s*(.*)", text)
+    flags = sorted({f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if re.search(rf"\b{f}\b", text)})
+    return f"{model.group(1) if model else platform.processor()} [{', '.join(flags)}]"
+
+
+def timed(function, *args):
+    started = time.perf_counter()
+    result = function(*args)
+    return result, time.perf_counter() - started
+
+
+def texts(translate, lines: list[str]) -> list[str]:
+    return [results[0].text for results in translate(lines)]
+
+
+def generate_all(model, tokenizer, lines: list[str], decode, beam: int, batch_size: int) -> list[str]:
+    outputs = []
+    for start in range(0, len(lines), batch_size):
+        batch = tokenizer(lines[start : start + batch_size], return_tensors="pt", padding=True)
+        lengths = batch.attention_mask.sum(1) - 1  # without EOS
+        limit = max(output_limit(int(n), decode, model.config.max_position_embeddings) for n in lengths)
+        with torch.inference_mode():
+            ids = model.generate(**batch, num_beams=beam, max_new_tokens=limit + 1)
+        outputs += tokenizer.batch_decode(ids, skip_special_tokens=True)
+    return outputs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--ref", required=True)
+    parser.add_argument("--tgt-lang", help="for a model trained with target tags")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per generate() call")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # not a warning per call that max_new_tokens overrides max_length
+    with open(args.src, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    with open(args.ref, encoding="utf-8") as f:
+        refs = f.read().splitlines()
+    loaded = checkpoint.load(args.checkpoint, torch.device("cpu"))
+    work = tempfile.mkdtemp()
+    hf_dir, ct2_dir = os.path.join(work, "hf"), os.path.join(work, "ct2")
+    settings = huggingface_export.export(loaded, hf_dir)
+    ctranslate2_engine.export(loaded, ct2_dir)
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    tag = huggingface_export.TARGET_TAG.fullmatch(f"<2{args.tgt_lang}>") if args.tgt_lang else None
+    hf_lines = [f">>{tag.group(1)}<< {line}" for line in lines] if tag else lines
+    print(f"{cpu_name()}, {args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}")
+    gap = settings["largest_log_prob_difference"]
+    print(f"{args.checkpoint}: {settings['architecture']}, {len(lines)} lines, export check {gap:.1e}")
+    for beam in (1, 4):
+        ours_translate = load_translator(args.checkpoint, "torch", "cpu", tgt_lang=args.tgt_lang, beam_size=beam)
+        ct2_translate = load_translator(
+            ct2_dir, "ctranslate2", "cpu", threads=args.threads, tgt_lang=args.tgt_lang, beam_size=beam
+        )
+        decode = ours_translate.config.decode
+        for warm in (ours_translate, ct2_translate):
+            warm(lines[:8])
+        generate_all(hf_model, hf_tokenizer, hf_lines[:8], decode, beam, args.batch_size)
+        ours, ours_s = timed(texts, ours_translate, lines)
+        hf, hf_s = timed(generate_all, hf_model, hf_tokenizer, hf_lines, decode, beam, args.batch_size)
+        ct2, ct2_s = timed(texts, ct2_translate, lines)
+        for name, output, seconds in (
+            ("mt_transformer", ours, ours_s),
+            ("transformers", hf, hf_s),
+            ("ctranslate2", ct2, ct2_s),
+        ):
+            same = sum(a == b for a, b in zip(output, ours)) / len(lines)
+            bleu = sacrebleu.corpus_bleu(output, [refs]).score
+            print(
+                f"beam {beam}  {name:15s} {len(lines) / seconds:7.1f} sent/s  BLEU {bleu:6.2f}  "
+                f"lines equal to ours {100 * same:5.1f}%"
+            )
+
+
+if __name__ == "__main__":
+    main()
