@@ -42,8 +42,8 @@ def export_main(argv=None):
         huggingface_export.import_transformers()  # a clear message before the model is loaded
         settings = huggingface_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir)
         print(
-            f"wrote {args.output_dir} ({settings['architecture']}; load it with "
-            f'transformers.pipeline("translation", model="{args.output_dir}")'
+            f"wrote {args.output_dir} ({settings['architecture']}; load it with transformers' "
+            f'AutoModelForSeq2SeqLM.from_pretrained("{args.output_dir}") and AutoTokenizer)'
         )
         return
     from mt_transformer.decoding import ctranslate2_engine
