@@ -103,3 +103,21 @@ def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, 
     assert seen[0][0] == translator.tokenizer.tags["<2de>"] and translation.text is not None
     with pytest.raises(UserError, match=r"^--tgt-lang: required"):
         load_translator(out, "ctranslate2", "cpu")
+
+
+def test_validation_scores_each_target_language_and_averages_them(two_way_run, corpus):
+    import json
+
+    from mt_transformer.evaluation.scores import score
+
+    run, logged = two_way_run
+    with open(f"{run}/metrics.jsonl", encoding="utf-8") as f:
+        last = [row for row in map(json.loads, f) if "valid_bleu" in row][-1]
+    assert last["valid_bleu"] == pytest.approx((last["valid_bleu_de"] + last["valid_bleu_en"]) / 2)
+    assert f"de {last['valid_bleu_de']:.2f}  en {last['valid_bleu_en']:.2f}" in logged
+    # valid_bleu_de: greedy translations of the first 20 valid pairs of en->de (train.valid_max_sentences)
+    sources = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:20]
+    references = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()[:20]
+    translate = load_translator(run, "torch", "cpu", tgt_lang="de", beam_size=1)
+    hypotheses = [results[0].text for results in translate(sources)]
+    assert score(hypotheses, references, metrics=("bleu",), tgt_lang="de")["bleu"] == last["valid_bleu_de"]

@@ -224,13 +224,15 @@ class TrainingLoop:
             self.device,
             t.precision,
         )
-        metrics["valid_bleu"] = validation_bleu(model, self.tokenizer, self.data["valid"], self.config, self.device)
+        metrics |= validation_bleu(model, self.tokenizer, self.data["valid"], self.config, self.device)
+        each = "".join(f"  {key[len('valid_bleu_') :]} {value:.2f}" for key, value in metrics.items() if "bleu_" in key)
         log.info(
-            "step %d  valid loss %.3f  ppl %.2f  BLEU %.2f",
+            "step %d  valid loss %.3f  ppl %.2f  BLEU %.2f%s",
             self.state.step,
             metrics["valid_loss"],
             metrics["valid_ppl"],
             metrics["valid_bleu"],
+            each,
         )
         model.train()
         return metrics

@@ -40,13 +40,26 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
     }
 
 
-def validation_bleu(model, tokenizer, dataset, config: Config, device) -> float:
-    """Greedy BLEU of the first train.valid_max_sentences valid pairs (0: all), with the decode
-    settings of the config otherwise."""
-    max_sentences = config.train.valid_max_sentences
-    if max_sentences:
-        dataset = dataset.select(range(min(max_sentences, len(dataset))))
-    translate = torch_translator(model, tokenizer, with_decode(config, beam_size=1, n_best=1, sampling=False), device)
-    translations = translate(list(dataset["src"]))
-    hypotheses = [t[0].text for t in translations]
-    return score(hypotheses, list(dataset["tgt"]), metrics=("bleu",), tgt_lang=config.data.target_language)["bleu"]
+def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[str, float]:
+    """Greedy BLEU of the valid pairs, with the decode settings of the config otherwise:
+    {"valid_bleu": ...}. A run with target tags for several languages also gets the BLEU of each
+    (valid_bleu_xx, from the pairs whose source carries <2xx>, tokenized for xx), and valid_bleu
+    is their mean. train.valid_max_sentences N > 0 takes the first N pairs (of each language)."""
+    languages = config.data.target_languages if config.data.target_tags else []
+    if len(languages) < 2:
+        groups = {config.data.target_language: list(range(len(dataset)))}
+    else:
+        heads = [source.split(" ", 1)[0] for source in dataset["src"]]
+        groups = {language: [i for i, head in enumerate(heads) if head == f"<2{language}>"] for language in languages}
+    limit = config.train.valid_max_sentences or None
+    groups = {language: rows[:limit] for language, rows in groups.items() if rows}
+    decode = with_decode(config, beam_size=1, n_best=1, sampling=False)
+    translate = torch_translator(model, tokenizer, decode, device)
+    scores = {}
+    for language, rows in groups.items():
+        pairs = dataset.select(rows)
+        hypotheses = [t[0].text for t in translate(list(pairs["src"]))]
+        scores[language] = score(hypotheses, list(pairs["tgt"]), metrics=("bleu",), tgt_lang=language)["bleu"]
+    if len(scores) == 1:
+        return {"valid_bleu": next(iter(scores.values()))}
+    return {"valid_bleu": sum(scores.values()) / len(scores)} | {f"valid_bleu_{lang}": b for lang, b in scores.items()}
