@@ -195,27 +195,18 @@ def build_model(loaded):
     return hf_model
 
 
-def teacher_forced_log_probs(model, hf_model, src: torch.Tensor, tgt_in: torch.Tensor):
-    """Per-token log-probabilities of both models for (batch, len) sources (ending in EOS, padded)
-    and target inputs (BOS first, padded): two (batch, tgt_len, vocab) tensors."""
-    with torch.inference_mode():
-        ours = model.project(model(src, tgt_in)).log_softmax(-1)
-        theirs = hf_model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in).logits.log_softmax(-1)
-    return ours, theirs
-
-
 def check_same_function(model, hf_model, src_vocab: int, tgt_vocab: int) -> float:
-    """The largest log-probability difference on a fixed batch of random ids (two sentences, one
-    padded), refusing the export when it exceeds CHECK_TOLERANCE."""
+    """The largest difference between the two models' teacher-forced log-probabilities on a fixed
+    batch of random ids (two sentences, one padded), refusing the export above CHECK_TOLERANCE."""
     generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, src_vocab, (2, 9), generator=generator)
-    src[:, -1], src[1, 5:] = EOS_ID, PAD_ID
-    src[1, 4] = EOS_ID
-    tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)
+    src = torch.randint(4, src_vocab, (2, 9), generator=generator)  # (batch, src_len): EOS last, or EOS then PAD
+    src[:, -1], src[1, 4], src[1, 5:] = EOS_ID, EOS_ID, PAD_ID
+    tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)  # (batch, tgt_len): BOS first
     tgt_in[:, 0] = BOS_ID
-    ours, theirs = teacher_forced_log_probs(model, hf_model, src, tgt_in)
-    # padded target positions are not compared: the decoder's causal mask keeps them from earlier ones
-    gap = float((ours - theirs).abs().max())
+    with torch.inference_mode():
+        ours = model.project(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
+        theirs = hf_model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in).logits
+    gap = float((ours - theirs.log_softmax(-1)).abs().max())
     if not gap <= CHECK_TOLERANCE:
         transformers = import_transformers()
         raise UserError(
