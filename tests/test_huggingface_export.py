@@ -185,7 +185,15 @@ def test_the_readme_snippet_translates(trained_run, corpus, tmp_path):
     exec(code, {"print": printed.append})  # the README's lines as a user runs them
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(out)).eval()
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
-    output = hf_model.generate(**hf_tokenizer(sources, return_tensors="pt"))  # the exported decode defaults
+    decode = checkpoint.load(trained_run, CPU).config.decode
+    # the decode defaults of generation_config.json are in effect: the beam size, length penalty
+    # and a limit of max_positions (the tiny model's outputs run past generate()'s own default of 20)
+    output = hf_model.generate(
+        **hf_tokenizer(sources, return_tensors="pt"),
+        num_beams=decode.beam_size,
+        length_penalty=decode.alpha,
+        max_length=hf_model.config.max_position_embeddings,
+    )
     assert printed == [hf_tokenizer.batch_decode(output, skip_special_tokens=True)]
 
 

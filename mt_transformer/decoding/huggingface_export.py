@@ -248,7 +248,9 @@ def write_tokenizer(tokenizer, config, directory: str, work: str) -> None:
 
 
 def generation_defaults(hf_model, decode, max_positions: int) -> None:
-    """Our decode settings where generate() has them: beam size, n-best, no-repeat n-grams.
+    """Our decode settings where generate() has them: beam size, length penalty, no-repeat n-grams,
+    the special ids. A new GenerationConfig, not the one derived from the model config: older
+    transformers (4.x) rebuild a derived one from config.json, losing these settings.
 
     generate() divides a finished beam's log-probability by length ** length_penalty; ours
     divides by GNMT's ((5 + length) / 6) ** alpha. The two agree on which of two hypotheses of
@@ -256,12 +258,18 @@ def generation_defaults(hf_model, decode, max_positions: int) -> None:
     output limit is one number for all inputs (max_length, counting the start token); ours is
     max_len_a * source length + max_len_b per sentence, which a caller gives as max_new_tokens.
     """
-    g = hf_model.generation_config
-    g.num_beams, g.num_return_sequences = decode.beam_size, 1
-    g.length_penalty, g.no_repeat_ngram_size = decode.alpha, decode.no_repeat_ngram
-    g.max_length, g.early_stopping = max_positions, True
-    g.decoder_start_token_id, g.bos_token_id, g.eos_token_id, g.pad_token_id = BOS_ID, BOS_ID, EOS_ID, PAD_ID
-    g.forced_eos_token_id = EOS_ID
+    hf_model.generation_config = import_transformers().GenerationConfig(
+        num_beams=decode.beam_size,
+        length_penalty=decode.alpha,
+        no_repeat_ngram_size=decode.no_repeat_ngram,
+        max_length=max_positions,
+        early_stopping=True,
+        decoder_start_token_id=BOS_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        forced_eos_token_id=EOS_ID,
+    )
 
 
 def export(loaded, out_dir: str) -> dict:
