@@ -28,7 +28,7 @@ from mt_transformer.training import distributed, random_state
 from mt_transformer.training.run_log import RunLog
 from mt_transformer.training.step import TrainingStep, Update
 from mt_transformer.training.stop_policy import StopPolicy, TrainingStopped
-from mt_transformer.training.validation import validation_bleu, validation_loss
+from mt_transformer.training.validation import log_validation, validate
 
 log = logging.getLogger(__name__)
 
@@ -212,36 +212,12 @@ class TrainingLoop:
                 entry["tokens_per_s"],
             )
 
-    def validate(self) -> dict:
-        """Valid loss, perplexity and greedy BLEU (rank 0; the model is left in training mode)."""
-        t, d, model = self.config.train, self.config.data, self.step.model
-        metrics = validation_loss(
-            model,
-            self.data["valid"],
-            t.max_tokens,
-            d.max_len,
-            t.label_smoothing,
-            self.device,
-            t.precision,
-        )
-        metrics |= validation_bleu(model, self.tokenizer, self.data["valid"], self.config, self.device)
-        each = "".join(f"  {key[len('valid_bleu_') :]} {value:.2f}" for key, value in metrics.items() if "bleu_" in key)
-        log.info(
-            "step %d  valid loss %.3f  ppl %.2f  BLEU %.2f%s",
-            self.state.step,
-            metrics["valid_loss"],
-            metrics["valid_ppl"],
-            metrics["valid_bleu"],
-            each,
-        )
-        model.train()
-        return metrics
-
     def validate_and_save(self) -> dict:
         state = self.state
         metrics, started = {"step": state.step}, time.monotonic()
         if "valid" in self.data and self.processes.is_main:
-            metrics.update(self.validate())
+            metrics.update(validate(self.step.model, self.tokenizer, self.data["valid"], self.config, self.device))
+            log_validation(state.step, metrics)
             metrics["valid_s"] = round(time.monotonic() - started, 2)  # what validating costs the budget
         metrics["elapsed_s"] = round(state.elapsed, 1)
         self.log.write(metrics)  # before the save: a crash in between makes the resumed run validate again

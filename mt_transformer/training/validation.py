@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -13,6 +14,29 @@ from mt_transformer.decoding.translator import torch_translator, with_decode
 from mt_transformer.evaluation.scores import score
 from mt_transformer.training.loss import blockwise_losses
 from mt_transformer.training.step import PRECISIONS, autocast
+
+log = logging.getLogger(__name__)
+
+
+def validate(model, tokenizer, dataset, config: Config, device) -> dict:
+    """Valid loss, perplexity and greedy BLEU; the model is left in training mode."""
+    t = config.train
+    metrics = validation_loss(model, dataset, t.max_tokens, config.data.max_len, t.label_smoothing, device, t.precision)
+    metrics |= validation_bleu(model, tokenizer, dataset, config, device)
+    model.train()
+    return metrics
+
+
+def log_validation(step: int, metrics: dict) -> None:
+    each = "".join(f"  {key[len('valid_bleu_') :]} {value:.2f}" for key, value in metrics.items() if "bleu_" in key)
+    log.info(
+        "step %d  valid loss %.3f  ppl %.2f  BLEU %.2f%s",
+        step,
+        metrics["valid_loss"],
+        metrics["valid_ppl"],
+        metrics["valid_bleu"],
+        each,
+    )
 
 
 @torch.no_grad()
