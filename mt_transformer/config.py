@@ -21,6 +21,16 @@ from mt_transformer.config_checks import validate
 from mt_transformer.errors import ConfigError
 
 
+def language_tag(language: str) -> str:
+    """The source token that asks a model trained with data.target_tags for `language`: <2xx>."""
+    return f"<2{language}>"
+
+
+def tag_language(token: str) -> str | None:
+    """The language a target tag <2xx> asks for; None for any other token."""
+    return token[2:-1] if len(token) > 3 and token.startswith("<2") and token.endswith(">") else None
+
+
 @dataclass(frozen=True)
 class CorpusConfig:
     """One corpus: its language pair and where its splits are. The data section is one itself;
@@ -46,7 +56,7 @@ class CorpusConfig:
     def source_tags(self, target_tags: bool) -> list[str]:
         """The tokens before each of this corpus's source sentences: <2xx> (xx its target language)
         when the run has target tags, then its own tag."""
-        return ([f"<2{self.tgt_lang}>"] if target_tags else []) + ([self.tag] if self.tag else [])
+        return ([language_tag(self.tgt_lang)] if target_tags else []) + ([self.tag] if self.tag else [])
 
 
 @dataclass(frozen=True)

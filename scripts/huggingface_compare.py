@@ -84,8 +84,7 @@ def main() -> None:
     ctranslate2_engine.export(loaded, ct2_dir)
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    tag = huggingface_export.TARGET_TAG.fullmatch(f"<2{args.tgt_lang}>") if args.tgt_lang else None
-    hf_lines = [f">>{tag.group(1)}<< {line}" for line in lines] if tag else lines
+    hf_lines = [f">>{args.tgt_lang}<< {line}" for line in lines] if args.tgt_lang else lines
     print(f"{cpu_name()}, {args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}")
     gap = settings["largest_log_prob_difference"]
     print(f"{args.checkpoint}: {settings['architecture']}, {len(lines)} lines, export check {gap:.1e}")

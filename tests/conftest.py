@@ -135,10 +135,11 @@ def _run_in_this_process(name: str, args: list[str], input: str | None) -> subpr
     import traceback
 
     from mt_transformer import cli
+    from mt_transformer.cli.common import LOG_DATE_FORMAT, LOG_FORMAT
 
     stdout, stderr = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", datefmt="%H:%M:%S"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt=LOG_DATE_FORMAT))
     logger = logging.getLogger("mt_transformer")
     level, threads, stdin = logger.level, torch.get_num_threads(), sys.stdin
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

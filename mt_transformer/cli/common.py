@@ -12,6 +12,8 @@ import sys
 from mt_transformer.errors import UserError
 
 log = logging.getLogger("mt_transformer")
+# every command logs to stderr as "12:34:56 | message"
+LOG_FORMAT, LOG_DATE_FORMAT = "%(asctime)s | %(message)s", "%H:%M:%S"
 
 
 def entry_point(function):
@@ -19,9 +21,7 @@ def entry_point(function):
 
     @functools.wraps(function)
     def main(argv=None) -> int:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s | %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
-        )
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT, stream=sys.stderr)
         try:
             return function(argv) or 0
         except UserError as error:

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 
 import torch
 
+from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
@@ -48,7 +48,15 @@ SETTINGS_FILE = "mt_transformer.json"
 # check batch: float32 rounding of two implementations moves O(1) values by ~1e-6; a wrong
 # layout or a missing scale moves them by far more than this.
 CHECK_TOLERANCE = 1e-3
-TARGET_TAG = re.compile(r"<2(\S+)>")
+# our special ids, for the model config (padding rows of the embeddings) and for generate();
+# decoding starts from BOS, and EOS is forced at the length limit as ours does
+SPECIAL_IDS = dict(
+    pad_token_id=PAD_ID,
+    bos_token_id=BOS_ID,
+    eos_token_id=EOS_ID,
+    decoder_start_token_id=BOS_ID,
+    forced_eos_token_id=EOS_ID,
+)
 
 
 def import_transformers():
@@ -87,7 +95,7 @@ def stream_order(d_model: int) -> torch.Tensor:
 
 
 def hf_config(loaded, arch: str):
-    """The transformers config of the model: sizes, special ids and our decode defaults."""
+    """The transformers config of the model: its sizes, tying and special ids."""
     transformers = import_transformers()
     model, m, tokenizer = loaded.model, loaded.config.model, loaded.tokenizer
     shared = model.src_embed is model.tgt_embed
@@ -106,13 +114,9 @@ def hf_config(loaded, arch: str):
         activation_dropout=0.0,
         max_position_embeddings=m.max_positions,
         scale_embedding=True,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=EOS_ID,
         tie_word_embeddings=model.output.weight is model.tgt_embed.weight,
         is_encoder_decoder=True,
+        **SPECIAL_IDS,
     )
     if arch == "marian":
         return transformers.MarianConfig(
@@ -218,7 +222,7 @@ def check_same_function(model, hf_model, src_vocab: int, tgt_vocab: int) -> floa
 
 def vocabulary(processor, tags: dict[str, int]) -> dict[str, int]:
     """Piece -> id for a sentencepiece model, our target-language tags written >>xx<<."""
-    names = {i: f">>{TARGET_TAG.fullmatch(tag).group(1)}<<" for tag, i in tags.items() if TARGET_TAG.fullmatch(tag)}
+    names = {i: f">>{tag_language(tag)}<<" for tag, i in tags.items() if tag_language(tag)}
     return {names.get(i, processor.id_to_piece(i)): i for i in range(processor.get_piece_size())}
 
 
@@ -264,11 +268,7 @@ def generation_defaults(hf_model, decode, max_positions: int) -> None:
         no_repeat_ngram_size=decode.no_repeat_ngram,
         max_length=max_positions,
         early_stopping=True,
-        decoder_start_token_id=BOS_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID,
-        forced_eos_token_id=EOS_ID,
+        **SPECIAL_IDS,
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import Config, DecodeConfig, config_from_dict
+from mt_transformer.config import Config, DecodeConfig, config_from_dict, language_tag, tag_language
 from mt_transformer.config_checks import validate
 from mt_transformer.data.batching import pad
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -132,7 +132,7 @@ class Translator:
     def target_language(self) -> str | None:
         """The language this translator writes, when it is known: BLEU tokenizes for it."""
         if self.target_tag:
-            return self.target_tag[2:-1]
+            return tag_language(self.target_tag)
         return self.config.data.target_language if self.config else None
 
     def __call__(
@@ -235,7 +235,7 @@ def target_tag(config: Config, tgt_lang: str | None) -> str:
         raise UserError(f"--tgt-lang: {tgt_lang!r} is not among the model's target languages ({', '.join(languages)})")
     if tgt_lang is None and len(languages) > 1:
         raise UserError(f"--tgt-lang: required: this model translates into {', '.join(languages)}")
-    return f"<2{tgt_lang or languages[0]}>"
+    return language_tag(tgt_lang or languages[0])
 
 
 def _load_translator(

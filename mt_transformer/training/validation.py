@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from mt_transformer.config import Config
+from mt_transformer.config import Config, language_tag
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.decoding.translator import torch_translator, with_decode
 from mt_transformer.evaluation.scores import score
@@ -74,7 +74,9 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[s
         groups = {config.data.target_language: list(range(len(dataset)))}
     else:
         heads = [source.split(" ", 1)[0] for source in dataset["src"]]
-        groups = {language: [i for i, head in enumerate(heads) if head == f"<2{language}>"] for language in languages}
+        groups = {
+            language: [i for i, head in enumerate(heads) if head == language_tag(language)] for language in languages
+        }
     limit = config.train.valid_max_sentences or None
     groups = {language: rows[:limit] for language, rows in groups.items() if rows}
     decode = with_decode(config, beam_size=1, n_best=1, sampling=False)
