@@ -42,6 +42,13 @@ def validate(config) -> None:
     ):
         value = getattr(t, name)
         _check(value >= 0, f"train.{name}: must be zero or positive, got {value}")
+    _check_data(d)
+    _check_model(m, d)
+    _check_train(t, d)
+    _check_decode(dec)
+
+
+def _check_data(d) -> None:
     _check(d.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {d.vocab_size}")
     _check(
         0 <= d.character_coverage <= 1,
@@ -50,6 +57,9 @@ def validate(config) -> None:
     _check(d.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {d.max_ratio}")
     _check(0 <= d.spm_alpha < 1, f"data.spm_alpha: must be in [0, 1), got {d.spm_alpha}")
     check_corpora(d)
+
+
+def _check_model(m, d) -> None:
     _check(m.d_model % m.n_heads == 0, f"model.d_model: {m.d_model} is not divisible by model.n_heads ({m.n_heads})")
     _check(
         m.positions != "sinusoidal" or m.d_model % 2 == 0,
@@ -61,6 +71,9 @@ def validate(config) -> None:
         m.max_positions > d.max_len,
         f"model.max_positions: must exceed data.max_len ({d.max_len}), got {m.max_positions}",
     )
+
+
+def _check_train(t, d) -> None:
     _check(
         t.max_tokens >= d.max_len + 1,
         f"train.max_tokens: must be at least data.max_len + 1 ({d.max_len + 1}), got {t.max_tokens}",
@@ -74,6 +87,9 @@ def validate(config) -> None:
         t.device == "auto" or t.device == "cpu" or t.device.startswith("cuda"),
         f"train.device: expected auto, cpu or cuda[:N], got {t.device!r}",
     )
+
+
+def _check_decode(dec) -> None:
     _check(
         dec.sampling or dec.n_best <= dec.beam_size,
         f"decode.n_best: {dec.n_best} exceeds decode.beam_size ({dec.beam_size})",

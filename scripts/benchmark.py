@@ -406,7 +406,31 @@ def write_section(path: str, device: str, text: str) -> None:
     write_text(path, page)
 
 
-def main() -> None:
+def bench_translations(model, tokenizer, config: Config, lines: list[str], device, loaded, workdir: str) -> dict:
+    """Greedy and beam 4 at two batch sizes, beams 1-16, and CTranslate2 on a trained `loaded`
+    checkpoint where it is installed."""
+    model.eval()
+    results, outputs = {"translation": []}, {}
+    for beam in (1, 4):
+        for max_tokens in (2048, 8192):
+            row, outputs[beam] = bench_translation(model, tokenizer, config, lines, device, beam, max_tokens)
+            results["translation"].append(row)
+    results["beams"] = [
+        bench_translation(model, tokenizer, config, lines[:300], device, beam, 8192)[0] for beam in (1, 2, 4, 8, 16)
+    ]
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return results
+    if loaded is not None:
+        try:
+            results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
+        except UserError as error:  # its GPU build needs its own CUDA libraries
+            results["ctranslate2_error"] = str(error)
+    return results
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument(
@@ -434,7 +458,11 @@ def main() -> None:
     parser.add_argument("--paper-tokens", type=int, default=16384, help="target tokens per update for --paper-configs")
     parser.add_argument("--paper-updates", type=int, default=10, help="timed updates for --paper-configs")
     parser.add_argument("--no-compile", action="store_true", help="--paper-configs without the torch.compile runs")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     device = torch.device(args.device)
     use_fast_matmul(device)  # fp32 on CUDA is TF32, as in mt-train
     torch.manual_seed(1)
@@ -460,31 +488,12 @@ def main() -> None:
             "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size),
         }
         lines = list(encoded["valid"]["src"])[: args.sentences]
-        loaded, config = None, Config(data=data, model=ModelConfig(**MODEL))
-        if args.checkpoint:
-            loaded = checkpoint.load(args.checkpoint, device)
-            model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
-            results["translation_model"] = args.checkpoint
-        else:
-            results["translation_model"] = "untrained (outputs run to the length limit)"
-        model.eval()
-        results["translation"], outputs = [], {}
-        for beam in (1, 4):
-            for max_tokens in (2048, 8192):
-                row, outputs[beam] = bench_translation(model, tokenizer, config, lines, device, beam, max_tokens)
-                results["translation"].append(row)
-        results["beams"] = [
-            bench_translation(model, tokenizer, config, lines[:300], device, beam, 8192)[0] for beam in (1, 2, 4, 8, 16)
-        ]
-        try:
-            import ctranslate2  # noqa: F401
-        except ImportError:
-            ctranslate2 = None
-        if loaded is not None and ctranslate2 is not None:
-            try:
-                results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
-            except UserError as error:  # its GPU build needs its own CUDA libraries
-                results["ctranslate2_error"] = str(error)
+        loaded = checkpoint.load(args.checkpoint, device) if args.checkpoint else None
+        if loaded is not None:
+            model, tokenizer = loaded.model, loaded.tokenizer
+        config = loaded.config if loaded is not None else Config(data=data, model=ModelConfig(**MODEL))
+        results["translation_model"] = args.checkpoint or "untrained (outputs run to the length limit)"
+        results.update(bench_translations(model, tokenizer, config, lines, device, loaded, workdir))
 
         if args.paper_configs or (args.paper_configs is None and device.type == "cuda"):
             compiled = (False,) if args.no_compile else (False, True)

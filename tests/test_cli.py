@@ -186,3 +186,19 @@ def test_demo_commands_run_as_in_the_makefile(tmp_path):
     assert translate.returncode == 0, translate.stderr
     scored = run_cli("mt-eval", "--hyp", f"{run}/test.hyp.de", "--ref", f"{data}/test.de", "--metrics", "bleu", "chrf")
     assert scored.returncode == 0 and scored.stdout.startswith("BLEU = ")
+
+
+def test_train_help_lists_every_config_key_with_its_default():
+    import dataclasses
+
+    from mt_transformer.config import Config
+
+    shown = run_cli("mt-train", "--help")
+    assert shown.returncode == 0, shown.stderr
+    listing = shown.stdout.split("config keys and their defaults")[1]
+    for section in dataclasses.fields(Config):
+        assert f"{section.name}: " in listing
+        for key in dataclasses.fields(getattr(Config(), section.name)):
+            assert re.search(rf"(^|\s){key.name}=\S", listing), key.name
+    for setting in ("spm_alpha=0.0", "target_tags=false", "init_from=null", "init_from_reset=true", "accumulate=1"):
+        assert setting in listing

@@ -1,17 +1,14 @@
 """One model for several corpora and target languages: data.corpora, data.target_tags,
 data.sampling_temperature and mt-translate --tgt-lang."""
 
-import logging
-
 import pytest
 import torch
 
-from conftest import tiny_config, write_config
+from conftest import run_cli, tiny_config, write_config
 from mt_transformer.cli.translate import translate_main
 from mt_transformer.config import load_config
 from mt_transformer.decoding.translator import load_translator
 from mt_transformer.errors import UserError
-from mt_transformer.training import train as train_module
 
 
 @pytest.fixture(scope="module")
@@ -29,18 +26,9 @@ def two_way_run(corpus, tmp_path_factory):
     data = {"train": None, "valid": None, "corpora": corpora, "target_tags": True, "sampling_temperature": 3.0}
     config = tiny_config(corpus, str(directory / "run"), data=data, train={"max_steps": 20, "valid_every": 20})
     path = write_config(directory / "config.yaml", config)
-    logger = logging.getLogger("mt_transformer")
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())
-    logger.addHandler(handler)
-    level, logger.level = logger.level, logging.INFO
-    try:
-        train_module.train(load_config(path))
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    return str(directory / "run"), "\n".join(records)
+    result = run_cli("mt-train", "--config", path)
+    assert result.returncode == 0, result.stderr
+    return str(directory / "run"), result.stderr
 
 
 def test_each_corpus_is_tagged_and_sampled_by_temperature(two_way_run):

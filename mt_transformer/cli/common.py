@@ -51,6 +51,29 @@ def config_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def config_keys() -> str:
+    """Every config key with its default, by section: what `--set` can change, for --help."""
+    import dataclasses
+    import textwrap
+
+    from mt_transformer.config import Config
+
+    def shown(value) -> str:
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(shown(v) for v in value) + "]"
+        if value is None:
+            return "null"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    lines = ["config keys and their defaults (their meanings: mt_transformer/config.py):"]
+    defaults = Config()
+    for section in dataclasses.fields(defaults):
+        values = getattr(defaults, section.name)
+        keys = " ".join(f"{f.name}={shown(getattr(values, f.name))}" for f in dataclasses.fields(values))
+        lines += textwrap.wrap(keys, width=100, initial_indent=f"  {section.name}: ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
 def read_input(path: str | None) -> list[str]:
     from mt_transformer.evaluation.scores import read_lines
 

@@ -6,12 +6,17 @@ import argparse
 import os
 import sys
 
-from mt_transformer.cli.common import config_options, entry_point
+from mt_transformer.cli.common import config_keys, config_options, entry_point
 
 
 @entry_point
 def train_main(argv=None):
-    parser = argparse.ArgumentParser(prog="mt-train", description="Train a Transformer translation model.")
+    parser = argparse.ArgumentParser(
+        prog="mt-train",
+        description="Train a Transformer translation model.",
+        epilog=config_keys(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     config_options(parser)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the resolved config and parameter count, then stop"

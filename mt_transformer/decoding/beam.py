@@ -76,17 +76,7 @@ def beam_search(
         top_token = row_tokens.view(live, -1).gather(1, top_index)
         is_eos = top_token == eos_id
 
-        # EOS among the first `beam` candidates finishes a hypothesis (one host sync per step)
-        ends = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()
-        if ends:
-            for i, j in ends:
-                owner = owners[i]
-                if len(finished[owner]) < beam:
-                    row = i * beam + int(top_beam[i, j])
-                    log_prob = float(top_scores[i, j])
-                    finished[owner].append(
-                        Hypothesis(tokens[row, 1:].tolist(), log_prob / length_penalty(step + 1, alpha), log_prob)
-                    )
+        _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, step, alpha)
 
         # the best `beam` non-EOS candidates continue
         scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=1)  # (live, beam)
@@ -107,3 +97,22 @@ def beam_search(
             cache.select(rows.view(-1))
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
+
+
+def _finish_hypotheses(
+    finished, owners, tokens, top_scores, top_beam, is_eos, beam: int, step: int, alpha: float
+) -> None:
+    """EOS among the first `beam` candidates of a sentence finishes a hypothesis, until the
+    sentence has `beam` of them (one host sync per step).
+
+    tokens: (live*beam, step+1); top_scores, top_beam, is_eos: (live, 2*beam).
+    """
+    ends = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()
+    for i, j in ends:
+        owner = owners[i]
+        if len(finished[owner]) < beam:
+            row = i * beam + int(top_beam[i, j])
+            log_prob = float(top_scores[i, j])
+            finished[owner].append(
+                Hypothesis(tokens[row, 1:].tolist(), log_prob / length_penalty(step + 1, alpha), log_prob)
+            )
