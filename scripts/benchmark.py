@@ -418,15 +418,16 @@ def bench_translations(model, tokenizer, config: Config, lines: list[str], devic
     results["beams"] = [
         bench_translation(model, tokenizer, config, lines[:300], device, beam, 8192)[0] for beam in (1, 2, 4, 8, 16)
     ]
+    if loaded is None:
+        return results
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
         return results
-    if loaded is not None:
-        try:
-            results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
-        except UserError as error:  # its GPU build needs its own CUDA libraries
-            results["ctranslate2_error"] = str(error)
+    try:
+        results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
+    except UserError as error:  # its GPU build needs its own CUDA libraries
+        results["ctranslate2_error"] = str(error)
     return results
 
 
@@ -490,8 +491,9 @@ def main() -> None:
         lines = list(encoded["valid"]["src"])[: args.sentences]
         loaded = checkpoint.load(args.checkpoint, device) if args.checkpoint else None
         if loaded is not None:
-            model, tokenizer = loaded.model, loaded.tokenizer
-        config = loaded.config if loaded is not None else Config(data=data, model=ModelConfig(**MODEL))
+            model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
+        else:
+            config = Config(data=data, model=ModelConfig(**MODEL))
         results["translation_model"] = args.checkpoint or "untrained (outputs run to the length limit)"
         results.update(bench_translations(model, tokenizer, config, lines, device, loaded, workdir))
 
