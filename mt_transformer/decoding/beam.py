@@ -1,8 +1,9 @@
 """Batched beam search with the GNMT length penalty and the decoder's key/value cache.
 
-Decoder rows are flat (sentence * beam); the encoder output and the cross-attention keys and
-values are kept once per sentence. At step 0 only beam 0 of each sentence is alive. Each step
-takes the top 2*beam candidates over (beam, vocab): an EOS among the first `beam` ends a
+Decoder rows are flat (sentence * width); the encoder output and the cross-attention keys and
+values are kept once per sentence. Step 0 decodes one row per sentence (every beam would start
+from BOS alike) and its best candidates become the sentence's `beam` rows. Each step takes the
+top 2*beam candidates over (width, vocab): an EOS among the first `beam` ends a
 hypothesis, and the best `beam` others continue. A sentence is done once it has `beam`
 finished hypotheses (fairseq's rule) or reaches its length limit, where EOS is forced; done
 sentences leave the batch so later steps run on fewer rows.
@@ -48,39 +49,41 @@ def beam_search(
     cache = model.new_cache()
     sentence = torch.arange(batch, device=device)  # original index of each live sentence
     max_len = max_len.to(device)
-    tokens = torch.full((batch * beam, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.full((batch, beam), float("-inf"), device=device)  # cumulative log-probs
-    scores[:, 0] = 0.0
+    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)  # (live*width, step+1)
+    scores = torch.zeros(batch, 1, device=device)  # (live, width): cumulative log-probs
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     shortest_limit = int(max_len.min())
 
     for step in range(int(max_len.max()) + 1):
         live, owners = sentence.numel(), sentence.tolist()
+        width = scores.size(1)  # rows per sentence: 1 at step 0, then beam
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        logits = model.project(states[:, -1]).float()  # (live*beam, vocab)
-        log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (live*beam, 1): log p = logits - log_z
+        logits = model.project(states[:, -1]).float()  # (live*width, vocab)
+        log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (live*width, 1): log p = logits - log_z
         if no_repeat_ngram:
             forbid_repeated_ngrams(logits, tokens, no_repeat_ngram)
         if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
-            forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(beam), eos_id)
-        force_prefix(logits, None if prefix is None else prefix[sentence].repeat_interleave(beam, dim=0), step)
+            forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(width), eos_id)
+        force_prefix(logits, None if prefix is None else prefix[sentence].repeat_interleave(width, dim=0), step)
         # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
         # so only those are scored: no (live, beam * vocab) sums, and no log-softmax of the whole row
         per_row = min(2 * beam, logits.size(-1))
-        row_logits, row_tokens = logits.topk(per_row, dim=-1)  # (live*beam, per_row)
+        row_logits, row_tokens = logits.topk(per_row, dim=-1)  # (live*width, per_row)
         row_log_probs = row_logits - log_z
         row_scores = scores.view(-1, 1) + row_log_probs  # cumulative log-probs
-        top_scores, top_index = row_scores.view(live, -1).topk(2 * beam, dim=1)  # (live, 2*beam)
-        top_beam = top_index // per_row
+        candidates = min(2 * beam, width * per_row)
+        top_scores, top_index = row_scores.view(live, -1).topk(candidates, dim=1)  # (live, 2*beam)
+        top_beam = top_index // per_row  # which of the sentence's rows each candidate extends
         top_token = row_tokens.view(live, -1).gather(1, top_index)
         is_eos = top_token == eos_id
 
-        _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, step, alpha)
+        _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, width, step, alpha)
 
         # the best `beam` non-EOS candidates continue
-        scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=1)  # (live, beam)
-        rows = (torch.arange(live, device=device) * beam)[:, None] + top_beam.gather(1, order)  # (live, beam)
+        scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, candidates), dim=1)
+        rows = (torch.arange(live, device=device) * width)[:, None] + top_beam.gather(1, order)  # (live, beam)
+        width = scores.size(1)
         tokens = torch.cat([tokens[rows.view(-1)], top_token.gather(1, order).view(-1, 1)], dim=1)
 
         done = torch.tensor([len(finished[s]) >= beam for s in owners], device=device) | (max_len <= step)
@@ -90,7 +93,7 @@ def beam_search(
             keep = (~done).nonzero().view(-1)  # (still_live,)
             rows, sentence, max_len, scores = rows[keep], sentence[keep], max_len[keep], scores[keep]
             shortest_limit = int(max_len.min())
-            keep_rows = (keep[:, None] * beam + torch.arange(beam, device=device)).view(-1)
+            keep_rows = (keep[:, None] * width + torch.arange(width, device=device)).view(-1)
             tokens, src_mask = tokens[keep_rows], src_mask[keep]
             cache.select(rows.view(-1), sentences=keep)
         else:
@@ -100,18 +103,18 @@ def beam_search(
 
 
 def _finish_hypotheses(
-    finished, owners, tokens, top_scores, top_beam, is_eos, beam: int, step: int, alpha: float
+    finished, owners, tokens, top_scores, top_beam, is_eos, beam: int, width: int, step: int, alpha: float
 ) -> None:
     """EOS among the first `beam` candidates of a sentence finishes a hypothesis, until the
     sentence has `beam` of them (one host sync per step).
 
-    tokens: (live*beam, step+1); top_scores, top_beam, is_eos: (live, 2*beam).
+    tokens: (live*width, step+1); top_scores, top_beam, is_eos: (live, 2*beam).
     """
     ends = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()
     for i, j in ends:
         owner = owners[i]
         if len(finished[owner]) < beam:
-            row = i * beam + int(top_beam[i, j])
+            row = i * width + int(top_beam[i, j])
             log_prob = float(top_scores[i, j])
             finished[owner].append(
                 Hypothesis(tokens[row, 1:].tolist(), log_prob / length_penalty(step + 1, alpha), log_prob)
