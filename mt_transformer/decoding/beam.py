@@ -19,6 +19,7 @@ from mt_transformer.decoding.search import (
     forbid_repeated_ngrams,
     force_prefix,
     length_penalty,
+    output_projection,
 )
 
 
@@ -46,7 +47,7 @@ def beam_search(
     batch, device, beam = src.size(0), src.device, beam_size
     # one encoding per sentence: its `beam` rows share it (the cross-attention folds them together)
     memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
-    cache = model.new_cache()
+    cache, project = model.new_cache(), output_projection(model)
     sentence = torch.arange(batch, device=device)  # original index of each live sentence
     max_len = max_len.to(device)
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)  # (live*width, step+1)
@@ -59,7 +60,7 @@ def beam_search(
         width = scores.size(1)  # rows per sentence: 1 at step 0, then beam
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        logits = model.project(states[:, -1]).float()  # (live*width, vocab)
+        logits = project(states[:, -1]).float()  # (live*width, vocab)
         log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (live*width, 1): log p = logits - log_z
         if no_repeat_ngram:
             forbid_repeated_ngrams(logits, tokens, no_repeat_ngram)

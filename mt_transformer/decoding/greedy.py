@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import Hypothesis, forbid_all_but_eos, forbid_repeated_ngrams, force_prefix
+from mt_transformer.decoding.search import (
+    Hypothesis,
+    forbid_all_but_eos,
+    forbid_repeated_ngrams,
+    force_prefix,
+    output_projection,
+)
 
 
 @torch.inference_mode()
@@ -30,7 +36,7 @@ def greedy_search(
     """
     batch, device = src.size(0), src.device
     memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
-    cache = model.new_cache()
+    cache, project = model.new_cache(), output_projection(model)
     max_len = max_len.to(device)
     sentence = torch.arange(batch, device=device)  # original index of each live row
     last = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)
@@ -41,7 +47,7 @@ def greedy_search(
     for step in range(int(max_len.max()) + 1):
         states, _ = model.decode(last, memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        logits = model.project(states[:, -1]).float()  # (live, vocab)
+        logits = project(states[:, -1]).float()  # (live, vocab)
         log_z = torch.logsumexp(logits, dim=-1)  # (live,): log p = logits - log_z, no log-softmax of the row
         if no_repeat_ngram:
             forbid_repeated_ngrams(logits, history, no_repeat_ngram)

@@ -1,0 +1,29 @@
+"""The rules every search shares (decoding/search.py)."""
+
+import torch
+
+from mt_transformer.decoding.search import output_projection
+from mt_transformer.model.transformer import Transformer
+
+
+def tiny_model(**kwargs):
+    torch.manual_seed(0)
+    return Transformer(40, 40, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1, **kwargs).eval()
+
+
+def test_the_search_projection_gives_the_model_logits():
+    for model in (tiny_model(), tiny_model(tie_embeddings=False)):
+        states = torch.randn(37, 32)
+        project = output_projection(model)
+        if torch.backends.mkldnn.is_available():
+            assert project is not model.project  # the packed weight is used, not a silent fallback
+        with torch.inference_mode():
+            # float32 sums of 32 products in another order: differences of about 1e-6
+            torch.testing.assert_close(project(states), model.project(states), rtol=1e-4, atol=1e-4)
+
+
+def test_autocast_and_other_dtypes_keep_the_model_projection():
+    model = tiny_model()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert output_projection(model) == model.project
+    assert output_projection(model.to(torch.bfloat16)) == model.project
