@@ -77,12 +77,31 @@ def test_no_import_cycles_between_modules_or_subpackages():
 
 @pytest.mark.parametrize(
     "module,absent",
-    [("mt_transformer.model.transformer", "sentencepiece"), ("mt_transformer.decoding.translator", "datasets")],
+    [
+        ("mt_transformer.model.transformer", "sentencepiece"),
+        ("mt_transformer.decoding.translator", "datasets"),
+        ("mt_transformer.decoding.translator", "sacrebleu"),
+    ],
 )
 def test_a_module_does_not_pull_in_what_it_does_not_use(module, absent):
     code = f"import sys, {module}; print({absent!r} in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env=subprocess_env(),
+    )
+    assert result.stdout.strip() == "False"
+
+
+def test_reading_the_lines_to_translate_does_not_import_sacrebleu(tmp_path):
+    (tmp_path / "in.txt").write_text("eins\nzwei\n", encoding="utf-8")
+    code = "import sys; from mt_transformer.cli.common import read_input; read_input(sys.argv[1]); "
+    code += "print('sacrebleu' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "in.txt")],
         capture_output=True,
         text=True,
         cwd=ROOT,

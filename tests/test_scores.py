@@ -7,7 +7,7 @@ import pytest
 
 from conftest import run_cli
 from mt_transformer.errors import UserError
-from mt_transformer.evaluation.scores import read_lines, score
+from mt_transformer.evaluation.scores import score
 
 HYP = ["The cat sat on the mat.", "A dog runs in the park!", "Hello world", ""]
 REF = ["The cat sat on a mat.", "A dog is running in the park!", "Hello, world", "Nothing"]
@@ -52,14 +52,6 @@ def test_line_count_mismatch_is_a_one_line_error(tmp_path):
     result = run_cli("mt-eval", "--hyp", str(hyp), "--ref", str(ref))
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: {hyp} has 2 lines but {ref} has 1"
-
-
-def test_read_lines_handles_crlf_bom_and_missing_final_newline(tmp_path):
-    path = tmp_path / "x.txt"
-    path.write_bytes("\ufeffone\r\ntwo\r\n\r\nfour".encode())
-    assert read_lines(str(path)) == ["one", "two", "", "four"]
-    with pytest.raises(UserError, match="nope.txt: file not found"):
-        read_lines(str(tmp_path / "nope.txt"))
 
 
 def test_score_refuses_different_lengths():

@@ -75,7 +75,7 @@ def config_keys() -> str:
 
 
 def read_input(path: str | None) -> list[str]:
-    from mt_transformer.evaluation.scores import read_lines
+    from mt_transformer.data.text import read_lines
 
     if path is None or path == "-":
         return [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]

@@ -39,11 +39,11 @@ def eval_main(argv=None):
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
+    from mt_transformer.data.text import read_lines
     from mt_transformer.evaluation.scores import (
         format_scores,
         format_significance,
         paired_significance,
-        read_lines,
         score,
         sentence_scores,
     )
@@ -78,7 +78,7 @@ def eval_main(argv=None):
 def _hypotheses(args) -> tuple[list[str], str | None]:
     """The lines to score (--hyp, or the translations of --src by --checkpoint) and the target
     language BLEU tokenizes for."""
-    from mt_transformer.evaluation.scores import read_lines
+    from mt_transformer.data.text import read_lines
 
     if args.checkpoint:
         if not args.src:

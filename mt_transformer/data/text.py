@@ -1,9 +1,12 @@
-"""Text as every command sees it: one normalization for training and translation, and where a
-file stops being UTF-8. Kept apart from corpus.py so that translating does not import `datasets`."""
+"""Text as every command sees it: one normalization for training and translation, the lines of
+a text file, and where a file stops being UTF-8. Kept apart from corpus.py and the scores so that
+translating imports neither `datasets` nor sacreBLEU."""
 
 from __future__ import annotations
 
 import unicodedata
+
+from mt_transformer.errors import UserError
 
 
 def normalize(line: str) -> str:
@@ -21,3 +24,19 @@ def invalid_utf8_line(path: str) -> int | None:
             except UnicodeDecodeError:
                 return number
     return None
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 file without their line endings (a final newline adds no line)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: line {invalid_utf8_line(path)} is not valid UTF-8") from None
+    text = text.removeprefix("\ufeff")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]

@@ -8,26 +8,9 @@ import logging
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
-from mt_transformer.data.text import invalid_utf8_line
 from mt_transformer.errors import UserError
 
 METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
-
-
-def read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 file without their line endings (a final newline adds no line)."""
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: line {invalid_utf8_line(path)} is not valid UTF-8") from None
-    text = text.removeprefix("\ufeff")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
 
 
 def bleu_metric(tgt_lang: str | None, effective_order: bool = False) -> BLEU:
