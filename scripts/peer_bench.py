@@ -90,6 +90,9 @@ def main() -> None:
         "--max-tokens", type=int, nargs="+", default=[2048, 8192], help="decoding batch sizes in source tokens"
     )
     parser.add_argument("--rounds", type=int, default=1, help="decode this many times, alternating the settings")
+    parser.add_argument(
+        "--ctranslate2", action="store_true", help="also decode with the same model exported to CTranslate2 (fp32)"
+    )
     args = parser.parse_args()
     data = os.path.join(args.peers_dir, "data")
     out = os.path.join(args.peers_dir, "runs", f"mt_transformer-{args.tag}")
@@ -116,7 +119,7 @@ def main() -> None:
     import torch
 
     from mt_transformer import checkpoint
-    from mt_transformer.decoding.translator import torch_translator, with_decode
+    from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
     from mt_transformer.evaluation.scores import score
 
     torch.set_num_threads(2)
@@ -124,22 +127,30 @@ def main() -> None:
     model, tokenizer = loaded.model, loaded.tokenizer
     sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
     references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
-    for round_ in range(args.rounds):  # the batch sizes alternate within each round
-        for max_tokens in args.max_tokens:
-            settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
-            translate = torch_translator(model, tokenizer, settings, torch.device("cpu"))
+    engines = {}
+    for max_tokens in args.max_tokens:
+        settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
+        engines[str(max_tokens)] = torch_translator(model, tokenizer, settings, torch.device("cpu"))
+    if args.ctranslate2:
+        from mt_transformer.decoding import ctranslate2_engine
+
+        ctranslate2_engine.export(loaded, os.path.join(out, "ct2"))
+        engines["ct2"] = load_translator(
+            os.path.join(out, "ct2"), "ctranslate2", "cpu", "float32", threads=2, beam_size=4, alpha=0.6
+        )
+    for round_ in range(args.rounds):  # the settings alternate within each round
+        for name, translate in engines.items():
             translate(sources[:20])  # warm-up
             start = time.perf_counter()
             results = translate(sources)
             seconds = time.perf_counter() - start
             hypotheses = [r[0].text for r in results]
             tokens = sum(len(r[0].tokens) for r in results)
-            name = f"{max_tokens}/round{round_ + 1}"
-            result[f"decode_sent_per_s@{name}"] = round(len(sources) / seconds, 2)
-            result[f"decode_tok_per_s@{name}"] = round(tokens / seconds, 1)
-            result["out_tokens"] = tokens
-            result["bleu"] = score(hypotheses, references, ["bleu"])["bleu"]
-            with open(os.path.join(out, f"hyp.test.{max_tokens}"), "w", encoding="utf-8") as f:
+            result[f"decode_sent_per_s@{name}/round{round_ + 1}"] = round(len(sources) / seconds, 2)
+            result[f"decode_tok_per_s@{name}/round{round_ + 1}"] = round(tokens / seconds, 1)
+            result[f"out_tokens@{name}"] = tokens
+            result[f"bleu@{name}"] = score(hypotheses, references, ["bleu"])["bleu"]
+            with open(os.path.join(out, f"hyp.test.{name}"), "w", encoding="utf-8") as f:
                 f.write("".join(h + "\n" for h in hypotheses))
     with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
