@@ -80,6 +80,48 @@ def steady_rate(metrics_path: str) -> float:
     return statistics.mean(rates[1:])
 
 
+def decode(args, data: str, out: str) -> dict:
+    """Beam-4 translation of the test sentences with the trained model, at each of --max-tokens
+    (and through CTranslate2 with --ctranslate2), the settings alternating within each round."""
+    import torch
+
+    from mt_transformer import checkpoint
+    from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
+    from mt_transformer.evaluation.scores import score
+
+    torch.set_num_threads(2)
+    loaded = checkpoint.load(os.path.join(out, "run"), torch.device("cpu"))
+    sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
+    references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
+    engines = {}
+    for max_tokens in args.max_tokens:
+        settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
+        engines[str(max_tokens)] = torch_translator(loaded.model, loaded.tokenizer, settings, torch.device("cpu"))
+    if args.ctranslate2:
+        from mt_transformer.decoding import ctranslate2_engine
+
+        ctranslate2_engine.export(loaded, os.path.join(out, "ct2"))
+        engines["ct2"] = load_translator(
+            os.path.join(out, "ct2"), "ctranslate2", "cpu", "float32", threads=2, beam_size=4, alpha=0.6
+        )
+    result = {}
+    for round_ in range(args.rounds):
+        for name, translate in engines.items():
+            translate(sources[:20])  # warm-up
+            start = time.perf_counter()
+            results = translate(sources)
+            seconds = time.perf_counter() - start
+            hypotheses = [r[0].text for r in results]
+            tokens = sum(len(r[0].tokens) for r in results)
+            result[f"decode_sent_per_s@{name}/round{round_ + 1}"] = round(len(sources) / seconds, 2)
+            result[f"decode_tok_per_s@{name}/round{round_ + 1}"] = round(tokens / seconds, 1)
+            result[f"out_tokens@{name}"] = tokens
+            result[f"bleu@{name}"] = score(hypotheses, references, ["bleu"])["bleu"]
+            with open(os.path.join(out, f"hyp.test.{name}"), "w", encoding="utf-8") as f:
+                f.write("".join(h + "\n" for h in hypotheses))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers-dir", default=os.environ.get("PEERS_DIR", os.path.expanduser("~/.cache/mt-peers")))
@@ -116,42 +158,7 @@ def main() -> None:
         result["train_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
     result["train_tok_per_s"] = round(steady_rate(os.path.join(out, "run", "metrics.jsonl")), 1)
 
-    import torch
-
-    from mt_transformer import checkpoint
-    from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
-    from mt_transformer.evaluation.scores import score
-
-    torch.set_num_threads(2)
-    loaded = checkpoint.load(os.path.join(out, "run"), torch.device("cpu"))
-    model, tokenizer = loaded.model, loaded.tokenizer
-    sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
-    references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
-    engines = {}
-    for max_tokens in args.max_tokens:
-        settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
-        engines[str(max_tokens)] = torch_translator(model, tokenizer, settings, torch.device("cpu"))
-    if args.ctranslate2:
-        from mt_transformer.decoding import ctranslate2_engine
-
-        ctranslate2_engine.export(loaded, os.path.join(out, "ct2"))
-        engines["ct2"] = load_translator(
-            os.path.join(out, "ct2"), "ctranslate2", "cpu", "float32", threads=2, beam_size=4, alpha=0.6
-        )
-    for round_ in range(args.rounds):  # the settings alternate within each round
-        for name, translate in engines.items():
-            translate(sources[:20])  # warm-up
-            start = time.perf_counter()
-            results = translate(sources)
-            seconds = time.perf_counter() - start
-            hypotheses = [r[0].text for r in results]
-            tokens = sum(len(r[0].tokens) for r in results)
-            result[f"decode_sent_per_s@{name}/round{round_ + 1}"] = round(len(sources) / seconds, 2)
-            result[f"decode_tok_per_s@{name}/round{round_ + 1}"] = round(tokens / seconds, 1)
-            result[f"out_tokens@{name}"] = tokens
-            result[f"bleu@{name}"] = score(hypotheses, references, ["bleu"])["bleu"]
-            with open(os.path.join(out, f"hyp.test.{name}"), "w", encoding="utf-8") as f:
-                f.write("".join(h + "\n" for h in hypotheses))
+    result.update(decode(args, data, out))
     with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(" ".join(f"{k}={v}" for k, v in result.items()))
