@@ -81,6 +81,38 @@ def probe_speed(config: str, overrides: list[str], steps: int) -> float:
     return round(sum(rates[1:]) / (len(rates) - 1), 1) if len(rates) > 1 else rates[0]
 
 
+def score_run(out: str, best_name: str, d, test: bool) -> dict:
+    """Valid BLEU of the best checkpoint (beam and greedy) and of the averages of the last 3 and 5
+    kept checkpoints (written to avg3/, avg5/); with `test`, test BLEU and chrF of each."""
+    best_dir = os.path.join(checkpoint.checkpoint_root(out), best_name)
+    row = {}
+    row["valid_best"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
+    row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu", "--beam", "1")[
+        "bleu"
+    ]
+    kept = checkpoint.list_checkpoints(out)
+    averages = {}
+    for n in (3, 5):
+        if len(kept) >= n:
+            averages[n] = os.path.join(out, f"avg{n}")
+            run("mt-average", "--inputs", out, "--last", str(n), "--output", averages[n])
+            row[f"valid_avg{n}"] = evaluate(averages[n], d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
+            row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
+    if test and d.test:
+        models = (
+            ("best", best_dir, ()),
+            ("best_greedy", best_dir, ("--beam", "1")),
+            ("avg3", averages.get(3), ()),
+            ("avg5", averages.get(5), ()),
+        )
+        for label, model, options in models:
+            if model:
+                scores = evaluate(model, d.test, d.src_lang, d.tgt_lang, *options)
+                row[f"test_{label}"] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+                row["signatures"] = scores["signature"]
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
@@ -128,31 +160,7 @@ def main() -> None:
         row["probe_tokens_per_s"] = probe
     if not args.eval_only:
         row["cpu"] = cpu_model()
-    best_dir = os.path.join(checkpoint.checkpoint_root(out), best["dir"])
-    row["valid_best"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
-    row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu", "--beam", "1")[
-        "bleu"
-    ]
-    kept = checkpoint.list_checkpoints(out)
-    averages = {}
-    for n in (3, 5):
-        if len(kept) >= n:
-            averages[n] = os.path.join(out, f"avg{n}")
-            run("mt-average", "--inputs", out, "--last", str(n), "--output", averages[n])
-            row[f"valid_avg{n}"] = evaluate(averages[n], d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
-            row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
-    if args.test and d.test:
-        models = (
-            ("best", best_dir, ()),
-            ("best_greedy", best_dir, ("--beam", "1")),
-            ("avg3", averages.get(3), ()),
-            ("avg5", averages.get(5), ()),
-        )
-        for label, model, options in models:
-            if model:
-                scores = evaluate(model, d.test, d.src_lang, d.tgt_lang, *options)
-                row[f"test_{label}"] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
-                row["signatures"] = scores["signature"]
+    row.update(score_run(out, best["dir"], d, args.test))
     with open(os.path.join(args.runs_dir, "results.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps(row))
