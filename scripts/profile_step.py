@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""A config's training update in two or more precisions, through mt-train's own step.
+
+    python3 scripts/profile_step.py --config configs/recipes/small_cpu.yaml [--set KEY=VALUE ...]
+        [--precisions fp32 bf16] [--updates 10] [--rounds 3] [--profile] [--top 25]
+
+Prepares the config's data as mt-train does (tokenizer and encoding cache in --workdir, reused
+by later calls), builds the config's model once and gives each precision its own copy of the
+same initial weights, with the config's optimizer, schedule, clipping and accumulation
+(training/step.py). Each round runs the same batches in every precision, the precisions
+alternating, and prints target tokens/s and the ratio to the first precision; host drift then
+hits all precisions alike. --profile adds a torch.profiler table per precision (operators by
+self time) over one more set of updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import time
+
+import numpy as np
+import torch
+
+from mt_transformer.config import load_config
+from mt_transformer.data.batching import batch_loader, token_batches
+from mt_transformer.data.prepare import prepare_data
+from mt_transformer.devices import cpu_model, select_device, slow_precision, use_fast_matmul
+from mt_transformer.model.transformer import Transformer
+from mt_transformer.training.state import TrainerState
+from mt_transformer.training.step import PRECISIONS, TrainingStep, optimizer_for
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--workdir", default="runs/profile_step", help="the tokenizer and encoded data (reused)")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=PRECISIONS)
+    parser.add_argument("--updates", type=int, default=10, help="timed updates per precision and round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed updates per precision before the first round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="also profile each precision's updates by operator")
+    parser.add_argument("--top", type=int, default=25, help="operators listed per profile")
+    return parser.parse_args()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build_steps(config, model, precisions: list[str], device: torch.device) -> dict[str, TrainingStep]:
+    """One TrainingStep per precision, each over its own copy of `model`'s initial weights."""
+    steps = {}
+    for precision in precisions:
+        train = dataclasses.replace(config.train, precision=precision)
+        copied = copy.deepcopy(model)
+        optimizer, scheduler, scaler = optimizer_for(copied, train, config.model.d_model, device)
+        steps[precision] = TrainingStep(copied, optimizer, scheduler, scaler, train, TrainerState(), device)
+        copied.train()
+    return steps
+
+
+def run_updates(step: TrainingStep, groups, device: torch.device) -> tuple[float, int]:
+    """(seconds, target tokens) of one update per group of batches."""
+    synchronize(device)
+    start, tokens = time.perf_counter(), 0
+    for group in groups:
+        step([batch.to(device) for batch in group])
+        tokens += sum(batch.target_tokens for batch in group)
+    synchronize(device)
+    return time.perf_counter() - start, tokens
+
+
+def profile_table(step: TrainingStep, groups, device: torch.device, top: int) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        run_updates(step, groups, device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return profiler.key_averages().table(sort_by=key, row_limit=top)
+
+
+def main() -> None:
+    args = parse_args()
+    config = load_config(args.config, args.set)
+    t = config.train
+    device = select_device(t.device)
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    use_fast_matmul(device)
+    torch.manual_seed(t.seed)
+    tokenizer, encoded, _ = prepare_data(config.data, args.workdir, t.seed)
+    train = encoded["train"]
+    batches = token_batches(np.asarray(train["src_len"]), np.asarray(train["tgt_len"]), t.max_tokens, seed=t.seed)
+    needed = (args.warmup + args.updates * (1 + args.profile)) * t.accumulate
+    loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches[:needed])
+    flat = list(loader)
+    groups = [flat[i : i + t.accumulate] for i in range(0, len(flat), t.accumulate)]
+    model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    steps = build_steps(config, model.to(device), args.precisions, device)
+
+    processor = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    threads = torch.get_num_threads()
+    print(f"{args.config} {' '.join(args.set)}: {processor}, {threads} threads, torch {torch.__version__}")
+    for precision in args.precisions:
+        if slow_precision(device, precision):
+            print(f"note: {slow_precision(device, precision)}")
+        run_updates(steps[precision], groups[: args.warmup], device)
+    timed = groups[args.warmup : args.warmup + args.updates]
+    print(f"{len(timed)} updates of ~{t.max_tokens * t.accumulate} target tokens per precision and round")
+    print("| round | " + " | ".join(f"{p} tok/s" for p in args.precisions) + " | ratio to " + args.precisions[0] + " |")
+    print("|---" * (len(args.precisions) + 2) + "|")
+    for round_ in range(args.rounds):
+        rates = {}
+        for precision in args.precisions:
+            seconds, tokens = run_updates(steps[precision], timed, device)
+            rates[precision] = tokens / seconds
+        base = rates[args.precisions[0]]
+        ratios = " / ".join(f"{rates[p] / base:.2f}" for p in args.precisions[1:]) or "-"
+        print(f"| {round_ + 1} | " + " | ".join(f"{rates[p]:,.0f}" for p in args.precisions) + f" | {ratios} |")
+    if args.profile:
+        profiled = groups[args.warmup + args.updates : args.warmup + 2 * args.updates]
+        for precision in args.precisions:
+            print(f"\n{precision}, {len(profiled)} updates:")
+            print(profile_table(steps[precision], profiled, device, args.top))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""scripts/profile_step.py: a config's update timed and profiled in two precisions."""
+
+import os
+import subprocess
+import sys
+
+from conftest import ROOT, subprocess_env, tiny_config, write_config
+
+
+def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
+    config = write_config(tmp_path / "tiny.yaml", tiny_config(corpus, str(tmp_path / "run")))
+    args = ["--config", config, "--workdir", str(tmp_path / "work"), "--precisions", "fp32", "bf16"]
+    args += ["--updates", "2", "--warmup", "1", "--rounds", "2", "--profile", "--top", "5"]
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "profile_step.py"), *args],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(OMP_NUM_THREADS="2"),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 2
+    for row in rows:
+        fp32, bf16, ratio = (float(cell.replace(",", "")) for cell in row[2:5])
+        assert fp32 > 0 and bf16 > 0 and abs(ratio - bf16 / fp32) < 0.01 + 0.01 * ratio
+    assert result.stdout.count("Self CPU time total") == 2  # one operator table per precision
+    assert not os.path.exists(tmp_path / "run")  # nothing written where mt-train would write
