@@ -3,6 +3,7 @@ forcing EOS at the length limit, and the output projection a search runs every s
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,8 +26,8 @@ def length_penalty(length: int, alpha: float) -> float:
 def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
     """The model's project() for one search: decoder states (rows, d_model) -> logits (rows, vocab).
 
-    On a CPU in float32 the (vocab, d_model) weight is packed once per search for oneDNN's matrix
-    product, which runs the few hundred rows of a decoding step 1.2-3 times as fast as the
+    On an x86 CPU in float32 the (vocab, d_model) weight is packed once per search for oneDNN's
+    matrix product, which runs the few hundred rows of a decoding step 1.2-3 times as fast as the
     unpacked product (docs/benchmarks.md). Elsewhere, under autocast, for an ensemble, or where
     this torch build lacks the oneDNN operators, it is model.project itself.
     """
@@ -36,16 +37,22 @@ def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
         weight is None
         or weight.device.type != "cpu"
         or weight.dtype != torch.float32
+        or platform.machine().lower() not in ("x86_64", "amd64")
         or not torch.backends.mkldnn.is_available()
         or _cpu_autocast()
     ):
         return model.project
+    bias = None if output.bias is None else output.bias.detach()
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-    except (AttributeError, RuntimeError):
+
+        def project(states: torch.Tensor) -> torch.Tensor:
+            return torch.ops.mkldnn._linear_pointwise(states, packed, bias, "none", [], "")
+
+        project(weight.new_zeros(1, weight.size(1)))  # an operator that differs fails here, not mid-search
+    except (AttributeError, RuntimeError, TypeError):
         return model.project
-    bias = None if output.bias is None else output.bias.detach()
-    return lambda states: torch.ops.mkldnn._linear_pointwise(states, packed, bias, "none", [], "")
+    return project
 
 
 def _cpu_autocast() -> bool:
