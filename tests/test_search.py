@@ -4,6 +4,7 @@ import platform
 
 import torch
 
+from mt_transformer.decoding import search
 from mt_transformer.decoding.search import output_projection
 from mt_transformer.model.transformer import Transformer
 
@@ -38,3 +39,16 @@ def test_a_failing_onednn_operator_falls_back_to_the_model_projection(monkeypatc
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", unsupported)
     model = tiny_model()
     assert output_projection(model) == model.project
+
+
+def test_the_packed_weight_is_reused_until_the_weight_changes():
+    model, states = tiny_model(), torch.randn(5, 32)
+    with torch.inference_mode():
+        first = output_projection(model)(states)
+        packed = search._PACKED.get(model.output)
+        output_projection(model)(states)
+        assert search._PACKED.get(model.output) is packed  # None where nothing is packed: both None
+    with torch.no_grad():
+        model.output.weight.mul_(2.0)  # as an optimizer step changes it in place
+    with torch.inference_mode():
+        torch.testing.assert_close(output_projection(model)(states), 2 * first, rtol=1e-4, atol=1e-4)

@@ -4,6 +4,7 @@ forcing EOS at the length limit, and the output projection a search runs every s
 from __future__ import annotations
 
 import platform
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,10 +27,11 @@ def length_penalty(length: int, alpha: float) -> float:
 def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
     """The model's project() for one search: decoder states (rows, d_model) -> logits (rows, vocab).
 
-    On an x86 CPU in float32 the (vocab, d_model) weight is packed once per search for oneDNN's
-    matrix product, which runs the few hundred rows of a decoding step 1.2-3 times as fast as the
-    unpacked product (docs/benchmarks.md). Elsewhere, under autocast, for an ensemble, or where
-    this torch build lacks the oneDNN operators, it is model.project itself.
+    On an x86 CPU in float32 the (vocab, d_model) weight is packed for oneDNN's matrix product
+    (once, and again whenever the weight changes), which runs the few hundred rows of a decoding
+    step 1.2-3 times as fast as the unpacked product (docs/benchmarks.md). Elsewhere, under
+    autocast, for an ensemble, or where this torch build lacks the oneDNN operators, it is
+    model.project itself.
     """
     output = getattr(model, "output", None)
     weight = output.weight if isinstance(output, nn.Linear) else None
@@ -44,7 +46,7 @@ def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
         return model.project
     bias = None if output.bias is None else output.bias.detach()
     try:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        packed = _packed_weight(output)
 
         def project(states: torch.Tensor) -> torch.Tensor:
             return torch.ops.mkldnn._linear_pointwise(states, packed, bias, "none", [], "")
@@ -53,6 +55,19 @@ def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
     except (AttributeError, RuntimeError, TypeError):
         return model.project
     return project
+
+
+# packed weights by layer, reused while the weight is unchanged (interactive translation searches
+# once per line); an optimizer step or a load changes the weight's version and forces a new pack
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _packed_weight(layer: nn.Linear) -> torch.Tensor:
+    weight = layer.weight
+    key = (weight._version, weight.data_ptr())
+    if layer not in _PACKED or _PACKED[layer][0] != key:
+        _PACKED[layer] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
+    return _PACKED[layer][1]
 
 
 def _cpu_autocast() -> bool:
