@@ -140,11 +140,13 @@ class BatchedDataset(torch.utils.data.Dataset):
 
     With `resample` (a function of {"src": texts, "tgt": texts} to {"src_ids", "tgt_ids"}) each
     batch is segmented anew from its text (subword regularization); a drawn segmentation longer
-    than `max_len` keeps the one of the encoded data.
+    than `max_len` keeps the one of the encoded data, and so do the pairs drawn longest while
+    the batch would hold more than `max_tokens` padded tokens (as token_batches counts them).
     """
 
-    def __init__(self, dataset, batches: list[np.ndarray], resample=None, max_len: int = 0):
-        self.dataset, self.batches, self.resample, self.max_len = dataset, batches, resample, max_len
+    def __init__(self, dataset, batches: list[np.ndarray], resample=None, max_len: int = 0, max_tokens: int = 0):
+        self.dataset, self.batches, self.resample = dataset, batches, resample
+        self.max_len, self.max_tokens = max_len, max_tokens
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -158,16 +160,54 @@ class BatchedDataset(torch.utils.data.Dataset):
             [new if len(new) <= self.max_len else old for new, old in zip(drawn[key], rows[key])]
             for key in ("src_ids", "tgt_ids")
         )
+        if self.max_tokens:
+            self._within_budget(src, tgt, rows)
         return collate(src, tgt)
+
+    def _within_budget(self, src: list, tgt: list, rows: dict) -> None:
+        """Put the usual segmentation back in place of the longest drawn pairs until the batch
+        holds at most max_tokens padded tokens; the usual batch does, so this ends."""
+        sizes = [max(len(s), len(t)) + 1 for s, t in zip(src, tgt)]  # +1: the EOS or BOS collation adds
+        restored_longest = 0
+        for j in sorted(range(len(src)), key=lambda j: -sizes[j]):
+            if len(src) * max(restored_longest, sizes[j]) <= self.max_tokens:
+                return
+            src[j], tgt[j] = rows["src_ids"][j], rows["tgt_ids"][j]
+            restored_longest = max(restored_longest, len(src[j]) + 1, len(tgt[j]) + 1)
+
+
+def drawn_batch_tokens(dataset, resample, max_tokens: int, sample: int = 2000) -> tuple[int, float]:
+    """(tokens of the usual segmentation to form batches at, how much bigger `resample` makes a
+    batch) for subword regularization. The factor is measured on `sample` pairs spread through
+    `dataset` (columns src_ids, tgt_ids, src, tgt): batched by their usual lengths as training
+    batches are, each batch's padded size with drawn segmentations over its usual one, averaged.
+    Batches formed at max_tokens over it hold drawn segmentations mostly within max_tokens, and
+    BatchedDataset's budget takes care of the rest; the result is never below the longest pair."""
+    rows = dataset[np.linspace(0, len(dataset) - 1, min(sample, len(dataset))).astype(np.int64).tolist()]
+    drawn = resample({"src": rows["src"], "tgt": rows["tgt"]})
+    usual = [np.array([len(x) for x in rows[key]]) for key in ("src_ids", "tgt_ids")]
+    longer = np.array([max(len(s), len(t)) + 1 for s, t in zip(drawn["src_ids"], drawn["tgt_ids"])])
+    sizes = np.maximum(*usual) + 1
+    groups = token_batches(*usual, max_tokens)
+    inflation = max(1.0, float(np.mean([longer[g].max() / sizes[g].max() for g in groups])))
+    src_lens, tgt_lens = lengths(dataset)
+    longest = int(max(src_lens.max(initial=0), tgt_lens.max(initial=0))) + 1
+    return max(int(max_tokens / inflation), min(longest, max_tokens)), inflation
 
 
 def batch_loader(
-    dataset, batches: list[np.ndarray], num_workers: int = 0, pin_memory: bool = False, resample=None, max_len: int = 0
+    dataset,
+    batches: list[np.ndarray],
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    resample=None,
+    max_len: int = 0,
+    max_tokens: int = 0,
 ):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches, resample, max_len),
+        BatchedDataset(dataset, batches, resample, max_len, max_tokens),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

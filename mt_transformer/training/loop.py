@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config
-from mt_transformer.data.batching import batch_loader, corpus_rows, lengths, token_batches
+from mt_transformer.data.batching import batch_loader, corpus_rows, drawn_batch_tokens, lengths, token_batches
 from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
@@ -79,7 +79,7 @@ class TrainingLoop:
 
     def _run(self) -> dict:
         t, state, policy = self.config.train, self.state, self.policy
-        train_set, resample = self.training_set()
+        train_set, resample, batch_tokens = self.training_set()
         src_lens, tgt_lens = lengths(self.data["train"])
         interval, last_metrics, validated_at = Interval(self.device), {}, None
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
@@ -93,7 +93,7 @@ class TrainingLoop:
             disable=None if self.processes.is_main else True,
         )
         while not policy.finished():
-            batches = self.epoch_batches(src_lens, tgt_lens)
+            batches = self.epoch_batches(src_lens, tgt_lens, batch_tokens)
             cuda, max_len = self.device.type == "cuda", self.config.data.max_len
             loader = batch_loader(train_set, batches[state.batch_in_epoch :], t.num_workers, cuda, resample, max_len)
             for batch in loader:
@@ -156,27 +156,37 @@ class TrainingLoop:
         return last_metrics
 
     def training_set(self):
-        """The encoded training pairs, and with data.spm_alpha their text and the sampler that
-        segments each batch anew (None without)."""
-        alpha = self.config.data.spm_alpha
+        """The encoded training pairs, the sampler that segments each batch anew under
+        data.spm_alpha (None without), and the tokens of the usual segmentation per batch."""
+        alpha, t = self.config.data.spm_alpha, self.config.train
         if not alpha:
-            return self.data["train"].select_columns(["src_ids", "tgt_ids"]), None
+            return self.data["train"].select_columns(["src_ids", "tgt_ids"]), None, t.max_tokens
         import sentencepiece
 
-        sentencepiece.set_random_generator_seed(self.config.train.seed)
+        sentencepiece.set_random_generator_seed(t.seed)
         files = [os.path.join(self.run_dir, name) for name in self.tokenizer.files]
-        columns = ["src_ids", "tgt_ids", "src", "tgt"]
-        return self.data["train"].select_columns(columns), SubwordEncoder(files[0], files[-1], alpha)
+        pairs = self.data["train"].select_columns(["src_ids", "tgt_ids", "src", "tgt"])
+        encoder = SubwordEncoder(files[0], files[-1], alpha)
+        batch_tokens, inflation = drawn_batch_tokens(self.data["train"], encoder, t.max_tokens)
+        if self.processes.is_main:
+            log.info(
+                "data.spm_alpha: drawn segmentations are %.2fx as long; batches are formed at %d tokens of the "
+                "usual segmentation so that drawn ones hold at most train.max_tokens=%d",
+                inflation,
+                batch_tokens,
+                t.max_tokens,
+            )
+        return pairs, encoder, batch_tokens
 
-    def epoch_batches(self, src_lens, tgt_lens) -> list:
+    def epoch_batches(self, src_lens, tgt_lens, max_tokens: int) -> list:
         """This rank's batches of the current epoch (the shuffle depends on the seed and the epoch)."""
         t = self.config.train
         rows = corpus_rows(self.corpus_sizes, self.config.data.sampling_temperature, t.seed, self.state.epoch)
         if rows is None:
-            batches = token_batches(src_lens, tgt_lens, t.max_tokens, t.seed, self.state.epoch)
+            batches = token_batches(src_lens, tgt_lens, max_tokens, t.seed, self.state.epoch)
         else:
             batches = [
-                rows[b] for b in token_batches(src_lens[rows], tgt_lens[rows], t.max_tokens, t.seed, self.state.epoch)
+                rows[b] for b in token_batches(src_lens[rows], tgt_lens[rows], max_tokens, t.seed, self.state.epoch)
             ]
         if len(batches) < self.processes.world_size:
             raise UserError(
