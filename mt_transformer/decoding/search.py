@@ -58,7 +58,8 @@ def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 # packed weights by layer, reused while the weight is unchanged (interactive translation searches
-# once per line); an optimizer step or a load changes the weight's version and forces a new pack
+# once per line). In-place changes through the parameter (an optimizer step, load_state_dict)
+# bump its version and force a new pack; writes through `.data` would go unseen.
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
