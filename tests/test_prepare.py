@@ -121,22 +121,32 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
     assert {processor.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
 
 
-def test_training_with_subword_regularization_segments_every_batch_anew(corpus, tmp_path, monkeypatch):
-    from mt_transformer.data import prepare
+def test_subword_regularization_segments_every_batch_anew_within_max_tokens(corpus, tmp_path, monkeypatch):
+    from mt_transformer.data import batching, prepare
     from mt_transformer.training import train as train_module
 
-    real_call, drawn = prepare.SubwordEncoder.__call__, []
+    real_call, real_collate = prepare.SubwordEncoder.__call__, batching.collate
+    drawn, sizes = [], []
 
-    def counting_call(self, batch):
+    def drawing_longer(self, batch):  # the real draw; after the one that sizes the batches, targets twice as long
         result = real_call(self, batch)
         if self.alpha > 0:
+            if drawn:
+                result["tgt_ids"] = [ids * 2 for ids in result["tgt_ids"]]
             drawn.append(sum(map(len, result["tgt_ids"])))
         return result
 
-    monkeypatch.setattr(prepare.SubwordEncoder, "__call__", counting_call)
+    def measured_collate(src_ids, tgt_ids):
+        batch = real_collate(src_ids, tgt_ids)
+        sizes.append(max(batch.src.numel(), batch.tgt_in.numel()))
+        return batch
+
+    monkeypatch.setattr(prepare.SubwordEncoder, "__call__", drawing_longer)
+    monkeypatch.setattr(batching, "collate", measured_collate)
     out = tmp_path / "run"
-    config = tiny_config(corpus, str(out), train={"max_steps": 4, "valid_every": 4, "max_tokens": 256})
-    config["data"]["spm_alpha"] = 0.2
+    config = tiny_config(corpus, str(out), train={"max_steps": 8, "valid_every": 8, "max_tokens": 256})
+    config["data"].update(spm_alpha=0.2, max_len=200)  # max_len would take back the doubled targets
     train_module.train(load_config(write_config(tmp_path / "c.yaml", config)))
-    assert len(drawn) >= 4  # one draw per training batch (validation draws none)
-    assert (out / "checkpoints" / "step_00000004" / "model.safetensors").exists()
+    assert len(drawn) >= 1 + 8  # the draw that sizes the batches, then one per training batch
+    assert len(sizes) >= 8 and max(sizes) <= 256  # train.max_tokens holds for the drawn segmentations
+    assert (out / "checkpoints" / "step_00000008" / "model.safetensors").exists()

@@ -95,7 +95,9 @@ class TrainingLoop:
         while not policy.finished():
             batches = self.epoch_batches(src_lens, tgt_lens, batch_tokens)
             cuda, max_len = self.device.type == "cuda", self.config.data.max_len
-            loader = batch_loader(train_set, batches[state.batch_in_epoch :], t.num_workers, cuda, resample, max_len)
+            loader = batch_loader(
+                train_set, batches[state.batch_in_epoch :], t.num_workers, cuda, resample, max_len, t.max_tokens
+            )
             for batch in loader:
                 state.batch_in_epoch += 1
                 batches_since_update += 1
