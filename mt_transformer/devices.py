@@ -94,11 +94,27 @@ def cpu_info() -> tuple[str, list[str]]:
     return name, flags
 
 
+def cpu_generation(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """x86 CPU family and model numbers ("family 23, model 1": a Zen 1 core), which tell apart
+    hosts whose model name a hypervisor reduces to "AMD EPYC"; None where `cpuinfo` lacks them."""
+    try:
+        with open(cpuinfo) as f:
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return None
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    if "cpu family" not in fields or "model" not in fields:
+        return None
+    return f"family {fields['cpu family']}, model {fields['model']}"
+
+
 def cpu_model() -> str:
-    """The CPU's model name and its vector extensions ("AMD EPYC [avx2]"): speeds are comparable
-    only between runs on the same kind of host."""
+    """The CPU's model name, family and model numbers, and vector extensions ("AMD EPYC (family
+    23, model 1) [avx2]"): speeds are comparable only between runs on the same kind of host."""
     name, flags = cpu_info()
+    generation = cpu_generation()
     present = [flag for flag in SIMD_FLAGS if flag in flags]
+    name = f"{name} ({generation})" if generation else name
     return f"{name} [{', '.join(present)}]" if present else name
 
 
