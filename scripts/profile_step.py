@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -36,7 +37,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--workdir", default="runs/profile_step", help="the tokenizer and encoded data (reused)")
+    parser.add_argument(
+        "--workdir", help="the tokenizer and encoded data, reused by later calls (default: runs/profile_step/CONFIG)"
+    )
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=PRECISIONS)
     parser.add_argument("--updates", type=int, default=10, help="timed updates per precision and round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed updates per precision before the first round")
@@ -93,7 +96,8 @@ def main() -> None:
         torch.set_num_threads(t.threads)
     use_fast_matmul(device)
     torch.manual_seed(t.seed)
-    tokenizer, encoded, _ = prepare_data(config.data, args.workdir, t.seed)
+    workdir = args.workdir or os.path.join("runs", "profile_step", os.path.splitext(os.path.basename(args.config))[0])
+    tokenizer, encoded, _ = prepare_data(config.data, workdir, t.seed)
     train = encoded["train"]
     batches = token_batches(np.asarray(train["src_len"]), np.asarray(train["tgt_len"]), t.max_tokens, seed=t.seed)
     needed = (args.warmup + args.updates * (1 + args.profile)) * t.accumulate
@@ -111,7 +115,7 @@ def main() -> None:
             print(f"note: {slow_precision(device, precision)}")
         run_updates(steps[precision], groups[: args.warmup], device)
     timed = groups[args.warmup : args.warmup + args.updates]
-    print(f"{len(timed)} updates of ~{t.max_tokens * t.accumulate} target tokens per precision and round")
+    print(f"{len(timed)} updates of {t.accumulate} batch(es) of up to {t.max_tokens} tokens per precision and round")
     print("| round | " + " | ".join(f"{p} tok/s" for p in args.precisions) + " | ratio to " + args.precisions[0] + " |")
     print("|---" * (len(args.precisions) + 2) + "|")
     for round_ in range(args.rounds):
