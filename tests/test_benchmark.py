@@ -1,24 +1,19 @@
-"""scripts/benchmark.py's labels and tables (its measurements need minutes; `make bench` runs them)."""
-
-import importlib.util
-import os
+"""scripts/benchmark.py's labels and tables (its measurements need minutes; `make bench` runs them).
+pytest puts scripts/ on the import path (pyproject.toml), as running a script there does."""
 
 import torch
 
-from conftest import ROOT
-
-spec = importlib.util.spec_from_file_location("benchmark", os.path.join(ROOT, "scripts", "benchmark.py"))
-benchmark = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(benchmark)
+import benchmark_report
+import benchmark_training
 
 
 def test_fp32_on_cuda_is_reported_as_tf32_when_mt_train_would_use_it(monkeypatch):
-    assert benchmark.precision_name(torch.device("cpu"), "fp32") == "fp32"
+    assert benchmark_training.precision_name(torch.device("cpu"), "fp32") == "fp32"
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    assert benchmark.precision_name(torch.device("cuda"), "fp32") == "fp32 (TF32 matmuls)"
-    assert benchmark.precision_name(torch.device("cuda"), "bf16") == "bf16"
+    assert benchmark_training.precision_name(torch.device("cuda"), "fp32") == "fp32 (TF32 matmuls)"
+    assert benchmark_training.precision_name(torch.device("cuda"), "bf16") == "bf16"
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    assert benchmark.precision_name(torch.device("cuda"), "fp32") == "fp32"
+    assert benchmark_training.precision_name(torch.device("cuda"), "fp32") == "fp32"
 
 
 def test_each_precision_is_measured_against_the_ceiling_of_its_matrix_products():
@@ -27,7 +22,7 @@ def test_each_precision_is_measured_against_the_ceiling_of_its_matrix_products()
         {**row, "precision": "fp32 (TF32 matmuls)", "model_flops_per_s": 100e12, "peak_memory_mb": 9000},
         {**row, "precision": "fp16", "model_flops_per_s": 200e12, "peak_memory_mb": 6000},
     ]
-    table = benchmark.paper_configs_table(rows, {"tf32": 400_000.0, "bf16": 800_000.0})
+    table = benchmark_report.paper_configs_table(rows, {"tf32": 400_000.0, "bf16": 800_000.0})
     assert "| base | fp32 (TF32 matmuls) | no | 16,384 | 0.1 | 163,840 | 100.0 | 25.0% of tf32 | 9,000 |" in table
-    assert benchmark.ceiling_for("fp32", {"fp32": 1.0, "bf16": 2.0}) == "fp32"
+    assert benchmark_report.ceiling_for("fp32", {"fp32": 1.0, "bf16": 2.0}) == "fp32"
     assert "| base | fp16 | no | 16,384 | 0.1 | 163,840 | 200.0 | 25.0% of bf16 | 6,000 |" in table

@@ -1,0 +1,80 @@
+"""The benchmark's translation measurements (`make bench`, scripts/benchmark.py): greedy and
+beam search at two batch sizes, time against beam size, and CTranslate2 on the same model."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from mt_transformer.config import Config
+from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
+from mt_transformer.errors import UserError
+
+
+def bench_translation(model, tokenizer, config: Config, lines: list[str], device, beam: int, max_tokens: int):
+    translate = torch_translator(model, tokenizer, with_decode(config, beam_size=beam, max_tokens=max_tokens), device)
+    start = time.perf_counter()
+    results = translate(lines)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(r[0].tokens) + 1 for r in results)
+    return {
+        "beam": beam,
+        "max_tokens": max_tokens,
+        "sentences": len(lines),
+        "sentences_per_s": round(len(lines) / seconds, 1),
+        "output_tokens_per_s": round(tokens / seconds, 1),
+    }, [r[0].text for r in results]
+
+
+def bench_ctranslate2(loaded, lines: list[str], device, ours_greedy: list[str], workdir: str):
+    """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs equal to ours."""
+    from mt_transformer.decoding import ctranslate2_engine
+
+    out = os.path.join(workdir, "ct2")
+    ctranslate2_engine.export(loaded, out)
+    rows = []
+    for compute_type in ("float32", "int8"):
+        for beam in (1, 4):
+            translate = load_translator(
+                out, "ctranslate2", device.type, compute_type, beam_size=beam, n_best=1, max_tokens=8192
+            )
+            translate(lines[:50])  # warm-up
+            start = time.perf_counter()
+            results = translate(lines)
+            seconds = time.perf_counter() - start
+            row = {
+                "compute_type": compute_type,
+                "beam": beam,
+                "sentences_per_s": round(len(lines) / seconds, 1),
+                "output_tokens_per_s": round(sum(len(r[0].tokens) + 1 for r in results) / seconds, 1),
+            }
+            if beam == 1:
+                same = sum(r[0].text == ours for r, ours in zip(results, ours_greedy))
+                row["greedy_equal_to_ours"] = round(same / len(lines), 4)
+            rows.append(row)
+    return rows
+
+
+def bench_translations(model, tokenizer, config: Config, lines: list[str], device, loaded, workdir: str) -> dict:
+    """Greedy and beam 4 at two batch sizes, beams 1-16, and CTranslate2 on a trained `loaded`
+    checkpoint where it is installed."""
+    model.eval()
+    results, outputs = {"translation": []}, {}
+    for beam in (1, 4):
+        for max_tokens in (2048, 8192):
+            row, outputs[beam] = bench_translation(model, tokenizer, config, lines, device, beam, max_tokens)
+            results["translation"].append(row)
+    results["beams"] = [
+        bench_translation(model, tokenizer, config, lines[:300], device, beam, 8192)[0] for beam in (1, 2, 4, 8, 16)
+    ]
+    if loaded is None:
+        return results
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return results
+    try:
+        results["ctranslate2"] = bench_ctranslate2(loaded, lines, device, outputs[1], workdir)
+    except UserError as error:  # its GPU build needs its own CUDA libraries
+        results["ctranslate2_error"] = str(error)
+    return results
