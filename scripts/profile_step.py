@@ -10,7 +10,9 @@ same initial weights, with the config's optimizer, schedule, clipping and accumu
 (training/step.py). Each round runs the same batches in every precision, the precisions
 alternating, and prints target tokens/s and the ratio to the first precision; host drift then
 hits all precisions alike. --profile adds a torch.profiler table per precision (operators by
-self time) over one more set of updates.
+self time) over one more set of updates. --same-batch repeats the first update's batches
+throughout: shapes then never change, so comparing with a run without it shows what new shapes
+cost (kernel selection, oneDNN primitives created per shape) apart from the arithmetic.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also profile each precision's updates by operator")
     parser.add_argument("--top", type=int, default=25, help="operators listed per profile")
+    parser.add_argument("--same-batch", action="store_true", help="every update on the first update's batches")
     return parser.parse_args()
 
 
@@ -64,6 +67,13 @@ def build_steps(config, model, precisions: list[str], device: torch.device) -> d
         steps[precision] = TrainingStep(copied, optimizer, scheduler, scaler, train, TrainerState(), device)
         copied.train()
     return steps
+
+
+def update_groups(batches: list, accumulate: int, same_batch: bool) -> list[list]:
+    """The batches in groups of `accumulate`, one group per update; with same_batch, the first
+    group in every place."""
+    groups = [batches[i : i + accumulate] for i in range(0, len(batches), accumulate)]
+    return [groups[0]] * len(groups) if same_batch else groups
 
 
 def run_updates(step: TrainingStep, groups, device: torch.device) -> tuple[float, int]:
@@ -102,8 +112,7 @@ def main() -> None:
     batches = token_batches(np.asarray(train["src_len"]), np.asarray(train["tgt_len"]), t.max_tokens, seed=t.seed)
     needed = (args.warmup + args.updates * (1 + args.profile)) * t.accumulate
     loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches[:needed])
-    flat = list(loader)
-    groups = [flat[i : i + t.accumulate] for i in range(0, len(flat), t.accumulate)]
+    groups = update_groups(list(loader), t.accumulate, args.same_batch)
     model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
     steps = build_steps(config, model.to(device), args.precisions, device)
 
@@ -115,7 +124,10 @@ def main() -> None:
             print(f"note: {slow_precision(device, precision)}")
         run_updates(steps[precision], groups[: args.warmup], device)
     timed = groups[args.warmup : args.warmup + args.updates]
-    print(f"{len(timed)} updates of {t.accumulate} batch(es) of up to {t.max_tokens} tokens per precision and round")
+    print(
+        f"{len(timed)} updates of {t.accumulate} batch(es) of up to {t.max_tokens} tokens per precision and round"
+        + (", every one on the same batches" if args.same_batch else "")
+    )
     print("| round | " + " | ".join(f"{p} tok/s" for p in args.precisions) + " | ratio to " + args.precisions[0] + " |")
     print("|---" * (len(args.precisions) + 2) + "|")
     for round_ in range(args.rounds):

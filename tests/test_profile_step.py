@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import profile_step
 from conftest import ROOT, subprocess_env, tiny_config, write_config
 
 
@@ -26,3 +27,10 @@ def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
         assert fp32 > 0 and bf16 > 0 and abs(ratio - bf16 / fp32) < 0.01 + 0.01 * ratio
     assert result.stdout.count("Self CPU time total") == 2  # one operator table per precision
     assert not os.path.exists(tmp_path / "run")  # nothing written where mt-train would write
+
+
+def test_same_batch_puts_the_first_update_s_batches_in_every_place():
+    batches = ["a", "b", "c", "d", "e", "f"]
+    assert profile_step.update_groups(batches, 2, same_batch=False) == [["a", "b"], ["c", "d"], ["e", "f"]]
+    assert profile_step.update_groups(batches, 2, same_batch=True) == [["a", "b"]] * 3
+    assert profile_step.update_groups(batches, 1, same_batch=True) == [["a"]] * 6
