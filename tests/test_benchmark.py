@@ -7,13 +7,19 @@ import benchmark_report
 import benchmark_training
 
 
-def test_fp32_on_cuda_is_reported_as_tf32_when_mt_train_would_use_it(monkeypatch):
+def test_fp32_on_cuda_is_reported_as_tf32_when_mt_train_would_use_it():
     assert benchmark_training.precision_name(torch.device("cpu"), "fp32") == "fp32"
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    assert benchmark_training.precision_name(torch.device("cuda"), "fp32") == "fp32 (TF32 matmuls)"
-    assert benchmark_training.precision_name(torch.device("cuda"), "bf16") == "bf16"
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    assert benchmark_training.precision_name(torch.device("cuda"), "fp32") == "fp32"
+    # torch computes allow_tf32 on access, without an instance attribute, so monkeypatch from
+    # pytest 9.2 on undoes it with a delattr that fails: the test restores it itself
+    matmul, before = torch.backends.cuda.matmul, torch.backends.cuda.matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = True
+        assert benchmark_training.precision_name(torch.device("cuda"), "fp32") == "fp32 (TF32 matmuls)"
+        assert benchmark_training.precision_name(torch.device("cuda"), "bf16") == "bf16"
+        matmul.allow_tf32 = False
+        assert benchmark_training.precision_name(torch.device("cuda"), "fp32") == "fp32"
+    finally:
+        matmul.allow_tf32 = before
 
 
 def test_each_precision_is_measured_against_the_ceiling_of_its_matrix_products():
