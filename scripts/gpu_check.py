@@ -28,6 +28,10 @@ import time
 
 import torch
 
+from benchmark_report import paper_configs_table
+from benchmark_training import bench_paper_configs, matmul_ceiling
+from mt_transformer.devices import use_fast_matmul
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each logged loss (the mean over log_every updates) of bf16 and fp16 within this fraction of
 # fp32's: rounding sends the runs apart slowly, a wrong scale or cast moves a loss by far more.
@@ -153,18 +157,16 @@ def check_two_processes(corpus: str, workdir: str, reference: list[tuple[int, fl
 
 def check_speed(updates: int) -> dict:
     """The base and big models per precision, bf16 also under torch.compile (scripts/benchmark.py)."""
-    import benchmark
-
     device = torch.device("cuda")
-    benchmark.use_fast_matmul(device)
+    use_fast_matmul(device)
     ceilings = {
-        "tf32": benchmark.matmul_ceiling(device, torch.float32) / 1e9,
-        "bf16": benchmark.matmul_ceiling(device, torch.bfloat16) / 1e9,
+        "tf32": matmul_ceiling(device, torch.float32) / 1e9,
+        "bf16": matmul_ceiling(device, torch.bfloat16) / 1e9,
     }
     runs = [(name, p, False) for name in ("base", "big") for p in ("fp32", "bf16", "fp16")]
     runs += [("base", "bf16", True), ("big", "bf16", True)]
-    rows = benchmark.bench_paper_configs(device, 16384, updates, runs)
-    return {"ceilings": ceilings, "rows": rows, "table": benchmark.paper_configs_table(rows, ceilings)}
+    rows = bench_paper_configs(device, 16384, updates, runs)
+    return {"ceilings": ceilings, "rows": rows, "table": paper_configs_table(rows, ceilings)}
 
 
 def failure(check: dict) -> str:

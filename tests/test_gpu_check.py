@@ -1,17 +1,13 @@
 """scripts/gpu_check.py on a machine without CUDA: its parsing and its report (the GPU runs
 themselves need a GPU)."""
 
-import importlib.util
 import math
 import os
 import subprocess
 import sys
 
+import gpu_check
 from conftest import ROOT, subprocess_env
-
-spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py"))
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
 
 
 def test_pytest_summary_is_read():
