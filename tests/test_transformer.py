@@ -48,8 +48,10 @@ def test_kv_cache_equals_full_recompute():
             src = torch.tensor([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]])
             tgt_in = torch.tensor([[BOS_ID, 12, 13, 14], [BOS_ID, 15, 16, 17]])
             full = model(src, tgt_in)
-            incremental, _ = decode_incrementally(model, src, tgt_in)
+            incremental, cache = decode_incrementally(model, src, tgt_in)
             assert torch.allclose(full, incremental, **FP32_TOLERANCE), (norm, positions)
+            # kept contiguous: a strided cache would be copied again by every step's matrix products
+            assert all(layer.cross_k.is_contiguous() and layer.cross_v.is_contiguous() for layer in cache.layers)
 
 
 def _step_after_reorder(model, src, tgt_in, order, sentences=None):

@@ -105,7 +105,8 @@ class DecoderLayer(_ResidualLayer):
             k, v = cache.cross_k, cache.cross_v
         else:
             k, v = self.cross_attn.project_kv(memory)  # (batch, heads, src_len, head_dim)
-            if cache is not None:
+            if cache is not None:  # made contiguous once, or every step's matrix products copy them
+                k, v = k.contiguous(), v.contiguous()
                 cache.cross_k, cache.cross_v = k, v
         y, weights = self.cross_attn(h, k, v, mask=src_mask, need_weights=need_weights)
         x = self._residual(x, y, 1)
