@@ -13,7 +13,8 @@ fp32 and int8 speed, and how many greedy outputs equal ours.
 Model: the peers' size (d_model 256, 3+3 layers, 4 heads, d_ff 1024, pre-norm, shared 8k
 vocabulary) on ../shared/corpora/multi30k-de-en when present, else on the generated demo
 corpus (said in the output). Prints Markdown tables and replaces this device's section of
-docs/benchmarks.md (--markdown); --json PATH also writes the numbers.
+docs/benchmarks.md (--markdown); --json PATH also writes the numbers. The measurements live in
+benchmark_training.py and benchmark_translation.py, the tables in benchmark_report.py.
 """
 
 from __future__ import annotations
