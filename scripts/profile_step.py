@@ -13,11 +13,14 @@ hits all precisions alike. --profile adds a torch.profiler table per precision (
 self time) over one more set of updates. --same-batch repeats the first update's batches
 throughout: shapes then never change, so comparing with a run without it shows what new shapes
 cost (kernel selection, oneDNN primitives created per shape) apart from the arithmetic.
+Besides mt-train's precisions, `fp32-bf16mm` is fp32 training whose CPU matrix products oneDNN
+may compute in bf16 (`torch.backends.mkldnn.matmul.fp32_precision`), with no casts in the model.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import os
@@ -34,6 +37,10 @@ from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import PRECISIONS, TrainingStep, optimizer_for
 
+# fp32 training whose CPU matrix products oneDNN may run in bf16 (torch 2.9 on; where the CPU has
+# no bf16 units oneDNN keeps them in fp32)
+IMPLICIT_BF16 = "fp32-bf16mm"
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -42,14 +49,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--workdir", help="the tokenizer and encoded data, reused by later calls (default: runs/profile_step/CONFIG)"
     )
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=PRECISIONS)
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=[*PRECISIONS, IMPLICIT_BF16])
     parser.add_argument("--updates", type=int, default=10, help="timed updates per precision and round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed updates per precision before the first round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also profile each precision's updates by operator")
     parser.add_argument("--top", type=int, default=25, help="operators listed per profile")
     parser.add_argument("--same-batch", action="store_true", help="every update on the first update's batches")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if IMPLICIT_BF16 in args.precisions and not hasattr(torch.backends.mkldnn.matmul, "fp32_precision"):
+        parser.error(f"{IMPLICIT_BF16} needs torch 2.9 or later (this is {torch.__version__})")
+    return args
 
 
 def synchronize(device: torch.device) -> None:
@@ -61,7 +71,7 @@ def build_steps(config, model, precisions: list[str], device: torch.device) -> d
     """One TrainingStep per precision, each over its own copy of `model`'s initial weights."""
     steps = {}
     for precision in precisions:
-        train = dataclasses.replace(config.train, precision=precision)
+        train = dataclasses.replace(config.train, precision="fp32" if precision == IMPLICIT_BF16 else precision)
         copied = copy.deepcopy(model)
         optimizer, scheduler, scaler = optimizer_for(copied, train, config.model.d_model, device)
         steps[precision] = TrainingStep(copied, optimizer, scheduler, scaler, train, TrainerState(), device)
@@ -76,23 +86,40 @@ def update_groups(batches: list, accumulate: int, same_batch: bool) -> list[list
     return [groups[0]] * len(groups) if same_batch else groups
 
 
-def run_updates(step: TrainingStep, groups, device: torch.device) -> tuple[float, int]:
+@contextlib.contextmanager
+def matmul_precision(precision: str):
+    """The fp32 matrix products of `precision` within: bf16 through oneDNN for IMPLICIT_BF16 (the
+    setting restored on leaving), unchanged for the others."""
+    if precision != IMPLICIT_BF16:
+        yield
+        return
+    flags = torch.backends.mkldnn.matmul
+    before = flags.fp32_precision
+    flags.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        flags.fp32_precision = before
+
+
+def run_updates(step: TrainingStep, groups, device: torch.device, precision: str) -> tuple[float, int]:
     """(seconds, target tokens) of one update per group of batches."""
     synchronize(device)
     start, tokens = time.perf_counter(), 0
-    for group in groups:
-        step([batch.to(device) for batch in group])
-        tokens += sum(batch.target_tokens for batch in group)
+    with matmul_precision(precision):
+        for group in groups:
+            step([batch.to(device) for batch in group])
+            tokens += sum(batch.target_tokens for batch in group)
     synchronize(device)
     return time.perf_counter() - start, tokens
 
 
-def profile_table(step: TrainingStep, groups, device: torch.device, top: int) -> str:
+def profile_table(step: TrainingStep, groups, device: torch.device, precision: str, top: int) -> str:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as profiler:
-        run_updates(step, groups, device)
+        run_updates(step, groups, device, precision)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return profiler.key_averages().table(sort_by=key, row_limit=top)
 
@@ -120,9 +147,11 @@ def main() -> None:
     threads = torch.get_num_threads()
     print(f"{args.config} {' '.join(args.set)}: {processor}, {threads} threads, torch {torch.__version__}")
     for precision in args.precisions:
-        if slow_precision(device, precision):
+        if precision == IMPLICIT_BF16 and slow_precision(device, "bf16"):
+            print(f"note: {cpu_model()} has no bf16 units: {IMPLICIT_BF16}'s matrix products stay in fp32 here")
+        elif slow_precision(device, precision):
             print(f"note: {slow_precision(device, precision)}")
-        run_updates(steps[precision], groups[: args.warmup], device)
+        run_updates(steps[precision], groups[: args.warmup], device, precision)
     timed = groups[args.warmup : args.warmup + args.updates]
     print(
         f"{len(timed)} updates of {t.accumulate} batch(es) of up to {t.max_tokens} tokens per precision and round"
@@ -133,7 +162,7 @@ def main() -> None:
     for round_ in range(args.rounds):
         rates = {}
         for precision in args.precisions:
-            seconds, tokens = run_updates(steps[precision], timed, device)
+            seconds, tokens = run_updates(steps[precision], timed, device, precision)
             rates[precision] = tokens / seconds
         base = rates[args.precisions[0]]
         ratios = " / ".join(f"{rates[p] / base:.2f}" for p in args.precisions[1:]) or "-"
@@ -142,7 +171,7 @@ def main() -> None:
         profiled = groups[args.warmup + args.updates : args.warmup + 2 * args.updates]
         for precision in args.precisions:
             print(f"\n{precision}, {len(profiled)} updates:")
-            print(profile_table(steps[precision], profiled, device, args.top))
+            print(profile_table(steps[precision], profiled, device, precision, args.top))
 
 
 if __name__ == "__main__":

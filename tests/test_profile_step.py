@@ -4,13 +4,15 @@ import os
 import subprocess
 import sys
 
+import torch
+
 import profile_step
 from conftest import ROOT, subprocess_env, tiny_config, write_config
 
 
 def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
     config = write_config(tmp_path / "tiny.yaml", tiny_config(corpus, str(tmp_path / "run")))
-    args = ["--config", config, "--workdir", str(tmp_path / "work"), "--precisions", "fp32", "bf16"]
+    args = ["--config", config, "--workdir", str(tmp_path / "work"), "--precisions", "fp32", "bf16", "fp32-bf16mm"]
     args += ["--updates", "2", "--warmup", "1", "--rounds", "2", "--profile", "--top", "5"]
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "profile_step.py"), *args],
@@ -23,10 +25,23 @@ def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
     rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert len(rows) == 2
     for row in rows:
-        fp32, bf16, ratio = (float(cell.replace(",", "")) for cell in row[2:5])
-        assert fp32 > 0 and bf16 > 0 and abs(ratio - bf16 / fp32) < 0.01 + 0.01 * ratio
-    assert result.stdout.count("Self CPU time total") == 2  # one operator table per precision
+        fp32, bf16, implicit = (float(cell.replace(",", "")) for cell in row[2:5])
+        ratios = [float(r) for r in row[5].split("/")]
+        assert min(fp32, bf16, implicit) > 0
+        for rate, ratio in zip((bf16, implicit), ratios):
+            assert abs(ratio - rate / fp32) < 0.01 + 0.01 * ratio
+    assert result.stdout.count("Self CPU time total") == 3  # one operator table per precision
     assert not os.path.exists(tmp_path / "run")  # nothing written where mt-train would write
+
+
+def test_fp32_bf16mm_allows_bf16_products_only_while_its_updates_run():
+    flags = torch.backends.mkldnn.matmul
+    before = flags.fp32_precision
+    with profile_step.matmul_precision("fp32-bf16mm"):
+        assert flags.fp32_precision == "bf16"
+    assert flags.fp32_precision == before
+    with profile_step.matmul_precision("bf16"):  # autocast's bf16 leaves the fp32 setting alone
+        assert flags.fp32_precision == before
 
 
 def test_same_batch_puts_the_first_update_s_batches_in_every_place():
