@@ -42,7 +42,7 @@ from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.devices import cpu_model, use_fast_matmul
 from mt_transformer.model.transformer import Transformer
-from mt_transformer.training.precision import choose_precision
+from mt_transformer.training.precision import choose_precision, first_batches
 from mt_transformer.training.step import PRECISIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,7 +113,9 @@ def main() -> None:
         tokenizer, encoded, _ = prepare_data(data, workdir, seed=1)
         model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **MODEL).to(device)
         if args.precision == "auto":
-            args.precision, why = choose_precision("auto", device, model, 4096)
+            args.precision, why = choose_precision(
+                "auto", device, model, lambda: first_batches(encoded["train"], 4096, seed=1)
+            )
             print(f"precision: {args.precision} ({why})")
         ceilings = {
             ("tf32" if precision_name(device, "fp32") != "fp32" else "fp32"): matmul_ceiling(device, torch.float32)

@@ -3,16 +3,19 @@
 import json
 import os
 
+import datasets
+import numpy as np
 import pytest
 import torch
 
 from conftest import tiny_config, write_config
 from mt_transformer import devices
 from mt_transformer.config import load_config
+from mt_transformer.data.batching import Batch, token_batches
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training import precision as precision_module
 from mt_transformer.training import train as train_module
-from mt_transformer.training.precision import calibration, choose_precision
+from mt_transformer.training.precision import calibration, choose_precision, first_batches
 
 CPU = torch.device("cpu")
 AVX2 = ("AMD EPYC", ["avx2", "fma"])
@@ -20,11 +23,11 @@ AMX = ("Intel Xeon", ["avx2", "avx512f", "avx512_bf16", "amx_bf16"])
 
 
 def never(*args):
-    raise AssertionError("no calibration expected")
+    raise AssertionError("no calibration (and no batches for one) expected")
 
 
 def test_a_precision_that_is_set_is_kept():
-    assert choose_precision("fp16", CPU, None, 4096, never) == ("fp16", "train.precision")
+    assert choose_precision("fp16", CPU, None, never, never) == ("fp16", "train.precision")
 
 
 @pytest.mark.parametrize(
@@ -32,13 +35,13 @@ def test_a_precision_that_is_set_is_kept():
 )
 def test_on_a_gpu_auto_follows_its_compute_capability(monkeypatch, capability, expected):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
-    chosen, why = choose_precision("auto", torch.device("cuda", 0), None, 4096, never)
+    chosen, why = choose_precision("auto", torch.device("cuda", 0), None, never, never)
     assert chosen == expected and why.startswith(f"auto: compute capability {capability[0]}.{capability[1]}")
 
 
 def test_on_a_cpu_without_bf16_units_auto_is_fp32_without_calibrating(monkeypatch):
     monkeypatch.setattr(devices, "cpu_info", lambda: AVX2)
-    chosen, why = choose_precision("auto", CPU, None, 4096, never)
+    chosen, why = choose_precision("auto", CPU, None, never, never)
     assert (
         chosen == "fp32"
         and why == "auto: AMD EPYC has no bf16 units (no avx512_bf16 or amx_bf16): bf16 runs slower than fp32 here"
@@ -47,19 +50,43 @@ def test_on_a_cpu_without_bf16_units_auto_is_fp32_without_calibrating(monkeypatc
 
 def test_on_a_cpu_with_bf16_units_auto_keeps_bf16_only_when_clearly_faster(monkeypatch):
     monkeypatch.setattr(devices, "cpu_info", lambda: AMX)
-    assert choose_precision("auto", CPU, None, 4096, lambda *a: 1.6)[0] == "bf16"
-    chosen, why = choose_precision("auto", CPU, None, 4096, lambda *a: 1.05)
+    assert choose_precision("auto", CPU, None, list, lambda *a: 1.6)[0] == "bf16"
+    chosen, why = choose_precision("auto", CPU, None, list, lambda *a: 1.05)
     assert chosen == "fp32" and "only 1.05x" in why
 
 
 def test_calibration_times_both_precisions_and_leaves_the_random_state_alone():
     torch.manual_seed(0)
     model = Transformer(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
+    batches = []
+    for sentences, length in ((8, 5), (6, 7), (4, 9)):  # a new shape each pass, as in training
+        ids = torch.randint(4, 40, (sentences, length + 1))
+        batches.append(Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:]))
     before = torch.get_rng_state()
-    speedup = calibration(model, CPU, 256, rounds=1)
+    speedup = calibration(model, CPU, batches)
     assert 0 < speedup < float("inf")
     assert torch.equal(torch.get_rng_state(), before)
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_calibration_batches_are_the_first_that_training_draws():
+    rng = np.random.default_rng(0)
+    src_lens, tgt_lens = rng.integers(1, 30, 200), rng.integers(1, 30, 200)
+    dataset = datasets.Dataset.from_dict(
+        {
+            "src_ids": [[5 + i % 7] * n for i, n in enumerate(src_lens)],
+            "tgt_ids": [[6 + i % 5] * n for i, n in enumerate(tgt_lens)],
+            "src_len": src_lens,
+            "tgt_len": tgt_lens,
+        }
+    )
+    batches = first_batches(dataset, max_tokens=128, seed=3)
+    expected = token_batches(src_lens, tgt_lens, 128, seed=3)[:3]
+    assert len(batches) == 3
+    for batch, rows in zip(batches, expected):
+        assert batch.src.size(0) == len(rows) and batch.src.numel() <= 128 and batch.tgt_in.numel() <= 128
+        assert batch.target_tokens == int((tgt_lens[rows] + 1).sum())  # each target and its EOS
+    assert len({tuple(b.src.shape) + tuple(b.tgt_in.shape) for b in batches}) > 1  # shapes change
 
 
 def test_mt_train_with_auto_trains_and_records_the_precision_chosen(corpus, tmp_path, monkeypatch, caplog):

@@ -3,29 +3,35 @@
 On a GPU: bf16 where it has bf16 units (compute capability 8.0 and later), fp16 with loss
 scaling on the tensor cores before that (7.x), fp32 on older ones. On a CPU: fp32 where bf16
 would be emulated (x86 without avx512_bf16 or amx_bf16); where the CPU has bf16 units, a short
-calibration times training passes of the model in both precisions and keeps bf16 only if it is
-clearly faster, since the gain depends on the model's shapes and the host.
+calibration times training passes of the model over the run's own first batches in both
+precisions and keeps bf16 only if it is clearly faster, since the gain depends on the model's
+shapes and the host. Those batches change shape from one pass to the next, as training's do:
+bf16 matrix products on a CPU build a kernel per new shape, which a repeated batch would hide.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
-from mt_transformer.data.batching import Batch
+from mt_transformer.data.batching import Batch, collate, lengths, token_batches
 from mt_transformer.devices import slow_precision
 from mt_transformer.training.step import training_loss
 
 # bf16 is kept only when the calibration finds it at least this much faster than fp32: a smaller
 # gain is within the noise of a shared host and not worth bf16's rounding.
 MIN_SPEEDUP = 1.1
-CALIBRATION_LENGTH = 32  # tokens per sentence of the calibration batch
+CALIBRATION_BATCHES = 3  # the first warms up, the others are timed
 
 
-def choose_precision(setting: str, device: torch.device, model, max_tokens: int, calibrate=None) -> tuple[str, str]:
+def choose_precision(
+    setting: str, device: torch.device, model, batches: Callable[[], list[Batch]], calibrate=None
+) -> tuple[str, str]:
     """(the precision to train in, why). `setting` is train.precision; anything but auto is kept.
-    `calibrate(model, device, max_tokens)` returns bf16's speed over fp32's (default: calibration)."""
+    `batches()` gives the run's first batches, called only where a calibration runs;
+    `calibrate(model, device, batches)` returns bf16's speed over fp32's (default: calibration)."""
     if setting != "auto":
         return setting, "train.precision"
     if device.type == "cuda":
@@ -38,28 +44,32 @@ def choose_precision(setting: str, device: torch.device, model, max_tokens: int,
     slow = slow_precision(device, "bf16")
     if slow:
         return "fp32", f"auto: {slow}"
-    speedup = (calibrate or calibration)(model, device, max_tokens)
+    speedup = (calibrate or calibration)(model, device, batches())
     if speedup >= MIN_SPEEDUP:
         return "bf16", f"auto: bf16 trained {speedup:.2f}x as fast as fp32 in a calibration on this CPU"
     return "fp32", f"auto: bf16 trained only {speedup:.2f}x as fast as fp32 in a calibration on this CPU"
 
 
-def calibration(model, device: torch.device, max_tokens: int, rounds: int = 2) -> float:
-    """bf16's speed over fp32's on forward and backward passes of `model` over a batch of
-    `max_tokens` random target tokens, alternating the two, best of `rounds` each after a
-    warm-up. The run's random state is left as it was; the gradients are cleared."""
-    vocab = model.output.out_features
-    sentences = max(1, max_tokens // CALIBRATION_LENGTH)
-    best = {"fp32": float("inf"), "bf16": float("inf")}
+def first_batches(dataset, max_tokens: int, seed: int, count: int = CALIBRATION_BATCHES) -> list[Batch]:
+    """The first `count` batches of up to `max_tokens` tokens that training with `seed` would draw
+    from an encoded split (its first epoch's order)."""
+    src_lens, tgt_lens = lengths(dataset)
+    rows = [dataset[indices.tolist()] for indices in token_batches(src_lens, tgt_lens, max_tokens, seed)[:count]]
+    return [collate(r["src_ids"], r["tgt_ids"]) for r in rows]
+
+
+def calibration(model, device: torch.device, batches: list[Batch]) -> float:
+    """bf16's speed over fp32's on forward and backward passes of `model`: each batch in turn,
+    in both precisions one after the other; the first batch warms up, the others are timed.
+    The run's random state is left as it was; the gradients are cleared."""
+    seconds = {"fp32": 0.0, "bf16": 0.0}
     with torch.random.fork_rng(devices=[]):
-        ids = torch.randint(4, vocab, (sentences, CALIBRATION_LENGTH + 1)).to(device)
-        batch = Batch(src=ids[:, 1:], tgt_in=ids[:, :-1], tgt_out=ids[:, 1:])
-        for round_ in range(rounds + 1):
-            for precision in best:
+        for i, batch in enumerate(batches):
+            batch = batch.to(device)
+            for precision in seconds:
                 started = time.perf_counter()
                 training_loss(model, batch, 0.1, precision).backward()
-                seconds = time.perf_counter() - started
-                if round_ > 0:  # the first round warms up kernels and caches
-                    best[precision] = min(best[precision], seconds)
+                if i > 0:
+                    seconds[precision] += time.perf_counter() - started
     model.zero_grad(set_to_none=True)
-    return best["fp32"] / best["bf16"]
+    return seconds["fp32"] / seconds["bf16"]

@@ -28,7 +28,7 @@ from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
 from mt_transformer.training import distributed, finetune, random_state
 from mt_transformer.training.loop import TrainingLoop
-from mt_transformer.training.precision import choose_precision
+from mt_transformer.training.precision import choose_precision, first_batches
 from mt_transformer.training.run_log import tensorboard_writer
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for
@@ -134,7 +134,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     ).to(device)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(t.seed + processes.rank)
-    config = with_precision(config, model, device, processes)
+    config = with_precision(config, model, device, processes, data["train"])
     t = config.train
     log_setup(model, t, device, processes)
     if processes.is_main:
@@ -155,10 +155,13 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         return loop.run()
 
 
-def with_precision(config: Config, model, device: torch.device, processes: distributed.Processes) -> Config:
-    """The config with train.precision settled: auto chooses for this machine (under torchrun
-    rank 0's choice holds for every rank)."""
-    precision, why = choose_precision(config.train.precision, device, model, config.train.max_tokens)
+def with_precision(config: Config, model, device: torch.device, processes: distributed.Processes, train_set) -> Config:
+    """The config with train.precision settled: auto chooses for this machine, calibrating on the
+    first batches of `train_set` where it must (under torchrun rank 0's choice holds for every rank)."""
+    t = config.train
+    precision, why = choose_precision(
+        t.precision, device, model, lambda: first_batches(train_set, t.max_tokens, t.seed)
+    )
     precision = distributed.all_gather(precision)[0]
     if precision != config.train.precision:
         log.info("train.precision: %s (%s)", precision, why)
