@@ -80,29 +80,34 @@ def use_fast_matmul(device: torch.device) -> None:
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # what decides fp32 and bf16 matrix speed on x86
 
 
+def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str] | None:
+    """Each field of /proc/cpuinfo at its first occurrence (the first processor's), stripped;
+    None where the file cannot be read."""
+    try:
+        with open(cpuinfo) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    fields: dict[str, str] = {}
+    for key, value in (line.split(":", 1) for line in lines if ":" in line):
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 def cpu_info() -> tuple[str, list[str]]:
     """The CPU's model name and flags from /proc/cpuinfo (no flags where it has none)."""
     import platform
 
-    try:
-        with open("/proc/cpuinfo") as f:
-            lines = f.read().splitlines()
-    except OSError:
+    fields = cpu_fields()
+    if fields is None:
         return platform.processor() or platform.machine(), []
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.machine())
-    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-    return name, flags
+    return fields.get("model name", platform.machine()), fields.get("flags", "").split()
 
 
 def cpu_generation(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     """x86 CPU family and model numbers ("family 23, model 1": a Zen 1 core), which tell apart
     hosts whose model name a hypervisor reduces to "AMD EPYC"; None where `cpuinfo` lacks them."""
-    try:
-        with open(cpuinfo) as f:
-            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
-    except OSError:
-        return None
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    fields = cpu_fields(cpuinfo) or {}
     if "cpu family" not in fields or "model" not in fields:
         return None
     return f"family {fields['cpu family']}, model {fields['model']}"
