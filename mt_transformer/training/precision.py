@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from mt_transformer.data.batching import Batch, collate, lengths, token_batches
+from mt_transformer.data.batching import Batch, BatchedDataset, lengths, token_batches
 from mt_transformer.devices import slow_precision
 from mt_transformer.training.step import training_loss
 
@@ -51,11 +51,11 @@ def choose_precision(
 
 
 def first_batches(dataset, max_tokens: int, seed: int, count: int = CALIBRATION_BATCHES) -> list[Batch]:
-    """The first `count` batches of up to `max_tokens` tokens that training with `seed` would draw
-    from an encoded split (its first epoch's order)."""
+    """The first `count` batches of up to `max_tokens` tokens that training with `seed` draws from
+    an encoded split in its first epoch (with several corpora, before their sampling)."""
     src_lens, tgt_lens = lengths(dataset)
-    rows = [dataset[indices.tolist()] for indices in token_batches(src_lens, tgt_lens, max_tokens, seed)[:count]]
-    return [collate(r["src_ids"], r["tgt_ids"]) for r in rows]
+    batches = BatchedDataset(dataset, token_batches(src_lens, tgt_lens, max_tokens, seed)[:count])
+    return [batches[i] for i in range(len(batches))]
 
 
 def calibration(model, device: torch.device, batches: list[Batch]) -> float:
