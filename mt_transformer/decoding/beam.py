@@ -67,22 +67,13 @@ def beam_search(
         if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
             forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(width), eos_id)
         force_prefix(logits, None if prefix is None else prefix[sentence].repeat_interleave(width, dim=0), step)
-        # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
-        # so only those are scored: no (live, beam * vocab) sums, and no log-softmax of the whole row
-        per_row = min(2 * beam, logits.size(-1))
-        row_logits, row_tokens = logits.topk(per_row, dim=-1)  # (live*width, per_row)
-        row_log_probs = row_logits - log_z
-        row_scores = scores.view(-1, 1) + row_log_probs  # cumulative log-probs
-        candidates = min(2 * beam, width * per_row)
-        top_scores, top_index = row_scores.view(live, -1).topk(candidates, dim=1)  # (live, 2*beam)
-        top_beam = top_index // per_row  # which of the sentence's rows each candidate extends
-        top_token = row_tokens.view(live, -1).gather(1, top_index)
+        top_scores, top_beam, top_token = _best_candidates(logits, log_z, scores, beam)  # (live, 2*beam)
         is_eos = top_token == eos_id
 
         _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, width, step, alpha)
 
         # the best `beam` non-EOS candidates continue
-        scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, candidates), dim=1)
+        scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, top_scores.size(1)), dim=1)
         rows = (torch.arange(live, device=device) * width)[:, None] + top_beam.gather(1, order)  # (live, beam)
         width = scores.size(1)
         tokens = torch.cat([tokens[rows.view(-1)], top_token.gather(1, order).view(-1, 1)], dim=1)
@@ -90,17 +81,33 @@ def beam_search(
         done = torch.tensor([len(finished[s]) >= beam for s in owners], device=device) | (max_len <= step)
         if bool(done.all()):
             break
+        keep = None
         if bool(done.any()):  # finished sentences leave the batch
             keep = (~done).nonzero().view(-1)  # (still_live,)
-            rows, sentence, max_len, scores = rows[keep], sentence[keep], max_len[keep], scores[keep]
+            rows, sentence, max_len, scores, src_mask = (t[keep] for t in (rows, sentence, max_len, scores, src_mask))
+            tokens = tokens.view(-1, width, tokens.size(1))[keep].flatten(0, 1)  # (still_live*width, step+2)
             shortest_limit = int(max_len.min())
-            keep_rows = (keep[:, None] * width + torch.arange(width, device=device)).view(-1)
-            tokens, src_mask = tokens[keep_rows], src_mask[keep]
-            cache.select(rows.view(-1), sentences=keep)
-        else:
-            cache.select(rows.view(-1))
+        cache.select(rows.view(-1), sentences=keep)
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
+
+
+def _best_candidates(
+    logits: torch.Tensor, log_z: torch.Tensor, scores: torch.Tensor, beam: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The best 2*beam continuations of each sentence over (its rows, vocab): their cumulative
+    log-probs, the row of the sentence each extends, and its token, each (live, 2*beam).
+
+    logits: (live*width, vocab); log_z: (live*width, 1); scores: (live, width) cumulative log-probs.
+    """
+    live = scores.size(0)
+    # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
+    # so only those are scored: no (live, beam * vocab) sums, and no log-softmax of the whole row
+    per_row = min(2 * beam, logits.size(-1))
+    row_logits, row_tokens = logits.topk(per_row, dim=-1)  # (live*width, per_row)
+    row_scores = (scores.view(-1, 1) + (row_logits - log_z)).view(live, -1)  # (live, width*per_row)
+    top_scores, top_index = row_scores.topk(min(2 * beam, row_scores.size(1)), dim=1)
+    return top_scores, top_index // per_row, row_tokens.view(live, -1).gather(1, top_index)
 
 
 def _finish_hypotheses(
