@@ -4,6 +4,7 @@ import torch
 
 from conftest import FP32_TOLERANCE
 from mt_transformer.model.attention import MultiHeadAttention, attention_with_weights
+from mt_transformer.model.dropout import cpu_dropout
 from mt_transformer.model.masks import padding_mask
 
 
@@ -58,3 +59,35 @@ def test_causal_attention_ignores_the_future():
     k2, v2 = attention.project_kv(x2)
     changed, _ = attention(x2, k2, v2, is_causal=True)
     assert torch.allclose(changed[0, :4], fast[0, :4], **FP32_TOLERANCE)
+
+
+def test_attention_dropout_on_cpu_drops_attention_weights():
+    # in training with attention dropout, CPU attention is the written-out equation with the
+    # weights passed through cpu_dropout; reproduce it from the same seed
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4, dropout=0.5).train()
+    x = torch.randn(2, 5, 16)
+    mask = padding_mask(torch.tensor([[1] * 5, [1] * 3 + [0] * 2]), 0)
+    k, v = attention.project_kv(x)
+    torch.manual_seed(1)
+    out, _ = attention(x, k, v, mask=mask, is_causal=True)
+
+    q = attention._split_heads(attention.q_proj(x))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    allowed = mask & torch.ones(5, 5, dtype=torch.bool).tril()
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    torch.manual_seed(1)
+    dropped = cpu_dropout(weights, 0.5)
+    assert (dropped == 0).any() and (dropped[weights > 0] != 0).any()
+    expected = attention.out_proj((dropped @ v).transpose(1, 2).reshape(2, 5, 16))
+    assert torch.allclose(out, expected, **FP32_TOLERANCE)
+    # at evaluation the same module attends without dropout
+    attention.eval()
+    assert torch.allclose(attention(x, k, v, mask=mask, is_causal=True)[0], reference_causal(attention, x, k, v, mask), **FP32_TOLERANCE)
+
+
+def reference_causal(attention, x, k, v, mask):
+    q = attention._split_heads(attention.q_proj(x))
+    allowed = mask & torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
+    out = reference_attention(q, k, v, allowed)
+    return attention.out_proj(out.transpose(1, 2).reshape(x.shape))

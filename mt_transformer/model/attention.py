@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mt_transformer.model.dropout import apply_dropout
+
 
 def attention_with_weights(
     q: torch.Tensor,
@@ -36,7 +38,7 @@ def attention_with_weights(
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
-    output = F.dropout(weights, p=dropout) @ v  # (batch, heads, q_len, head_dim)
+    output = apply_dropout(weights, dropout) @ v  # (batch, heads, q_len, head_dim)
     return output, weights
 
 
@@ -97,10 +99,10 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
-        elif q.device.type == "cpu" and q.size(-2) <= SHORT_QUERIES and not is_causal:
-            # decoding on CPU: for a few queries the written-out equation beats SDPA's CPU kernel
-            # (measured in docs/benchmarks.md)
-            out = attention_with_weights(q, k, v, mask, dropout=dropout)[0]
+        elif q.device.type == "cpu" and (dropout > 0.0 or (q.size(-2) <= SHORT_QUERIES and not is_causal)):
+            # on CPU the written-out equation beats SDPA's kernel for a few queries (decoding), and
+            # with dropout, which SDPA computes only in its unfused fallback (docs/benchmarks.md)
+            out = attention_with_weights(q, k, v, mask, is_causal, dropout)[0]
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
         if group > 1:  # back to (rows, heads, q_len, ...)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from mt_transformer.model.attention import MultiHeadAttention
+from mt_transformer.model.dropout import Dropout
 
 
 class FeedForward(nn.Module):
@@ -33,7 +34,7 @@ class _ResidualLayer(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool, n_sublayers: int):
         super().__init__()
         self.pre_norm = pre_norm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_sublayers))
 
     def _input(self, x: torch.Tensor, i: int) -> torch.Tensor:

@@ -20,6 +20,7 @@ from torch import nn
 
 from mt_transformer.config import ModelConfig
 from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.model.dropout import Dropout
 from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
 from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from mt_transformer.model.masks import padding_mask
@@ -69,7 +70,7 @@ class Transformer(nn.Module):
         position_class = SinusoidalPositions if positions == "sinusoidal" else LearnedPositions
         self.src_positions = position_class(d_model, max_positions)
         self.tgt_positions = self.src_positions if positions == "sinusoidal" else position_class(d_model, max_positions)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, pre_norm)
         self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
