@@ -83,7 +83,8 @@ def test_attention_dropout_on_cpu_drops_attention_weights():
     assert torch.allclose(out, expected, **FP32_TOLERANCE)
     # at evaluation the same module attends without dropout
     attention.eval()
-    assert torch.allclose(attention(x, k, v, mask=mask, is_causal=True)[0], reference_causal(attention, x, k, v, mask), **FP32_TOLERANCE)
+    evaluated, _ = attention(x, k, v, mask=mask, is_causal=True)
+    assert torch.allclose(evaluated, reference_causal(attention, x, k, v, mask), **FP32_TOLERANCE)
 
 
 def reference_causal(attention, x, k, v, mask):
