@@ -4,7 +4,8 @@
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
 The fast path is `F.scaled_dot_product_attention`; `attention_with_weights` is the same
-equation written out, used only when the weights are wanted (heatmaps, alignments).
+equation written out, used when the weights are wanted (heatmaps, alignments) and on the CPU
+where it is faster: decoding's few queries, and training with attention dropout.
 Shapes: batch, heads, q_len (queries), k_len (keys), head_dim = d_model / heads.
 """
 

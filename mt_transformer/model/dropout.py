@@ -2,7 +2,7 @@
 the others scaled by 1 / (1 - p), so the expectation is unchanged.
 
 On the CPU, PyTorch's dropout draws its mask with `bernoulli_`, one random number per element
-and slow enough to be a tenth of a small model's training update; here one 64-bit draw makes
+and slow enough to be 8% of a small model's training update; here one 64-bit draw makes
 the mask of four elements (a 16-bit slice each), which runs forward and backward 2.5 times as
 fast (docs/benchmarks.md). Elsewhere it is `F.dropout`.
 """
