@@ -10,8 +10,7 @@ from mt_transformer.cli.common import decode_options, entry_point, translator_fr
 from mt_transformer.errors import UserError
 
 
-@entry_point
-def eval_main(argv=None):
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mt-eval", description="Score translations with sacreBLEU (BLEU, chrF, TER), or translate and score."
     )
@@ -37,7 +36,12 @@ def eval_main(argv=None):
     )
     parser.add_argument("--sentence", action="store_true", help="also score every sentence (sentence BLEU, chrF)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
+    return parser
+
+
+@entry_point
+def eval_main(argv=None):
+    args = _parser().parse_args(argv)
 
     from mt_transformer.data.text import read_lines
     from mt_transformer.evaluation.scores import (

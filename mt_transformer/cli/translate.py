@@ -10,8 +10,7 @@ from mt_transformer.cli.common import decode_options, entry_point, read_input, t
 from mt_transformer.errors import UserError
 
 
-@entry_point
-def translate_main(argv=None):
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mt-translate", description="Translate a text file, one sentence per line.")
     decode_options(parser)
     parser.add_argument("-i", "--input", help="input file (default: stdin)")
@@ -53,7 +52,12 @@ def translate_main(argv=None):
     parser.add_argument(
         "--attention-head", type=int, metavar="H", help="one attention head, from 1 (default: the mean of all heads)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+@entry_point
+def translate_main(argv=None):
+    args = _parser().parse_args(argv)
     if args.nbest < 1:
         raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
     inspect = args.attention or args.alignment
