@@ -1,5 +1,5 @@
-"""The device to run on, and its out-of-memory errors: recognising them and freeing what the
-failed attempt held.
+"""The device to run on, its precisions, and its out-of-memory errors: recognising them and
+freeing what the failed attempt held.
 
 Training and translation catch out-of-memory errors around one batch and retry it in smaller
 pieces, so one unusually large batch or input does not end a long job.
@@ -12,6 +12,14 @@ import gc
 import torch
 
 from mt_transformer.errors import UserError
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """Mixed precision: matrix products in `precision`, reductions such as softmax and layer norm
+    in float32 (a no-op context for fp32). Training's forward pass and decoding both use it."""
+    return torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
 
 
 def select_device(name: str, local_rank: int | None = None, key: str = "train.device") -> torch.device:
@@ -126,18 +134,19 @@ def cpu_model() -> str:
 def slow_precision(device: torch.device, precision: str) -> str | None:
     """Why `precision` would be slow on `device`, or None: bf16 on hardware without bf16 matrix
     units is emulated (a GPU before compute capability 8.0, an x86 CPU without avx512_bf16 or
-    amx_bf16), often slower than fp32."""
-    if precision != "bf16":
+    amx_bf16), often slower than fp32; so is fp16 on an x86 CPU without avx512_fp16 or amx_fp16."""
+    if precision == "fp32":
         return None
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
-        if major < 8:
+        if precision == "bf16" and major < 8:
             return (
                 f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no bf16 units: "
-                f"bf16 is emulated and slow there; train.precision: fp16 is this GPU's fast precision"
+                f"bf16 is emulated and slow there; fp16 is this GPU's fast precision"
             )
         return None
     name, flags = cpu_info()
-    if flags and "avx2" in flags and not {"avx512_bf16", "amx_bf16"} & set(flags):
-        return f"{name} has no bf16 units (no avx512_bf16 or amx_bf16): bf16 runs slower than fp32 here"
+    units = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}[precision]
+    if flags and "avx2" in flags and not set(units) & set(flags):
+        return f"{name} has no {precision} units (no {units[0]} or {units[1]}): {precision} runs slower than fp32 here"
     return None

@@ -40,10 +40,9 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config, DataConfig, ModelConfig
 from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
-from mt_transformer.devices import cpu_model, use_fast_matmul
+from mt_transformer.devices import PRECISIONS, cpu_model, use_fast_matmul
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.precision import choose_precision, first_batches
-from mt_transformer.training.step import PRECISIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")

@@ -32,10 +32,10 @@ import torch
 from mt_transformer.config import load_config
 from mt_transformer.data.batching import batch_loader, token_batches
 from mt_transformer.data.prepare import prepare_data
-from mt_transformer.devices import cpu_model, select_device, slow_precision, use_fast_matmul
+from mt_transformer.devices import PRECISIONS, cpu_model, select_device, slow_precision, use_fast_matmul
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.state import TrainerState
-from mt_transformer.training.step import PRECISIONS, TrainingStep, optimizer_for
+from mt_transformer.training.step import TrainingStep, optimizer_for
 
 # fp32 training whose CPU matrix products oneDNN may run in bf16 (torch 2.9 on; where the CPU has
 # no bf16 units oneDNN keeps them in fp32)

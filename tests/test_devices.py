@@ -71,9 +71,15 @@ def test_bf16_without_bf16_units_is_named_slow(two_gpus, monkeypatch):
         slow_precision(cpu, "bf16")
         == "AMD EPYC has no bf16 units (no avx512_bf16 or amx_bf16): bf16 runs slower than fp32 here"
     )
+    assert (
+        slow_precision(cpu, "fp16")
+        == "AMD EPYC has no fp16 units (no avx512_fp16 or amx_fp16): fp16 runs slower than fp32 here"
+    )
     assert slow_precision(cpu, "fp32") is None
     monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC 9R14", ["avx2", "avx512f", "avx512_bf16"]))
     assert slow_precision(cpu, "bf16") is None
+    monkeypatch.setattr(devices, "cpu_info", lambda: ("Intel Xeon", ["avx2", "avx512f", "avx512_fp16", "amx_bf16"]))
+    assert slow_precision(cpu, "bf16") is None and slow_precision(cpu, "fp16") is None
 
 
 def test_the_cpu_is_named_with_its_family_model_and_vector_extensions(monkeypatch, tmp_path):

@@ -5,9 +5,10 @@ import torch
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.devices import autocast
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.loss import label_smoothed_loss
-from mt_transformer.training.step import FP16_INITIAL_SCALE, autocast, optimizer_for, training_loss
+from mt_transformer.training.step import FP16_INITIAL_SCALE, optimizer_for, training_loss
 
 
 def confident_model_and_batch() -> tuple[Transformer, Batch]:

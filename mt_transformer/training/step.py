@@ -17,7 +17,7 @@ import torch
 
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
-from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
 from mt_transformer.training.loss import linear_cross_entropy
@@ -26,15 +26,9 @@ from mt_transformer.training.state import TrainerState
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The fp16 loss scale to start from (fairseq's default): the loss is a sum over up to tens of
 # thousands of tokens, and a start at GradScaler's 2^16 overflows for the first ~9 updates.
 FP16_INITIAL_SCALE = 128.0
-
-
-def autocast(device: torch.device, precision: str) -> torch.autocast:
-    """Mixed precision for the forward pass (a no-op context for fp32)."""
-    return torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
 
 
 def fused_adam(device: torch.device) -> bool:

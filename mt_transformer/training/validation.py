@@ -11,9 +11,9 @@ import torch
 from mt_transformer.config import Config, language_tag
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.decoding.translator import torch_translator, with_decode
+from mt_transformer.devices import PRECISIONS, autocast
 from mt_transformer.evaluation.scores import score
 from mt_transformer.training.loss import blockwise_losses
-from mt_transformer.training.step import PRECISIONS, autocast
 
 log = logging.getLogger(__name__)
 
