@@ -173,6 +173,8 @@ class DecodeConfig:
     topp: float = 1.0  # draw among the fewest most probable tokens that hold this probability (nucleus)
     temperature: float = 1.0  # below 1 sharpens the distribution, above 1 flattens it
     seed: int = 1  # the same seed, input and batch settings draw the same samples
+    # the PyTorch engine's matrix products under autocast: bf16 or fp16 where the device has units for them
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
 
 
 @dataclass(frozen=True)

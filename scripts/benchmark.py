@@ -40,6 +40,7 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config, DataConfig, ModelConfig
 from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
+from mt_transformer.decoding.translator import with_decode
 from mt_transformer.devices import PRECISIONS, cpu_model, use_fast_matmul
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.precision import choose_precision, first_batches
@@ -80,7 +81,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
-        "--precision", default="fp32", choices=["auto", *PRECISIONS], help="auto: what mt-train would choose here"
+        "--precision",
+        default="fp32",
+        choices=["auto", *PRECISIONS],
+        help="of the training updates and the translations; auto: what mt-train would choose here",
     )
     parser.add_argument("--updates", type=int, default=30, help="timed training updates")
     parser.add_argument("--sentences", type=int, default=1000, help="sentences translated per setting")
@@ -135,6 +139,7 @@ def main() -> None:
             model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
         else:
             config = Config(data=data, model=ModelConfig(**MODEL))
+        config = with_decode(config, precision=args.precision)  # translation in the precision trained in
         results["translation_model"] = args.checkpoint or "untrained (outputs run to the length limit)"
         results.update(bench_translations(model, tokenizer, config, lines, device, loaded, workdir))
 

@@ -1,14 +1,17 @@
 """The benchmark's translation measurements (`make bench`, scripts/benchmark.py): greedy and
-beam search at two batch sizes, time against beam size, and CTranslate2 on the same model."""
+beam search at two batch sizes, time against beam size, and CTranslate2 on the same model; and
+a checkpoint's beam search in each decode precision (`make gpu-check`)."""
 
 from __future__ import annotations
 
 import os
 import time
 
+from benchmark_training import synchronize
 from mt_transformer.config import Config
 from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
 from mt_transformer.errors import UserError
+from mt_transformer.evaluation.scores import score
 
 
 def bench_translation(model, tokenizer, config: Config, lines: list[str], device, beam: int, max_tokens: int):
@@ -78,3 +81,27 @@ def bench_translations(model, tokenizer, config: Config, lines: list[str], devic
     except UserError as error:  # its GPU build needs its own CUDA libraries
         results["ctranslate2_error"] = str(error)
     return results
+
+
+def bench_decode_precisions(run_dir: str, prefix: str, device) -> dict:
+    """Beam 4 over `prefix`.{source language} in fp32, bf16 and fp16: sentences/s after a warm-up,
+    and BLEU against `prefix`.{target language}. A precision that fails is reported, not raised."""
+    from mt_transformer.data.text import read_lines
+
+    rows = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        try:
+            translate = load_translator(run_dir, "torch", device.type, beam_size=4, precision=precision)
+            data = translate.config.data
+            sources, references = (read_lines(f"{prefix}.{lang}") for lang in (data.src_lang, data.tgt_lang))
+            translate(sources[:50])  # warm-up
+            synchronize(device)
+            started = time.perf_counter()
+            hypotheses = [r[0].text for r in translate(sources)]
+            synchronize(device)
+            seconds = time.perf_counter() - started
+            bleu = score(hypotheses, references, ("bleu",), data.tgt_lang)["bleu"]
+            rows[precision] = {"ok": True, "sentences": len(sources), "per_s": len(sources) / seconds, "bleu": bleu}
+        except Exception as error:  # reported with the other checks' results
+            rows[precision] = {"ok": False, "error": f"{type(error).__name__}: {error}".splitlines()[0]}
+    return rows

@@ -10,6 +10,8 @@
 5. The bf16 run killed after its first checkpoint and started again: it resumes there, and its
    losses stay near the uninterrupted run's (on CUDA not bit for bit: attention's backward kernels
    are not deterministic).
+6. The bf16 run's checkpoint translating the valid set with beam 4 in each decode precision:
+   sentences/s and BLEU.
 
 Prints one Markdown block to paste into an issue and writes it to --output. On a machine
 without CUDA it says so in one line and exits 0; it exits 1 when a check fails.
@@ -30,12 +32,15 @@ import torch
 
 from benchmark_report import paper_configs_table
 from benchmark_training import bench_paper_configs, matmul_ceiling
+from benchmark_translation import bench_decode_precisions
 from mt_transformer.devices import use_fast_matmul
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each logged loss (the mean over log_every updates) of bf16 and fp16 within this fraction of
 # fp32's: rounding sends the runs apart slowly, a wrong scale or cast moves a loss by far more.
 LOSS_TOLERANCE = 0.05
+# BLEU of bf16 and fp16 decoding within this of fp32's: rounding flips a few close choices only.
+BLEU_TOLERANCE = 1.0
 UPDATES, LOG_EVERY, VALID_EVERY = 300, 50, 100
 
 
@@ -155,6 +160,23 @@ def check_two_processes(corpus: str, workdir: str, reference: list[tuple[int, fl
     }
 
 
+def translation_lines(rows: dict, verdict) -> list[str]:
+    lines = [
+        f"- translation with the bf16 run's checkpoint, beam 4, the valid set; BLEU within {BLEU_TOLERANCE} of fp32's:",
+        "",
+        "| decode precision | result | sentences/s | BLEU |",
+        "|---|---|---|---|",
+    ]
+    reference = rows["fp32"].get("bleu", float("nan"))
+    for name, row in rows.items():
+        if not row["ok"]:
+            lines.append(f"| {name} | {verdict(False)} | {row['error']} | |")
+            continue
+        ok = abs(row["bleu"] - reference) <= BLEU_TOLERANCE
+        lines.append(f"| {name} | {verdict(ok)} | {row['per_s']:.1f} | {row['bleu']:.2f} |")
+    return lines + [""]
+
+
 def check_speed(updates: int) -> dict:
     """The base and big models per precision, bf16 also under torch.compile (scripts/benchmark.py)."""
     device = torch.device("cuda")
@@ -184,7 +206,15 @@ class Verdicts:
         return "pass" if ok else "FAIL"
 
 
-def report(environment: str, tests: dict, precisions: dict, speed: dict | None, two: dict, resume: dict):
+def report(
+    environment: str,
+    tests: dict,
+    precisions: dict,
+    speed: dict | None,
+    two: dict,
+    resume: dict,
+    translation: dict | None = None,
+):
     """The Markdown block to paste into an issue, and whether every check passed."""
     verdict = Verdicts()
     tests_ok = bool(tests) and tests.get("passed", 0) > 0 and not tests.get("failed") and not tests.get("errors")
@@ -206,6 +236,8 @@ def report(environment: str, tests: dict, precisions: dict, speed: dict | None, 
             f"| {name} | {verdict(ok)} | {row['gap']:.1%} | {row.get('skipped', '')} | {losses} | {row['seconds']} |"
         )
     lines.append("")
+    if translation is not None:
+        lines += translation_lines(translation, verdict)
     if speed is not None:
         ceilings = ", ".join(f"{n} {c / 1000:.0f} TFLOP/s" for n, c in speed["ceilings"].items())
         lines += [f"- training speed, 16,384 target tokens per update (matrix-product ceilings: {ceilings}):", ""]
@@ -256,8 +288,9 @@ def main() -> int:
         reference = precisions["bf16"]["losses"]
         two = check_two_processes(corpus, workdir, reference)
         resume = check_resume(corpus, workdir, reference)
+        translation = bench_decode_precisions(os.path.join(workdir, "bf16"), f"{corpus}/valid", torch.device("cuda"))
     speed = None if args.no_speed else check_speed(args.speed_updates)
-    text, ok = report(environment(), tests, precisions, speed, two, resume)
+    text, ok = report(environment(), tests, precisions, speed, two, resume, translation)
     text += f"\nall checks: {time.monotonic() - started:.0f} s\n"
     print(text)
     with open(args.output, "w", encoding="utf-8") as f:

@@ -58,3 +58,21 @@ def test_without_cuda_it_says_so_and_succeeds(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("gpu-check: no CUDA device here") and len(result.stdout.splitlines()) == 1
     assert not output.exists()
+
+
+def test_decode_precisions_are_measured_and_reported(trained_run, corpus):
+    import torch
+
+    from benchmark_translation import bench_decode_precisions
+
+    rows = bench_decode_precisions(trained_run, f"{corpus}/valid", torch.device("cpu"))
+    assert list(rows) == ["fp32", "bf16", "fp16"]
+    assert all(row["ok"] and row["sentences"] == 60 and row["per_s"] > 0 for row in rows.values())
+    lines = gpu_check.translation_lines(rows, gpu_check.Verdicts())
+    assert lines[4].startswith(f"| fp32 | pass | {rows['fp32']['per_s']:.1f} | {rows['fp32']['bleu']:.2f} |")
+
+    rows["fp16"] = {"ok": False, "error": "RuntimeError: no kernel"}
+    rows["bf16"]["bleu"] = rows["fp32"]["bleu"] - 2 * gpu_check.BLEU_TOLERANCE
+    verdict = gpu_check.Verdicts()
+    text = "\n".join(gpu_check.translation_lines(rows, verdict))
+    assert verdict.failed == 2 and "| fp16 | FAIL | RuntimeError: no kernel | |" in text and "| bf16 | FAIL |" in text

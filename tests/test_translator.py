@@ -1,11 +1,13 @@
 """Translating lines: batching, inputs too long for the model, out-of-memory while decoding."""
 
 import logging
+import math
 
 import pytest
 import torch
 
 from conftest import load_model, run_cli, translator
+from mt_transformer import devices
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.decoding.translator import TorchSearch, source_batches
 
@@ -113,3 +115,43 @@ def test_mt_translate_takes_one_prefix_per_line(trained_run, tmp_path):
     result = run_cli("mt-translate", *args, input="one line\n")
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: --prefix: {prefixes} has 2 lines, the input 1"
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_decode_precision_bf16_runs_the_matrix_products_in_bf16_and_scores_in_float32(trained_run, corpus, beam):
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:4]
+    seen = {}
+    for precision in ("fp32", "bf16"):
+        translate = translator(trained_run, beam_size=beam, precision=precision)
+        seen[precision] = set()
+        ffn = translate.model.decoder[0].ffn.linear1
+        hook = ffn.register_forward_hook(lambda m, i, out, dtypes=seen[precision]: dtypes.add(out.dtype))
+        results = translate(lines)
+        hook.remove()
+        assert len(results) == len(lines)
+        assert all(math.isfinite(r[0].log_prob) and r[0].log_prob < 0 for r in results)
+        assert all(p.dtype == torch.float32 for p in translate.model.parameters())  # autocast casts per product
+    assert seen == {"fp32": {torch.float32}, "bf16": {torch.bfloat16}}
+
+
+def test_mt_translate_precision_flag_warns_where_it_is_slow_and_is_for_the_torch_engine(trained_run, monkeypatch):
+    monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC", ["avx2", "fma"]))
+    result = run_cli("mt-translate", "--checkpoint", trained_run, "--precision", "bf16", "--beam", "2", input="a b\n")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 1
+    assert "decode.precision: AMD EPYC has no bf16 units" in result.stderr
+    ct2 = run_cli("mt-translate", "--checkpoint", trained_run, "--engine", "ctranslate2", "--precision", "fp16")
+    assert ct2.returncode == 2
+    assert ct2.stderr.strip() == "error: --precision: for --engine torch; CTranslate2 takes --compute-type"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_half_precision_decoding_on_cuda_matches_fp32_on_most_lines(trained_run, corpus, precision):
+    from mt_transformer.decoding.translator import load_translator
+
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:40]
+    fp32 = [r[0].text for r in load_translator(trained_run, "torch", "cuda", beam_size=4)(lines)]
+    half = [r[0].text for r in load_translator(trained_run, "torch", "cuda", beam_size=4, precision=precision)(lines)]
+    # rounding may flip a close choice; a broken cast would change nearly every line
+    assert sum(a == b for a, b in zip(fp32, half)) >= 0.75 * len(lines)

@@ -129,6 +129,12 @@ def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = 
     )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        help="with --engine torch: matrix products in bf16 or fp16 under autocast, for GPUs and CPUs "
+        "with bf16/fp16 units (default: the checkpoint's decode.precision, fp32)",
+    )
+    parser.add_argument(
         "--engine",
         default="torch",
         choices=["torch", "ctranslate2"],
@@ -157,6 +163,7 @@ DECODE_FLAGS = {
     "topp": "--topp",
     "temperature": "--temperature",
     "seed": "--seed",
+    "precision": "--precision",
 }
 
 

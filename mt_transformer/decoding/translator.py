@@ -27,7 +27,7 @@ from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at, split_input
 from mt_transformer.decoding.sampling import Sampler, sample
 from mt_transformer.decoding.search import Hypothesis, output_limits
-from mt_transformer.devices import is_out_of_memory, release_memory
+from mt_transformer.devices import autocast, is_out_of_memory, release_memory, slow_precision
 from mt_transformer.errors import UserError
 from mt_transformer.model.masks import padding_mask
 
@@ -81,13 +81,16 @@ class TorchSearch:
             prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
         d = self.decode
         common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
-        if self.sampler is not None:
-            return sample(self.model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common)
-        if d.beam_size == 1:
-            return [[h] for h in greedy_search(self.model, src, src_mask, max_len, **common)]
-        return beam_search(
-            self.model, src, src_mask, max_len, beam_size=d.beam_size, alpha=d.alpha, n_best=d.n_best, **common
-        )
+        with autocast(self.device, d.precision):  # the searches take log-probabilities in float32
+            if self.sampler is not None:
+                return sample(
+                    self.model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common
+                )
+            if d.beam_size == 1:
+                return [[h] for h in greedy_search(self.model, src, src_mask, max_len, **common)]
+            return beam_search(
+                self.model, src, src_mask, max_len, beam_size=d.beam_size, alpha=d.alpha, n_best=d.n_best, **common
+            )
 
     def __call__(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         try:
@@ -252,6 +255,8 @@ def _load_translator(
 
         if decode.get("sampling") or len(paths) > 1:
             raise UserError("--sampling and ensembles (several --checkpoint) need --engine torch")
+        if decode.get("precision") not in (None, "fp32"):
+            raise UserError("--precision: for --engine torch; CTranslate2 takes --compute-type")
         translator, tokenizer, settings = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
         config = with_decode(config_from_dict(settings["config"]), **decode)
         max_positions = config.model.max_positions
@@ -261,8 +266,12 @@ def _load_translator(
 
     members = [checkpoint.load(p, selected) for p in paths]
     first = members[0]
+    config = with_decode(first.config, **decode)
+    slow = slow_precision(selected, config.decode.precision)
+    if slow:
+        log.warning("decode.precision: %s", slow)
     if len(members) == 1:
-        return torch_translator(first.model, first.tokenizer, with_decode(first.config, **decode), selected)
+        return torch_translator(first.model, first.tokenizer, config, selected)
     from mt_transformer.decoding.ensemble import Ensemble
 
     for member in members[1:]:
@@ -271,5 +280,4 @@ def _load_translator(
                 f"--checkpoint: {member.directory} and {first.directory} have different tokenizers; "
                 f"an ensemble needs models of one tokenizer"
             )
-    model = Ensemble([m.model for m in members], ensemble_mode)
-    return torch_translator(model, first.tokenizer, with_decode(first.config, **decode), selected)
+    return torch_translator(Ensemble([m.model for m in members], ensemble_mode), first.tokenizer, config, selected)
