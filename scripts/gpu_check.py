@@ -161,6 +161,7 @@ def check_two_processes(corpus: str, workdir: str, reference: list[tuple[int, fl
 
 
 def translation_lines(rows: dict, verdict) -> list[str]:
+    """The report's table of bench_decode_precisions' rows, each judged against fp32's BLEU."""
     lines = [
         f"- translation with the bf16 run's checkpoint, beam 4, the valid set; BLEU within {BLEU_TOLERANCE} of fp32's:",
         "",
