@@ -85,15 +85,22 @@ def bench_translations(model, tokenizer, config: Config, lines: list[str], devic
 
 def bench_decode_precisions(run_dir: str, prefix: str, device) -> dict:
     """Beam 4 over `prefix`.{source language} in fp32, bf16 and fp16: sentences/s after a warm-up,
-    and BLEU against `prefix`.{target language}. A precision that fails is reported, not raised."""
+    and BLEU against `prefix`.{target language}. A failure is reported in the rows, not raised."""
+    from mt_transformer import checkpoint
     from mt_transformer.data.text import read_lines
 
+    precisions = ("fp32", "bf16", "fp16")
+    try:
+        loaded = checkpoint.load(run_dir, device)
+    except Exception as error:  # reported with the other checks' results
+        return dict.fromkeys(precisions, failed(error))
+    data = loaded.config.data
+    sources, references = (read_lines(f"{prefix}.{lang}") for lang in (data.src_lang, data.tgt_lang))
     rows = {}
-    for precision in ("fp32", "bf16", "fp16"):
+    for precision in precisions:
         try:
-            translate = load_translator(run_dir, "torch", device.type, beam_size=4, precision=precision)
-            data = translate.config.data
-            sources, references = (read_lines(f"{prefix}.{lang}") for lang in (data.src_lang, data.tgt_lang))
+            config = with_decode(loaded.config, beam_size=4, precision=precision)
+            translate = torch_translator(loaded.model, loaded.tokenizer, config, device)
             translate(sources[:50])  # warm-up
             synchronize(device)
             started = time.perf_counter()
@@ -102,6 +109,10 @@ def bench_decode_precisions(run_dir: str, prefix: str, device) -> dict:
             seconds = time.perf_counter() - started
             bleu = score(hypotheses, references, ("bleu",), data.tgt_lang)["bleu"]
             rows[precision] = {"ok": True, "sentences": len(sources), "per_s": len(sources) / seconds, "bleu": bleu}
-        except Exception as error:  # reported with the other checks' results
-            rows[precision] = {"ok": False, "error": f"{type(error).__name__}: {error}".splitlines()[0]}
+        except Exception as error:
+            rows[precision] = failed(error)
     return rows
+
+
+def failed(error: Exception) -> dict:
+    return {"ok": False, "error": f"{type(error).__name__}: {error}".splitlines()[0]}
