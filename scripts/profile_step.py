@@ -147,8 +147,9 @@ def main() -> None:
     threads = torch.get_num_threads()
     print(f"{args.config} {' '.join(args.set)}: {processor}, {threads} threads, torch {torch.__version__}")
     for precision in args.precisions:
-        if precision == IMPLICIT_BF16 and slow_precision(device, "bf16"):
-            print(f"note: {cpu_model()} has no bf16 units: {IMPLICIT_BF16}'s matrix products stay in fp32 here")
+        if precision == IMPLICIT_BF16:
+            if slow_precision(device, "bf16"):
+                print(f"note: {cpu_model()} has no bf16 units: {IMPLICIT_BF16}'s matrix products stay in fp32 here")
         elif slow_precision(device, precision):
             print(f"note: {slow_precision(device, precision)}")
         run_updates(steps[precision], groups[: args.warmup], device, precision)

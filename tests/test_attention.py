@@ -92,3 +92,22 @@ def reference_causal(attention, x, k, v, mask):
     allowed = mask & torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
     out = reference_attention(q, k, v, allowed)
     return attention.out_proj(out.transpose(1, 2).reshape(x.shape))
+
+
+def test_bf16_attention_on_cpu_is_the_written_out_equation():
+    # SDPA's CPU kernel is slower in bf16 than in fp32; the written-out equation runs its
+    # products on the bf16 units and keeps the softmax in float32
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4).train()
+    x = torch.randn(2, 12, 16)
+    mask = padding_mask(torch.tensor([[1] * 12, [1] * 9 + [0] * 3]), 0)
+    for is_causal, key_mask in ((True, None), (False, mask)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            k, v = attention.project_kv(x)
+            out, _ = attention(x, k, v, mask=key_mask, is_causal=is_causal)
+            q = attention._split_heads(attention.q_proj(x))
+            written = attention_with_weights(q, k, v, key_mask, is_causal)[0]
+            expected = attention.out_proj(written.transpose(1, 2).reshape(2, 12, 16))
+        assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+        full = attention(x, *attention.project_kv(x), mask=key_mask, is_causal=is_causal)[0]
+        assert (out.float() - full).abs().max() < 0.05 * full.abs().max()  # bf16 keeps 8 bits

@@ -5,7 +5,8 @@
 
 The fast path is `F.scaled_dot_product_attention`; `attention_with_weights` is the same
 equation written out, used when the weights are wanted (heatmaps, alignments) and on the CPU
-where it is faster: decoding's few queries, and training with attention dropout.
+where it is faster: decoding's few queries, training with attention dropout, and bf16/fp16,
+whose products then run on the CPU's bf16 units (SDPA's CPU kernel is slower in bf16 than in fp32).
 Shapes: batch, heads, q_len (queries), k_len (keys), head_dim = d_model / heads.
 """
 
@@ -38,7 +39,8 @@ def attention_with_weights(
         scores = scores.masked_fill(~causal, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
+    # the softmax in float32 whatever the products' precision; the weights then take v's
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)
     output = apply_dropout(weights, dropout) @ v  # (batch, heads, q_len, head_dim)
     return output, weights
 
@@ -100,9 +102,12 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
-        elif q.device.type == "cpu" and (dropout > 0.0 or (q.size(-2) <= SHORT_QUERIES and not is_causal)):
-            # on CPU the written-out equation beats SDPA's kernel for a few queries (decoding), and
-            # with dropout, which SDPA computes only in its unfused fallback (docs/benchmarks.md)
+        elif q.device.type == "cpu" and (
+            dropout > 0.0 or q.dtype != torch.float32 or (q.size(-2) <= SHORT_QUERIES and not is_causal)
+        ):
+            # on CPU the written-out equation beats SDPA's kernel for a few queries (decoding), in
+            # bf16/fp16, and with dropout, which SDPA computes only in its unfused fallback
+            # (docs/benchmarks.md)
             out = attention_with_weights(q, k, v, mask, is_causal, dropout)[0]
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
