@@ -5,14 +5,16 @@ Run after the peers' `prepare_data.sh` (it writes $PEERS_DIR/data). Trains with 
 STEPS updates (default 300) with the peers' fixed settings: d_model 256, 3+3 layers, 4 heads,
 d_ff 1024, dropout 0.1 (attention too), pre-norm, tied embeddings, sinusoidal positions, Adam
 (0.9, 0.98), inverse-sqrt schedule peaking at 1e-3 after 100 updates, label smoothing 0.1,
-batches of 4,096 target tokens, a joint 8,000-piece BPE vocabulary. Then translates the same
-500 test sentences with beam 4 and scores them with sacreBLEU.
+batches of 4,096 target tokens, a joint 8,000-piece BPE vocabulary, in fp32 (--precision: auto
+or bf16). Then translates the same 500 test sentences with beam 4 and scores them with
+sacreBLEU, in fp32 and each other of --decode-precisions.
 
 Measured as the peers' scripts measure: training target tokens/s is the mean of the per-log-
 interval rates after the first interval; decoding sentences/s counts the search only (model
 loading excluded). Prints one `peer=mt_transformer ...` line and writes result.json.
 
     python3 scripts/peer_bench.py [--peers-dir ~/.cache/mt-peers] [--tag r1] [--decode-only]
+        [--precision auto] [--decode-precisions fp32 bf16]
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def config(data: str, out: str, steps: int, warmup: int, batch_tokens: int, log_every: int) -> dict:
+def config(data: str, out: str, steps: int, warmup: int, batch_tokens: int, log_every: int, precision: str) -> dict:
     return {
         "data": {
             "src_lang": "de",
@@ -68,6 +70,7 @@ def config(data: str, out: str, steps: int, warmup: int, batch_tokens: int, log_
             "valid_max_sentences": 100,
             "keep_last": 1,
             "seed": 42,
+            "precision": precision,
         },
         "decode": {"beam_size": 4, "alpha": 0.6},
     }
@@ -94,9 +97,11 @@ def decode(args, data: str, out: str) -> dict:
     sources = open(f"{data}/raw/test.de", encoding="utf-8").read().splitlines()
     references = open(f"{data}/raw/test.en", encoding="utf-8").read().splitlines()
     engines = {}
-    for max_tokens in args.max_tokens:
-        settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens)
-        engines[str(max_tokens)] = torch_translator(loaded.model, loaded.tokenizer, settings, torch.device("cpu"))
+    for precision in args.decode_precisions:
+        for max_tokens in args.max_tokens:
+            settings = with_decode(loaded.config, beam_size=4, alpha=0.6, max_tokens=max_tokens, precision=precision)
+            name = str(max_tokens) if precision == "fp32" else f"{max_tokens}-{precision}"
+            engines[name] = torch_translator(loaded.model, loaded.tokenizer, settings, torch.device("cpu"))
     if args.ctranslate2:
         from mt_transformer.decoding import ctranslate2_engine
 
@@ -135,6 +140,10 @@ def main() -> None:
     parser.add_argument(
         "--ctranslate2", action="store_true", help="also decode with the same model exported to CTranslate2 (fp32)"
     )
+    parser.add_argument("--precision", default="fp32", choices=["auto", "fp32", "bf16"], help="train.precision")
+    parser.add_argument(
+        "--decode-precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16", "fp16"], help="decode.precision"
+    )
     args = parser.parse_args()
     data = os.path.join(args.peers_dir, "data")
     out = os.path.join(args.peers_dir, "runs", f"mt_transformer-{args.tag}")
@@ -146,7 +155,7 @@ def main() -> None:
     if not args.decode_only:
         path = os.path.join(out, "config.yaml")
         with open(path, "w", encoding="utf-8") as f:
-            yaml.safe_dump(config(data, os.path.join(out, "run"), args.steps, 100, 4096, 25), f)
+            yaml.safe_dump(config(data, os.path.join(out, "run"), args.steps, 100, 4096, 25, args.precision), f)
         start = time.perf_counter()
         train = "import sys; from mt_transformer.cli import train_main; sys.argv[0] = 'mt-train'; train_main()"
         subprocess.run(
