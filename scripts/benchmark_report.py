@@ -41,11 +41,13 @@ def markdown(results: dict) -> str:
         f"{r['model_flops_per_s'] / 1e9:.1f} |"
         for r in results["lengths"]
     ]
-    lines += ["", "| translation | max_tokens | sentences | sent/s | output tok/s |", "|---|---|---|---|---|"]
+    translated = [r for r in results["translation"] + results["beams"] if r["sentences"]]
+    if translated:
+        lines += ["", "| translation | max_tokens | sentences | sent/s | output tok/s |", "|---|---|---|---|---|"]
     lines += [
         f"| {'greedy' if r['beam'] == 1 else 'beam ' + str(r['beam'])} | {r['max_tokens']} | {r['sentences']} | "
         f"{r['sentences_per_s']} | {r['output_tokens_per_s']} |"
-        for r in results["translation"] + results["beams"]
+        for r in translated
     ]
     if results.get("paper_configs"):
         lines += ["", paper_configs_table(results["paper_configs"], ceilings)]
