@@ -13,7 +13,9 @@ hits all precisions alike. --profile adds a torch.profiler table per precision (
 self time) over one more set of updates. --same-batch repeats the first update's batches
 throughout: shapes then never change, so comparing with a run without it shows what new shapes
 cost (kernel selection, oneDNN primitives created per shape) apart from the arithmetic.
-Besides mt-train's precisions, `fp32-bf16mm` is fp32 training whose CPU matrix products oneDNN
+--interleave runs every timed update in each precision in turn (the order reversed every other
+update) and gives each round new batches: drift then cancels update by update, and every shape
+is new, as in mt-train. Besides mt-train's precisions, `fp32-bf16mm` is fp32 training whose CPU matrix products oneDNN
 may compute in bf16 (`torch.backends.mkldnn.matmul.fp32_precision`), with no casts in the model.
 """
 
@@ -56,6 +58,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="also profile each precision's updates by operator")
     parser.add_argument("--top", type=int, default=25, help="operators listed per profile")
     parser.add_argument("--same-batch", action="store_true", help="every update on the first update's batches")
+    parser.add_argument(
+        "--interleave", action="store_true", help="each update in every precision in turn; new batches every round"
+    )
     args = parser.parse_args()
     if IMPLICIT_BF16 in args.precisions and not hasattr(torch.backends.mkldnn.matmul, "fp32_precision"):
         parser.error(f"{IMPLICIT_BF16} needs torch 2.9 or later (this is {torch.__version__})")
@@ -114,6 +119,39 @@ def run_updates(step: TrainingStep, groups, device: torch.device, precision: str
     return time.perf_counter() - start, tokens
 
 
+def run_interleaved(steps: dict[str, TrainingStep], groups, device: torch.device) -> dict[str, float]:
+    """Target tokens/s of each precision over these updates, every update run in each precision in
+    turn, the order reversed every other update."""
+    seconds, tokens = dict.fromkeys(steps, 0.0), 0
+    for i, group in enumerate(groups):
+        for precision in list(steps) if i % 2 == 0 else list(steps)[::-1]:
+            elapsed, tokens_of_group = run_updates(steps[precision], [group], device, precision)
+            seconds[precision] += elapsed
+        tokens += tokens_of_group
+    return {precision: tokens / elapsed for precision, elapsed in seconds.items()}
+
+
+def timed_rounds(args, steps: dict[str, TrainingStep], groups, device: torch.device) -> None:
+    """Print a row per round: each precision's target tokens/s and its ratio to the first's."""
+    print("| round | " + " | ".join(f"{p} tok/s" for p in args.precisions) + " | ratio to " + args.precisions[0] + " |")
+    print("|---" * (len(args.precisions) + 2) + "|")
+    for round_ in range(args.rounds):
+        if args.interleave:
+            timed = groups[round_ * args.updates : (round_ + 1) * args.updates]
+            if not timed:
+                print(f"(the training data has no batches left for round {round_ + 1})")
+                return
+            rates = run_interleaved(steps, timed, device)
+        else:
+            rates = {}
+            for precision in args.precisions:
+                seconds, tokens = run_updates(steps[precision], groups[: args.updates], device, precision)
+                rates[precision] = tokens / seconds
+        base = rates[args.precisions[0]]
+        ratios = " / ".join(f"{rates[p] / base:.2f}" for p in args.precisions[1:]) or "-"
+        print(f"| {round_ + 1} | " + " | ".join(f"{rates[p]:,.0f}" for p in args.precisions) + f" | {ratios} |")
+
+
 def profile_table(step: TrainingStep, groups, device: torch.device, precision: str, top: int) -> str:
     from torch.profiler import ProfilerActivity, profile
 
@@ -137,7 +175,8 @@ def main() -> None:
     tokenizer, encoded, _ = prepare_data(config.data, workdir, t.seed)
     train = encoded["train"]
     batches = token_batches(np.asarray(train["src_len"]), np.asarray(train["tgt_len"]), t.max_tokens, seed=t.seed)
-    needed = (args.warmup + args.updates * (1 + args.profile)) * t.accumulate
+    timed_updates = args.updates * (args.rounds if args.interleave else 1)
+    needed = (args.warmup + timed_updates + args.updates * args.profile) * t.accumulate
     loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches[:needed])
     groups = update_groups(list(loader), t.accumulate, args.same_batch)
     model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
@@ -153,23 +192,14 @@ def main() -> None:
         elif slow_precision(device, precision):
             print(f"note: {slow_precision(device, precision)}")
         run_updates(steps[precision], groups[: args.warmup], device, precision)
-    timed = groups[args.warmup : args.warmup + args.updates]
     print(
-        f"{len(timed)} updates of {t.accumulate} batch(es) of up to {t.max_tokens} tokens per precision and round"
+        f"{args.updates} updates of {t.accumulate} batch(es) of up to {t.max_tokens} tokens per precision and round"
         + (", every one on the same batches" if args.same_batch else "")
+        + (", each update in every precision in turn, new batches every round" if args.interleave else "")
     )
-    print("| round | " + " | ".join(f"{p} tok/s" for p in args.precisions) + " | ratio to " + args.precisions[0] + " |")
-    print("|---" * (len(args.precisions) + 2) + "|")
-    for round_ in range(args.rounds):
-        rates = {}
-        for precision in args.precisions:
-            seconds, tokens = run_updates(steps[precision], timed, device, precision)
-            rates[precision] = tokens / seconds
-        base = rates[args.precisions[0]]
-        ratios = " / ".join(f"{rates[p] / base:.2f}" for p in args.precisions[1:]) or "-"
-        print(f"| {round_ + 1} | " + " | ".join(f"{rates[p]:,.0f}" for p in args.precisions) + f" | {ratios} |")
+    timed_rounds(args, steps, groups[args.warmup :], device)
     if args.profile:
-        profiled = groups[args.warmup + args.updates : args.warmup + 2 * args.updates]
+        profiled = groups[args.warmup + timed_updates : args.warmup + timed_updates + args.updates]
         for precision in args.precisions:
             print(f"\n{precision}, {len(profiled)} updates:")
             print(profile_table(steps[precision], profiled, device, precision, args.top))

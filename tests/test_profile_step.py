@@ -49,3 +49,23 @@ def test_same_batch_puts_the_first_update_s_batches_in_every_place():
     assert profile_step.update_groups(batches, 2, same_batch=False) == [["a", "b"], ["c", "d"], ["e", "f"]]
     assert profile_step.update_groups(batches, 2, same_batch=True) == [["a", "b"]] * 3
     assert profile_step.update_groups(batches, 1, same_batch=True) == [["a"]] * 6
+
+
+class _Batch:
+    target_tokens = 10
+
+    def to(self, device):
+        return self
+
+
+def test_interleave_runs_each_update_in_every_precision_in_turn_the_order_reversed_every_other():
+    calls = []
+
+    def step_for(precision):
+        return lambda batches: calls.append((precision, len(batches)))
+
+    steps = {"fp32": step_for("fp32"), "bf16": step_for("bf16")}
+    groups = [[_Batch()], [_Batch()], [_Batch(), _Batch()]]
+    rates = profile_step.run_interleaved(steps, groups, torch.device("cpu"))
+    assert calls == [("fp32", 1), ("bf16", 1), ("bf16", 1), ("fp32", 1), ("fp32", 2), ("bf16", 2)]
+    assert set(rates) == {"fp32", "bf16"} and min(rates.values()) > 0
