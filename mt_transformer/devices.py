@@ -131,6 +131,17 @@ def cpu_model() -> str:
     return f"{name} [{', '.join(present)}]" if present else name
 
 
+def decode_precision(device: torch.device, setting: str) -> str:
+    """decode.precision as the search runs it: auto is bf16 where the device has bf16 matrix units
+    (a GPU of compute capability 8.0 or later, an x86 CPU with avx512_bf16 or amx_bf16), else fp32."""
+    if setting != "auto":
+        return setting
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp32"
+    flags = cpu_info()[1] if device.type == "cpu" else None
+    return "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags or ()) else "fp32"
+
+
 def slow_precision(device: torch.device, precision: str) -> str | None:
     """Why `precision` would be slow on `device`, or None: bf16 on hardware without bf16 matrix
     units is emulated (a GPU before compute capability 8.0, an x86 CPU without avx512_bf16 or

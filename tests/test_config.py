@@ -31,7 +31,7 @@ def test_loads_and_applies_overrides(corpus, tmp_path):
         ("decode.max_input_len=-1", "decode.max_input_len: must be zero or positive, got -1"),
         ("model.norm=middle", "model.norm: 'middle' is not one of post | pre"),
         ("train.precision=fp8", "train.precision: 'fp8' is not one of auto | fp32 | bf16 | fp16"),
-        ("decode.precision=auto", "decode.precision: 'auto' is not one of fp32 | bf16 | fp16"),
+        ("decode.precision=fp8", "decode.precision: 'fp8' is not one of auto | fp32 | bf16 | fp16"),
         ("data.joint_vocab=maybe", "data.joint_vocab: expected true or false"),
         ("model.dropout=1.5", "model.dropout: must be in [0, 1)"),
         ("train.adam_betas=[0.9]", "train.adam_betas: expected a list of 2 values"),

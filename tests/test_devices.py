@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mt_transformer import devices
-from mt_transformer.devices import is_out_of_memory, select_device, slow_precision
+from mt_transformer.devices import decode_precision, is_out_of_memory, select_device, slow_precision
 from mt_transformer.errors import UserError
 
 
@@ -92,3 +92,19 @@ def test_the_cpu_is_named_with_its_family_model_and_vector_extensions(monkeypatc
     monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC", ["fma", "avx2", "avx512f"]))
     monkeypatch.setattr(devices, "cpu_generation", lambda: "family 25, model 17")
     assert devices.cpu_model() == "AMD EPYC (family 25, model 17) [avx2, avx512f]"
+
+
+def test_decode_precision_auto_is_bf16_only_where_the_device_has_bf16_units(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC", ["avx2", "fma", "avx512f"]))
+    assert decode_precision(cpu, "auto") == "fp32"
+    assert decode_precision(cpu, "bf16") == "bf16"  # a setting other than auto is kept
+    for flags in (["avx2", "avx512f", "avx512_bf16"], ["avx2", "amx_bf16"]):
+        monkeypatch.setattr(devices, "cpu_info", lambda flags=flags: ("x86", flags))
+        assert decode_precision(cpu, "auto") == "bf16"
+        assert decode_precision(cpu, "fp32") == "fp32"
+    monkeypatch.setattr(devices, "cpu_info", lambda: ("Apple M2", None))  # no flags to read
+    assert decode_precision(cpu, "auto") == "fp32"
+    for capability, chosen in (((7, 0), "fp32"), ((8, 0), "bf16"), ((9, 0), "bf16")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
+        assert decode_precision(torch.device("cuda", 0), "auto") == chosen

@@ -134,6 +134,20 @@ def test_decode_precision_bf16_runs_the_matrix_products_in_bf16_and_scores_in_fl
     assert seen == {"fp32": {torch.float32}, "bf16": {torch.bfloat16}}
 
 
+@pytest.mark.parametrize(
+    ("flags", "dtype"), [(["avx2", "fma"], torch.float32), (["avx2", "avx512f", "avx512_bf16"], torch.bfloat16)]
+)
+def test_decode_precision_auto_decodes_in_bf16_where_the_cpu_has_bf16_units(trained_run, monkeypatch, flags, dtype):
+    monkeypatch.setattr(devices, "cpu_info", lambda: ("x86", flags))
+    translate = translator(trained_run, beam_size=2, precision="auto")
+    assert translate.decode.precision == ("bf16" if dtype == torch.bfloat16 else "fp32")
+    seen = set()
+    hook = translate.model.decoder[0].ffn.linear1.register_forward_hook(lambda m, i, out: seen.add(out.dtype))
+    assert len(translate(["a b c"])) == 1
+    hook.remove()
+    assert seen == {dtype}
+
+
 def test_mt_translate_precision_flag_warns_where_it_is_slow_and_is_for_the_torch_engine(trained_run, monkeypatch):
     monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC", ["avx2", "fma"]))
     result = run_cli("mt-translate", "--checkpoint", trained_run, "--precision", "bf16", "--beam", "2", input="a b\n")

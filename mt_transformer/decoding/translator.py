@@ -27,7 +27,7 @@ from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at, split_input
 from mt_transformer.decoding.sampling import Sampler, sample
 from mt_transformer.decoding.search import Hypothesis, output_limits
-from mt_transformer.devices import autocast, is_out_of_memory, release_memory, slow_precision
+from mt_transformer.devices import autocast, decode_precision, is_out_of_memory, release_memory, slow_precision
 from mt_transformer.errors import UserError
 from mt_transformer.model.masks import padding_mask
 
@@ -204,6 +204,7 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, device: torch.
     """A translator for a PyTorch model in memory (validation, the benchmark)."""
     learned = config.model.positions == "learned"
     max_positions = config.model.max_positions if learned else None  # sinusoids extend to any length
+    config = with_decode(config, precision=decode_precision(device, config.decode.precision))
     model.eval()
     search = TorchSearch(model, tokenizer, device, config.decode, max_positions)
     return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), model, device, config)
@@ -255,7 +256,7 @@ def _load_translator(
 
         if decode.get("sampling") or len(paths) > 1:
             raise UserError("--sampling and ensembles (several --checkpoint) need --engine torch")
-        if decode.get("precision") not in (None, "fp32"):
+        if decode.get("precision") not in (None, "fp32", "auto"):
             raise UserError("--precision: for --engine torch; CTranslate2 takes --compute-type")
         translator, tokenizer, settings = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
         config = with_decode(config_from_dict(settings["config"]), **decode)
@@ -267,6 +268,7 @@ def _load_translator(
     members = [checkpoint.load(p, selected) for p in paths]
     first = members[0]
     config = with_decode(first.config, **decode)
+    config = with_decode(config, precision=decode_precision(selected, config.decode.precision))
     slow = slow_precision(selected, config.decode.precision)
     if slow:
         log.warning("decode.precision: %s", slow)
