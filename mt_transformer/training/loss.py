@@ -37,6 +37,19 @@ def _block_losses(logits: torch.Tensor, target: torch.Tensor, smoothing: float):
     return loss, log_z - reference, log_z
 
 
+def _block_losses_and_softmax(logits: torch.Tensor, target: torch.Tensor, smoothing: float):
+    """Per-row label-smoothed loss and the softmax of float32 logits (rows, vocab), the softmax
+    written over the logits: one exp per element, where logsumexp and then the softmax take two."""
+    reference = logits.gather(1, target[:, None]).squeeze(1)  # (rows,)
+    total = logits.sum(-1)  # (rows,)
+    peak = logits.amax(-1, keepdim=True)  # (rows, 1)
+    probs = logits.sub_(peak).exp_()  # (rows, vocab), not yet normalised
+    norm = probs.sum(-1, keepdim=True)  # (rows, 1)
+    log_z = (peak + norm.log()).squeeze(1)  # (rows,)
+    loss = log_z - (1 - smoothing) * reference - smoothing / logits.size(1) * total
+    return loss, probs.div_(norm)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """Loss summed over rows; the gradients are computed in the forward pass, block by block."""
 
@@ -52,10 +65,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
             t = target[start : start + block_rows]  # (rows,)
             logits = (h @ w.t()).float()  # (rows, vocab)
-            block_loss, _, log_z = _block_losses(logits, t, smoothing)
+            block_loss, probs = _block_losses_and_softmax(logits, t, smoothing)
             loss += block_loss.sum()
             # d loss / d logits = softmax - the smoothed target distribution
-            grad = logits.sub_(log_z[:, None]).exp_().sub_(smoothing / vocab)  # (rows, vocab)
+            grad = probs.sub_(smoothing / vocab)  # (rows, vocab)
             grad[torch.arange(t.size(0), device=t.device), t] -= 1 - smoothing
             grad = grad.to(dtype)
             grad_hidden[start : start + block_rows] = grad @ w  # (rows, d_model)
