@@ -15,8 +15,9 @@ throughout: shapes then never change, so comparing with a run without it shows w
 cost (kernel selection, oneDNN primitives created per shape) apart from the arithmetic.
 --interleave runs every timed update in each precision in turn (the order reversed every other
 update) and gives each round new batches: drift then cancels update by update, and every shape
-is new, as in mt-train. Besides mt-train's precisions, `fp32-bf16mm` is fp32 training whose CPU matrix products oneDNN
-may compute in bf16 (`torch.backends.mkldnn.matmul.fp32_precision`), with no casts in the model.
+is new, as in mt-train. Besides mt-train's precisions, `fp32-bf16mm` is fp32 training whose CPU
+matrix products oneDNN may compute in bf16 (`torch.backends.mkldnn.matmul.fp32_precision`),
+with no casts in the model.
 """
 
 from __future__ import annotations
