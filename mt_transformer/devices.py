@@ -131,6 +131,10 @@ def cpu_model() -> str:
     return f"{name} [{', '.join(present)}]" if present else name
 
 
+# the x86 flags of matrix units for each half precision
+CPU_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
 def decode_precision(device: torch.device, setting: str) -> str:
     """decode.precision as the search runs it: auto is bf16 where the device has bf16 matrix units
     (a GPU of compute capability 8.0 or later, an x86 CPU with avx512_bf16 or amx_bf16), else fp32."""
@@ -139,7 +143,7 @@ def decode_precision(device: torch.device, setting: str) -> str:
     if device.type == "cuda":
         return "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp32"
     flags = cpu_info()[1] if device.type == "cpu" else None
-    return "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags or ()) else "fp32"
+    return "bf16" if set(CPU_UNITS["bf16"]) & set(flags or ()) else "fp32"
 
 
 def slow_precision(device: torch.device, precision: str) -> str | None:
@@ -157,7 +161,7 @@ def slow_precision(device: torch.device, precision: str) -> str | None:
             )
         return None
     name, flags = cpu_info()
-    units = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}[precision]
+    units = CPU_UNITS[precision]
     if flags and "avx2" in flags and not set(units) & set(flags):
         return f"{name} has no {precision} units (no {units[0]} or {units[1]}): {precision} runs slower than fp32 here"
     return None

@@ -268,8 +268,7 @@ def _load_translator(
     members = [checkpoint.load(p, selected) for p in paths]
     first = members[0]
     config = with_decode(first.config, **decode)
-    config = with_decode(config, precision=decode_precision(selected, config.decode.precision))
-    slow = slow_precision(selected, config.decode.precision)
+    slow = slow_precision(selected, decode_precision(selected, config.decode.precision))
     if slow:
         log.warning("decode.precision: %s", slow)
     if len(members) == 1:

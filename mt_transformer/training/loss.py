@@ -29,17 +29,9 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: f
 
 
 def _block_losses(logits: torch.Tensor, target: torch.Tensor, smoothing: float):
-    """Per-row label-smoothed loss, NLL and log-partition of float32 logits (rows, vocab)."""
-    # -log p(t) (1 - s) - sum_v log p(v) s / V  =  log_z - (1 - s) x_t - s / V sum_v x_v
-    log_z = torch.logsumexp(logits, dim=-1)  # (rows,)
-    reference = logits.gather(1, target[:, None]).squeeze(1)  # (rows,)
-    loss = log_z - (1 - smoothing) * reference - smoothing / logits.size(1) * logits.sum(-1)
-    return loss, log_z - reference, log_z
-
-
-def _block_losses_and_softmax(logits: torch.Tensor, target: torch.Tensor, smoothing: float):
-    """Per-row label-smoothed loss and the softmax of float32 logits (rows, vocab), the softmax
+    """Per-row label-smoothed loss and NLL of float32 logits (rows, vocab), and their softmax,
     written over the logits: one exp per element, where logsumexp and then the softmax take two."""
+    # -log p(t) (1 - s) - sum_v log p(v) s / V  =  log_z - (1 - s) x_t - s / V sum_v x_v
     reference = logits.gather(1, target[:, None]).squeeze(1)  # (rows,)
     total = logits.sum(-1)  # (rows,)
     peak = logits.amax(-1, keepdim=True)  # (rows, 1)
@@ -47,7 +39,7 @@ def _block_losses_and_softmax(logits: torch.Tensor, target: torch.Tensor, smooth
     norm = probs.sum(-1, keepdim=True)  # (rows, 1)
     log_z = (peak + norm.log()).squeeze(1)  # (rows,)
     loss = log_z - (1 - smoothing) * reference - smoothing / logits.size(1) * total
-    return loss, probs.div_(norm)
+    return loss, log_z - reference, probs.div_(norm)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -65,7 +57,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
             t = target[start : start + block_rows]  # (rows,)
             logits = (h @ w.t()).float()  # (rows, vocab)
-            block_loss, probs = _block_losses_and_softmax(logits, t, smoothing)
+            block_loss, _, probs = _block_losses(logits, t, smoothing)
             loss += block_loss.sum()
             # d loss / d logits = softmax - the smoothed target distribution
             grad = probs.sub_(smoothing / vocab)  # (rows, vocab)
