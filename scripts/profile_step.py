@@ -29,11 +29,10 @@ import dataclasses
 import os
 import time
 
-import numpy as np
 import torch
 
 from mt_transformer.config import load_config
-from mt_transformer.data.batching import batch_loader, token_batches
+from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.devices import PRECISIONS, cpu_model, select_device, slow_precision, use_fast_matmul
 from mt_transformer.model.transformer import Transformer
@@ -138,11 +137,7 @@ def timed_rounds(args, steps: dict[str, TrainingStep], groups, device: torch.dev
     print("|---" * (len(args.precisions) + 2) + "|")
     for round_ in range(args.rounds):
         if args.interleave:
-            timed = groups[round_ * args.updates : (round_ + 1) * args.updates]
-            if not timed:
-                print(f"(the training data has no batches left for round {round_ + 1})")
-                return
-            rates = run_interleaved(steps, timed, device)
+            rates = run_interleaved(steps, groups[round_ * args.updates : (round_ + 1) * args.updates], device)
         else:
             rates = {}
             for precision in args.precisions:
@@ -175,9 +170,13 @@ def main() -> None:
     workdir = args.workdir or os.path.join("runs", "profile_step", os.path.splitext(os.path.basename(args.config))[0])
     tokenizer, encoded, _ = prepare_data(config.data, workdir, t.seed)
     train = encoded["train"]
-    batches = token_batches(np.asarray(train["src_len"]), np.asarray(train["tgt_len"]), t.max_tokens, seed=t.seed)
+    src_lens, tgt_lens = lengths(train)
     timed_updates = args.updates * (args.rounds if args.interleave else 1)
     needed = (args.warmup + timed_updates + args.updates * args.profile) * t.accumulate
+    batches, epoch = [], 0
+    while len(batches) < needed:  # as many epochs as the updates need, as mt-train draws them
+        batches += token_batches(src_lens, tgt_lens, t.max_tokens, seed=t.seed, epoch=epoch)
+        epoch += 1
     loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches[:needed])
     groups = update_groups(list(loader), t.accumulate, args.same_batch)
     model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)

@@ -60,14 +60,14 @@ def beam_search(
         width = scores.size(1)  # rows per sentence: 1 at step 0, then beam
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        logits = project(states[:, -1]).float()  # (live*width, vocab)
-        log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (live*width, 1): log p = logits - log_z
+        # one fused pass per row, which beats logsumexp's separate passes over the vocabulary
+        log_probs = project(states[:, -1]).float().log_softmax(dim=-1)  # (live*width, vocab)
         if no_repeat_ngram:
-            forbid_repeated_ngrams(logits, tokens, no_repeat_ngram)
+            forbid_repeated_ngrams(log_probs, tokens, no_repeat_ngram)
         if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
-            forbid_all_but_eos(logits, (max_len <= step).repeat_interleave(width), eos_id)
-        force_prefix(logits, None if prefix is None else prefix[sentence].repeat_interleave(width, dim=0), step)
-        top_scores, top_beam, top_token = _best_candidates(logits, log_z, scores, beam)  # (live, 2*beam)
+            forbid_all_but_eos(log_probs, (max_len <= step).repeat_interleave(width), eos_id)
+        force_prefix(log_probs, None if prefix is None else prefix[sentence].repeat_interleave(width, dim=0), step)
+        top_scores, top_beam, top_token = _best_candidates(log_probs, scores, beam)  # (live, 2*beam)
         is_eos = top_token == eos_id
 
         _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, width, step, alpha)
@@ -93,19 +93,19 @@ def beam_search(
 
 
 def _best_candidates(
-    logits: torch.Tensor, log_z: torch.Tensor, scores: torch.Tensor, beam: int
+    log_probs: torch.Tensor, scores: torch.Tensor, beam: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The best 2*beam continuations of each sentence over (its rows, vocab): their cumulative
     log-probs, the row of the sentence each extends, and its token, each (live, 2*beam).
 
-    logits: (live*width, vocab); log_z: (live*width, 1); scores: (live, width) cumulative log-probs.
+    log_probs: (live*width, vocab) of the next token; scores: (live, width) cumulative log-probs.
     """
     live = scores.size(0)
     # a candidate among the best 2*beam of a sentence is among the best 2*beam of its own row,
-    # so only those are scored: no (live, beam * vocab) sums, and no log-softmax of the whole row
-    per_row = min(2 * beam, logits.size(-1))
-    row_logits, row_tokens = logits.topk(per_row, dim=-1)  # (live*width, per_row)
-    row_scores = (scores.view(-1, 1) + (row_logits - log_z)).view(live, -1)  # (live, width*per_row)
+    # so only those are scored: no (live, beam * vocab) sums
+    per_row = min(2 * beam, log_probs.size(-1))
+    row_log_probs, row_tokens = log_probs.topk(per_row, dim=-1)  # (live*width, per_row)
+    row_scores = (scores.view(-1, 1) + row_log_probs).view(live, -1)  # (live, width*per_row)
     top_scores, top_index = row_scores.topk(min(2 * beam, row_scores.size(1)), dim=1)
     return top_scores, top_index // per_row, row_tokens.view(live, -1).gather(1, top_index)
 

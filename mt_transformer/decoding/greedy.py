@@ -28,7 +28,7 @@ def greedy_search(
     prefix: torch.Tensor | None = None,
 ) -> list[Hypothesis]:
     """Most probable next token at each step until EOS or max_len[i] tokens (then EOS is forced).
-    `pick(logits)` chooses the next tokens instead (decoding/sampling.py draws them); the
+    `pick(log_probs)` chooses the next tokens instead (decoding/sampling.py draws them); the
     log-probabilities are the model's either way. `no_repeat_ngram` N > 0: no n-gram of N tokens
     twice in an output. `prefix` (batch, prefix_len), -1 past each row's end: forced first tokens.
 
@@ -47,19 +47,18 @@ def greedy_search(
     for step in range(int(max_len.max()) + 1):
         states, _ = model.decode(last, memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        logits = project(states[:, -1]).float()  # (live, vocab)
-        log_z = torch.logsumexp(logits, dim=-1)  # (live,): log p = logits - log_z, no log-softmax of the row
+        # one fused pass per row, which beats logsumexp's separate passes over the vocabulary
+        log_probs = project(states[:, -1]).float().log_softmax(dim=-1)  # (live, vocab)
         if no_repeat_ngram:
-            forbid_repeated_ngrams(logits, history, no_repeat_ngram)
+            forbid_repeated_ngrams(log_probs, history, no_repeat_ngram)
         if step >= shortest_limit:
-            forbid_all_but_eos(logits, max_len <= step, eos_id)
-        force_prefix(logits, None if prefix is None else prefix[sentence], step)
+            forbid_all_but_eos(log_probs, max_len <= step, eos_id)
+        force_prefix(log_probs, None if prefix is None else prefix[sentence], step)
         if pick is None:
-            token_logit, token = logits.max(dim=-1)  # (live,)
+            token_log_prob, token = log_probs.max(dim=-1)  # (live,)
         else:
-            token = pick(logits)  # (live,)
-            token_logit = logits.gather(1, token[:, None]).squeeze(1)
-        token_log_prob = token_logit - log_z
+            token = pick(log_probs)  # (live,); log-probs are the logits shifted per row: same draws
+            token_log_prob = log_probs.gather(1, token[:, None]).squeeze(1)
         log_prob.index_add_(0, sentence, token_log_prob)
         for owner, t in zip(sentence.tolist(), token.tolist()):  # one host sync per step
             tokens[owner].append(t)

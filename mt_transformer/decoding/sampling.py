@@ -19,7 +19,8 @@ class Sampler:
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (rows, vocab), -inf where a token is forbidden; returns (rows,) token ids."""
+        """logits: (rows, vocab), or log-probabilities (the same draws), -inf where a token is
+        forbidden; returns (rows,) token ids."""
         scores = logits / self.temperature
         if 0 < self.topk < scores.size(-1):
             kth_best = scores.topk(self.topk, dim=-1).values[:, -1:]  # (rows, 1)
