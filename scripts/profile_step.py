@@ -84,6 +84,18 @@ def build_steps(config, model, precisions: list[str], device: torch.device) -> d
     return steps
 
 
+def epochs_of_batches(src_lens, tgt_lens, max_tokens: int, seed: int, needed: int) -> list:
+    """The first `needed` batches of mt-train's epochs 0, 1, ... laid end to end."""
+    batches, epoch = [], 0
+    while len(batches) < needed:
+        drawn = token_batches(src_lens, tgt_lens, max_tokens, seed=seed, epoch=epoch)
+        if not drawn:
+            raise SystemExit("the training data has no batches")
+        batches += drawn
+        epoch += 1
+    return batches[:needed]
+
+
 def update_groups(batches: list, accumulate: int, same_batch: bool) -> list[list]:
     """The batches in groups of `accumulate`, one group per update; with same_batch, the first
     group in every place."""
@@ -173,11 +185,8 @@ def main() -> None:
     src_lens, tgt_lens = lengths(train)
     timed_updates = args.updates * (args.rounds if args.interleave else 1)
     needed = (args.warmup + timed_updates + args.updates * args.profile) * t.accumulate
-    batches, epoch = [], 0
-    while len(batches) < needed:  # as many epochs as the updates need, as mt-train draws them
-        batches += token_batches(src_lens, tgt_lens, t.max_tokens, seed=t.seed, epoch=epoch)
-        epoch += 1
-    loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches[:needed])
+    batches = epochs_of_batches(src_lens, tgt_lens, t.max_tokens, t.seed, needed)
+    loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches)
     groups = update_groups(list(loader), t.accumulate, args.same_batch)
     model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
     steps = build_steps(config, model.to(device), args.precisions, device)

@@ -4,10 +4,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 import torch
 
 import profile_step
 from conftest import ROOT, subprocess_env, tiny_config, write_config
+from mt_transformer.data.batching import token_batches
 
 
 def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
@@ -69,3 +72,15 @@ def test_interleave_runs_each_update_in_every_precision_in_turn_the_order_revers
     rates = profile_step.run_interleaved(steps, groups, torch.device("cpu"))
     assert calls == [("fp32", 1), ("bf16", 1), ("bf16", 1), ("fp32", 1), ("fp32", 2), ("bf16", 2)]
     assert set(rates) == {"fp32", "bf16"} and min(rates.values()) > 0
+
+
+def test_batches_run_on_into_later_epochs_as_mt_train_draws_them():
+    src_lens, tgt_lens = np.array([3, 5, 7, 9, 4, 6]), np.array([4, 6, 8, 9, 5, 5])
+    epoch0 = token_batches(src_lens, tgt_lens, 20, seed=3, epoch=0)
+    epoch1 = token_batches(src_lens, tgt_lens, 20, seed=3, epoch=1)
+    needed = len(epoch0) + 1
+    drawn = profile_step.epochs_of_batches(src_lens, tgt_lens, 20, 3, needed)
+    assert len(drawn) == needed
+    assert all(np.array_equal(a, b) for a, b in zip(drawn, epoch0 + epoch1[:1]))
+    with pytest.raises(SystemExit):
+        profile_step.epochs_of_batches(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 20, 3, 1)
