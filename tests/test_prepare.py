@@ -117,6 +117,8 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
     assert all(SubwordEncoder(model, model)(text) == fixed for _ in range(3))  # no alpha: one way
     drawn = [SubwordEncoder(model, model, alpha=0.3)(text) for _ in range(20)]
     assert any(d["src_ids"] != fixed["src_ids"] for d in drawn)  # alpha: several ways
+    # each call draws anew, also where the generator was seeded (train_sentencepiece seeds it)
+    assert len({str(d["src_ids"]) for d in drawn}) > 1 and len({str(d["tgt_ids"]) for d in drawn}) > 1
     processor = sentencepiece.SentencePieceProcessor(model_file=model)
     assert {processor.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
 

@@ -20,6 +20,7 @@ from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
 from mt_transformer.data.tokenizer import (
     Tokenizer,
+    encode_lines,
     encode_tagged,
     train_tokenizer,
     user_symbols,
@@ -71,7 +72,7 @@ class SubwordEncoder:
         src_sp, tgt_sp, tags = self._processors
         sampling = {"enable_sampling": True, "alpha": self.alpha, "nbest_size": -1} if self.alpha > 0 else {}
         src = encode_tagged(src_sp, batch["src"], tags, **sampling)
-        tgt = tgt_sp.encode(batch["tgt"], out_type=int, **sampling)
+        tgt = encode_lines(tgt_sp, batch["tgt"], **sampling)
         return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
 
 

@@ -101,11 +101,20 @@ def user_symbols(path: str) -> dict[str, int]:
     return {p.piece: i for i, p in enumerate(model.pieces) if p.type == user_defined}
 
 
+def encode_lines(processor: spm.SentencePieceProcessor, lines: list[str], **options) -> list[list[int]]:
+    """Encode lines into ids. A sampled segmentation (`enable_sampling`) is drawn one line at a
+    time: sentencepiece encodes a list on threads of its own, each starting its random generator
+    from the seed again, so every call with a list would draw the same segmentations."""
+    if options.get("enable_sampling"):
+        return [processor.encode(line, out_type=int, **options) for line in lines]
+    return processor.encode(lines, out_type=int, **options)
+
+
 def encode_tagged(processor: spm.SentencePieceProcessor, lines: list[str], tags: dict[str, int], **options):
     """Encode lines into ids; the tags a line begins with (space-separated, from `tags`) become
     their own ids without the word-boundary piece sentencepiece would put before them."""
     if not tags:
-        return processor.encode(lines, out_type=int, **options)
+        return encode_lines(processor, lines, **options)
     heads, rests = [], []
     for line in lines:
         words = line.split(" ")
@@ -114,7 +123,7 @@ def encode_tagged(processor: spm.SentencePieceProcessor, lines: list[str], tags:
             n += 1
         heads.append([tags[w] for w in words[:n]])
         rests.append(" ".join(words[n:]) if n else line)
-    return [head + ids for head, ids in zip(heads, processor.encode(rests, out_type=int, **options))]
+    return [head + ids for head, ids in zip(heads, encode_lines(processor, rests, **options))]
 
 
 def _load(path: str) -> spm.SentencePieceProcessor:
