@@ -87,7 +87,9 @@ def train(config: Config) -> dict:
         logging.getLogger("mt_transformer").setLevel(logging.WARNING)
     distributed.init_group(processes, device)
     try:
-        return _train(config, processes, device, parent)
+        metrics = _train(config, processes, device, parent)
+        distributed.barrier()  # no rank tears its transport down while another still talks to it
+        return metrics
     finally:
         distributed.destroy_group()
 
