@@ -2,6 +2,7 @@ import json
 import logging
 import os
 
+import numpy as np
 import pytest
 
 from conftest import tiny_config, write_config
@@ -123,6 +124,31 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
     assert {processor.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
 
 
+def test_a_batch_draws_the_same_segmentations_with_any_number_of_workers(corpus, tmp_path):
+    from datasets import Dataset
+
+    from mt_transformer.data.batching import batch_loader
+    from mt_transformer.data.prepare import SubwordEncoder
+    from mt_transformer.data.tokenizer import train_sentencepiece
+
+    model = str(tmp_path / "spm.model")
+    lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
+    train_sentencepiece(lines, model, vocab_size=150)
+    encoder = SubwordEncoder(model, model, alpha=0.3)
+    usual = SubwordEncoder(model, model)({"src": lines[:40], "tgt": lines[:40]})
+    rows = Dataset.from_dict({"src": lines[:40], "tgt": lines[:40], **usual})
+    batches = [np.arange(i, i + 4) for i in range(0, 40, 4)]
+
+    def drawn(workers, epoch, order=slice(None)):
+        loader = batch_loader(rows, batches[order], workers, resample=encoder, max_len=500, draw_seed=(1, epoch))
+        return [batch.tgt_out.tolist() for batch in loader]
+
+    in_process = drawn(0, epoch=0)
+    assert drawn(2, epoch=0) == in_process  # two workers, each from its own generator state
+    assert drawn(0, epoch=0, order=slice(None, None, -1)) == in_process[::-1]  # whatever came before
+    assert drawn(0, epoch=1) != in_process  # another epoch draws anew
+
+
 def test_subword_regularization_segments_every_batch_anew_within_max_tokens(corpus, tmp_path, monkeypatch):
     from mt_transformer.data import batching, prepare
     from mt_transformer.training import train as train_module
@@ -130,8 +156,8 @@ def test_subword_regularization_segments_every_batch_anew_within_max_tokens(corp
     real_call, real_collate = prepare.SubwordEncoder.__call__, batching.collate
     drawn, sizes = [], []
 
-    def drawing_longer(self, batch):  # the real draw; after the one that sizes the batches, targets twice as long
-        result = real_call(self, batch)
+    def drawing_longer(self, batch, seed=None):  # the real draw; after the one that sizes the batches, twice as long
+        result = real_call(self, batch, seed)
         if self.alpha > 0:
             if drawn:
                 result["tgt_ids"] = [ids * 2 for ids in result["tgt_ids"]]

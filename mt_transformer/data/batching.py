@@ -142,11 +142,21 @@ class BatchedDataset(torch.utils.data.Dataset):
     batch is segmented anew from its text (subword regularization); a drawn segmentation longer
     than `max_len` keeps the one of the encoded data, and so do the pairs drawn longest while
     the batch would hold more than `max_tokens` padded tokens (as token_batches counts them).
+    A batch's draws come from a seed of `draw_seed` (the run's seed and epoch, say) and its first
+    row, so they are the same with any number of loader workers and when a run resumes.
     """
 
-    def __init__(self, dataset, batches: list[np.ndarray], resample=None, max_len: int = 0, max_tokens: int = 0):
+    def __init__(
+        self,
+        dataset,
+        batches: list[np.ndarray],
+        resample=None,
+        max_len: int = 0,
+        max_tokens: int = 0,
+        draw_seed: tuple[int, ...] = (),
+    ):
         self.dataset, self.batches, self.resample = dataset, batches, resample
-        self.max_len, self.max_tokens = max_len, max_tokens
+        self.max_len, self.max_tokens, self.draw_seed = max_len, max_tokens, draw_seed
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -155,7 +165,8 @@ class BatchedDataset(torch.utils.data.Dataset):
         rows = self.dataset[self.batches[i].tolist()]
         if self.resample is None:
             return collate(rows["src_ids"], rows["tgt_ids"])
-        drawn = self.resample({"src": rows["src"], "tgt": rows["tgt"]})
+        seed = np.random.SeedSequence([*self.draw_seed, int(self.batches[i][0])]).generate_state(1)[0]
+        drawn = self.resample({"src": rows["src"], "tgt": rows["tgt"]}, seed=int(seed))
         src, tgt = (
             [new if len(new) <= self.max_len else old for new, old in zip(drawn[key], rows[key])]
             for key in ("src_ids", "tgt_ids")
@@ -176,7 +187,7 @@ class BatchedDataset(torch.utils.data.Dataset):
             restored_longest = max(restored_longest, len(src[j]) + 1, len(tgt[j]) + 1)
 
 
-def drawn_batch_tokens(dataset, resample, max_tokens: int, sample: int = 2000) -> tuple[int, float]:
+def drawn_batch_tokens(dataset, resample, max_tokens: int, seed: int, sample: int = 2000) -> tuple[int, float]:
     """(tokens of the usual segmentation to form batches at, how much bigger `resample` makes a
     batch) for subword regularization. The factor is measured on `sample` pairs spread through
     `dataset` (columns src_ids, tgt_ids, src, tgt): batched by their usual lengths as training
@@ -184,7 +195,7 @@ def drawn_batch_tokens(dataset, resample, max_tokens: int, sample: int = 2000) -
     Batches formed at max_tokens over it hold drawn segmentations mostly within max_tokens, and
     BatchedDataset's budget takes care of the rest; the result is never below the longest pair."""
     rows = dataset[np.linspace(0, len(dataset) - 1, min(sample, len(dataset))).astype(np.int64).tolist()]
-    drawn = resample({"src": rows["src"], "tgt": rows["tgt"]})
+    drawn = resample({"src": rows["src"], "tgt": rows["tgt"]}, seed=seed)
     usual = [np.array([len(x) for x in rows[key]]) for key in ("src_ids", "tgt_ids")]
     longer = np.array([max(len(s), len(t)) + 1 for s, t in zip(drawn["src_ids"], drawn["tgt_ids"])])
     sizes = np.maximum(*usual) + 1
@@ -203,11 +214,12 @@ def batch_loader(
     resample=None,
     max_len: int = 0,
     max_tokens: int = 0,
+    draw_seed: tuple[int, ...] = (),
 ):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches, resample, max_len, max_tokens),
+        BatchedDataset(dataset, batches, resample, max_len, max_tokens, draw_seed),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

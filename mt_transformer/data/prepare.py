@@ -51,7 +51,8 @@ class SubwordEncoder:
     """A picklable batch function for `datasets.map` and the training loader: loads sentencepiece
     lazily in each worker. Source tags at the start of a line keep their own ids. `alpha` > 0
     draws a segmentation per call (subword regularization: unigram sampling with smoothing alpha,
-    or BPE-dropout with probability alpha)."""
+    or BPE-dropout with probability alpha); with a `seed`, the draws of that call are those of
+    the seed, in whichever process or order the calls run."""
 
     def __init__(self, src_model: str, tgt_model: str, alpha: float = 0.0):
         self.src_model, self.tgt_model, self.alpha = src_model, tgt_model, alpha
@@ -60,10 +61,10 @@ class SubwordEncoder:
     def __getstate__(self):
         return {"src_model": self.src_model, "tgt_model": self.tgt_model, "alpha": self.alpha, "_processors": None}
 
-    def __call__(self, batch: dict) -> dict:
-        if self._processors is None:
-            import sentencepiece as spm
+    def __call__(self, batch: dict, seed: int | None = None) -> dict:
+        import sentencepiece as spm
 
+        if self._processors is None:
             self._processors = (
                 spm.SentencePieceProcessor(model_file=self.src_model),
                 spm.SentencePieceProcessor(model_file=self.tgt_model),
@@ -71,6 +72,8 @@ class SubwordEncoder:
             )
         src_sp, tgt_sp, tags = self._processors
         sampling = {"enable_sampling": True, "alpha": self.alpha, "nbest_size": -1} if self.alpha > 0 else {}
+        if sampling and seed is not None:
+            spm.set_random_generator_seed(seed)
         src = encode_tagged(src_sp, batch["src"], tags, **sampling)
         tgt = encode_lines(tgt_sp, batch["tgt"], **sampling)
         return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}

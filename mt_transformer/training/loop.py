@@ -96,7 +96,14 @@ class TrainingLoop:
             batches = self.epoch_batches(src_lens, tgt_lens, batch_tokens)
             cuda, max_len = self.device.type == "cuda", self.config.data.max_len
             loader = batch_loader(
-                train_set, batches[state.batch_in_epoch :], t.num_workers, cuda, resample, max_len, t.max_tokens
+                train_set,
+                batches[state.batch_in_epoch :],
+                t.num_workers,
+                cuda,
+                resample,
+                max_len,
+                t.max_tokens,
+                draw_seed=(t.seed, state.epoch),
             )
             for batch in loader:
                 state.batch_in_epoch += 1
@@ -163,13 +170,10 @@ class TrainingLoop:
         alpha, t = self.config.data.spm_alpha, self.config.train
         if not alpha:
             return self.data["train"].select_columns(["src_ids", "tgt_ids"]), None, t.max_tokens
-        import sentencepiece
-
-        sentencepiece.set_random_generator_seed(t.seed)
         files = [os.path.join(self.run_dir, name) for name in self.tokenizer.files]
         pairs = self.data["train"].select_columns(["src_ids", "tgt_ids", "src", "tgt"])
         encoder = SubwordEncoder(files[0], files[-1], alpha)
-        batch_tokens, inflation = drawn_batch_tokens(self.data["train"], encoder, t.max_tokens)
+        batch_tokens, inflation = drawn_batch_tokens(self.data["train"], encoder, t.max_tokens, t.seed)
         if self.processes.is_main:
             log.info(
                 "data.spm_alpha: drawn segmentations are %.2fx as long; batches are formed at %d tokens of the "
