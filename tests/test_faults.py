@@ -34,8 +34,8 @@ def test_diverging_run_stops_and_names_the_last_good_checkpoint(corpus, tmp_path
     real_loss = training_step.linear_cross_entropy  # the training loss (validation computes its own)
     calls = {"training": 0}
 
-    def loss_that_diverges(*args):
-        loss = real_loss(*args)
+    def loss_that_diverges(*args, **kwargs):
+        loss = real_loss(*args, **kwargs)
         calls["training"] += 1
         return loss * float("nan") if calls["training"] > 10 else loss
 

@@ -7,7 +7,7 @@ import torch
 
 from conftest import FP32_TOLERANCE
 from mt_transformer.data.special_tokens import PAD_ID
-from mt_transformer.training.loss import blockwise_losses, label_smoothed_loss, linear_cross_entropy
+from mt_transformer.training.loss import LogitBuffers, blockwise_losses, label_smoothed_loss, linear_cross_entropy
 
 
 def test_label_smoothed_loss_matches_the_formula():
@@ -55,6 +55,27 @@ def test_fused_loss_in_bf16_is_close_to_float32():
     exact = linear_cross_entropy(hidden[None], weight, target, 0.1)
     bf16 = linear_cross_entropy(hidden[None], weight, target, 0.1, torch.bfloat16)
     assert bf16.dtype == torch.float32 and math.isclose(bf16.item(), exact.item(), rel_tol=2e-2)
+
+
+def test_buffers_kept_across_calls_change_nothing():
+    """One LogitBuffers through calls of other sizes, precisions and vocabularies: each result as
+    with fresh buffers, and a call's results untouched by the next."""
+    torch.manual_seed(0)
+    buffers = LogitBuffers()
+    earlier = []
+    bf16, fp32 = torch.bfloat16, torch.float32
+    for tokens, vocab, dtype in [(6, 11, bf16), (20, 11, bf16), (20, 11, fp32), (9, 13, fp32)]:
+        hidden = torch.randn(1, tokens, 16, requires_grad=True)
+        weight = torch.randn(vocab, 16, requires_grad=True)
+        target = torch.randint(4, vocab, (1, tokens))
+        fresh = linear_cross_entropy(hidden, weight, target, 0.1, dtype, 8)
+        fresh_grads = torch.autograd.grad(fresh, (hidden, weight))
+        kept = linear_cross_entropy(hidden, weight, target, 0.1, dtype, 8, buffers)
+        kept_grads = torch.autograd.grad(kept, (hidden, weight))
+        assert torch.equal(kept, fresh) and all(map(torch.equal, kept_grads, fresh_grads))
+        earlier.append((kept, kept_grads, fresh, fresh_grads))
+    for kept, kept_grads, fresh, fresh_grads in earlier:
+        assert torch.equal(kept, fresh) and all(map(torch.equal, kept_grads, fresh_grads))
 
 
 @pytest.mark.parametrize("block_rows", [3, 1024])

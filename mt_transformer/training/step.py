@@ -20,7 +20,7 @@ from mt_transformer.data.batching import Batch
 from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
-from mt_transformer.training.loss import linear_cross_entropy
+from mt_transformer.training.loss import LogitBuffers, linear_cross_entropy
 from mt_transformer.training.schedule import noam_scheduler
 from mt_transformer.training.state import TrainerState
 
@@ -51,18 +51,21 @@ def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, devi
     return optimizer, noam_scheduler(optimizer, d_model, train.warmup), scaler
 
 
-def training_loss(model, batch: Batch, smoothing: float, precision: str, forward=None) -> torch.Tensor:
+def training_loss(
+    model, batch: Batch, smoothing: float, precision: str, forward=None, buffers: LogitBuffers | None = None
+) -> torch.Tensor:
     """Summed label-smoothed loss of one batch, the output projection fused with the loss.
 
     `forward` runs the model's layers: the model itself, or its DistributedDataParallel or
     torch.compile wrapper. Under fp16 the fused loss runs in float32: it computes its gradients in
     the forward pass, before the loss scale is applied, and in fp16 those below 6e-8 would vanish.
+    `buffers` holds the loss's block logits from one batch to the next.
     """
     forward = model if forward is None else forward
     with autocast(batch.src.device, precision):
         states = forward(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
     dtype = torch.float32 if precision == "fp16" else PRECISIONS[precision]
-    return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype)
+    return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype, buffers=buffers)
 
 
 @dataclass
@@ -98,6 +101,7 @@ class TrainingStep:
         self.train, self.state, self.device = train, state, device
         self.forward, self.ddp, self.processes = model if forward is None else forward, ddp, processes
         self.bad_in_a_row = 0  # non-finite updates in a row
+        self.buffers = LogitBuffers()
 
     def load_optimizer_state(self, saved: dict) -> None:
         """Adam's state from a checkpoint, run with this device's kernel whatever device or torch
@@ -139,6 +143,7 @@ class TrainingStep:
                         f"train.accumulate to keep the batch), or data.max_len"
                     ) from None
             self.optimizer.zero_grad(set_to_none=True)
+            self.buffers = LogitBuffers()
             release_memory(self.device)
             self.state.out_of_memory += 1
             shapes = [tuple(b.src.shape) + tuple(b.tgt_in.shape[1:]) for b in group]
@@ -166,7 +171,12 @@ class TrainingStep:
             last = i == len(parts) - 1
             with self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext():
                 loss = training_loss(
-                    self.model, part.to(self.device), self.train.label_smoothing, self.train.precision, self.forward
+                    self.model,
+                    part.to(self.device),
+                    self.train.label_smoothing,
+                    self.train.precision,
+                    self.forward,
+                    self.buffers,
                 )
                 self.scaler.scale(loss).backward()
             total += loss.detach()
