@@ -8,6 +8,7 @@ pieces, so one unusually large batch or input does not end a long job.
 from __future__ import annotations
 
 import gc
+import os
 
 import torch
 
@@ -77,9 +78,20 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+# oneDNN builds a kernel for every shape of bf16/fp16 matrix product on the CPU and caches 1,024
+# of them. Training's batches bring new shapes every update, so a full cache only holds memory:
+# with 64 (an update's worth), bf16 updates of the small_cpu recipe ran ~1.08x as fast on a Zen 4
+# host and the process held 0.5-0.7 GB less (docs/benchmarks.md, "oneDNN's kernel cache").
+ONEDNN_KERNEL_CACHE = 64
+
+
 def use_fast_matmul(device: torch.device) -> None:
     """On CUDA, let float32 matrix products and convolutions run on TF32 tensor cores (10-bit
-    mantissa inputs, float32 accumulation), as mt-train and the benchmark both do."""
+    mantissa inputs, float32 accumulation), as mt-train and the benchmark both do. On the CPU,
+    oneDNN's kernel cache holds ONEDNN_KERNEL_CACHE kernels unless ONEDNN_PRIMITIVE_CACHE_CAPACITY
+    says otherwise; oneDNN reads it at the process's first bf16/fp16 product, so call this first."""
+    if device.type == "cpu":
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNEL_CACHE))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

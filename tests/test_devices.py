@@ -1,5 +1,7 @@
 """Choosing the device: what each setting gives, and one-line errors for GPUs that are not there."""
 
+import os
+
 import pytest
 import torch
 
@@ -108,3 +110,12 @@ def test_decode_precision_auto_is_bf16_only_where_the_device_has_bf16_units(monk
     for capability, chosen in (((7, 0), "fp32"), ((8, 0), "bf16"), ((9, 0), "bf16")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
         assert decode_precision(torch.device("cuda", 0), "auto") == chosen
+
+
+def test_the_cpu_gets_a_small_onednn_kernel_cache_unless_the_user_set_one(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    devices.use_fast_matmul(torch.device("cpu"))
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(devices.ONEDNN_KERNEL_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "4096")
+    devices.use_fast_matmul(torch.device("cpu"))
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "4096"

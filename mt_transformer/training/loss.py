@@ -47,7 +47,7 @@ class LogitBuffers:
 
     A block's logits are (block_rows, vocab): megabytes that, allocated afresh each block, the CPU
     pays for again in page faults on first touch. Reused, a bf16 update of the small_cpu recipe
-    ran ~1.1x as fast (docs/benchmarks.md, "Reused logit buffers"); fp32 runs at the same speed.
+    ran 1.08x as fast (docs/benchmarks.md, "Reused logit buffers"); fp32 runs at the same speed.
     """
 
     def __init__(self):
