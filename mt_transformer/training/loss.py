@@ -64,10 +64,11 @@ class LogitBuffers:
 
 
 def _block_logits(h: torch.Tensor, w: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
-    """h @ w.T computed in w's dtype into `low`, returned as float32 in `high` (low itself in fp32).
-    h: (rows, d_model); low, high: (rows, vocab) from LogitBuffers.get."""
-    torch.mm(h, w.t(), out=low)  # (rows, vocab)
-    return high if low.dtype == torch.float32 else high.copy_(low)
+    """h @ w.T computed in w's dtype into `low`'s first rows, returned as float32 in `high`'s (low
+    itself in fp32). h: (rows, d_model); low, high: (>= rows, vocab) from LogitBuffers.get."""
+    rows = h.size(0)
+    torch.mm(h, w.t(), out=low[:rows])  # (rows, vocab)
+    return high[:rows] if low.dtype == torch.float32 else high[:rows].copy_(low[:rows])
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -86,7 +87,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
             t = target[start : start + block_rows]  # (rows,)
             rows = t.size(0)
-            logits = _block_logits(h, w, low[:rows], high[:rows])  # (rows, vocab) float32
+            logits = _block_logits(h, w, low, high)  # (rows, vocab) float32
             block_loss, _, probs = _block_losses(logits, t, smoothing)
             loss += block_loss.sum()
             # d loss / d logits = softmax - the smoothed target distribution
@@ -145,7 +146,7 @@ def blockwise_losses(
     low, high = LogitBuffers().get(min(block_rows, hidden.size(0)), w.size(0), dtype, hidden.device)
     for start in range(0, hidden.size(0), block_rows):
         t = target[start : start + block_rows]  # (rows,)
-        logits = _block_logits(hidden[start : start + block_rows].to(dtype), w, low[: t.size(0)], high[: t.size(0)])
+        logits = _block_logits(hidden[start : start + block_rows].to(dtype), w, low, high)  # (rows, vocab)
         block_loss, block_nll, _ = _block_losses(logits, t, smoothing)
         loss += block_loss.sum()
         nll += block_nll.sum()
