@@ -83,6 +83,13 @@ def read_input(path: str | None) -> list[str]:
 
 
 def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = True) -> None:
+    """The options of every command that translates: the model(s), the search, where it runs."""
+    _model_options(parser, checkpoint_required)
+    _search_options(parser)
+    _runtime_options(parser)
+
+
+def _model_options(parser: argparse.ArgumentParser, checkpoint_required: bool) -> None:
     parser.add_argument(
         "--checkpoint",
         nargs="+",
@@ -96,6 +103,9 @@ def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = 
         help="how an ensemble combines its models' next-token distributions: the mean of the "
         "log-probabilities (default) or of the probabilities",
     )
+
+
+def _search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: decode.max_tokens)")
@@ -127,6 +137,9 @@ def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = 
         "begins with the tag <2XX>; default: its one target language); mt-eval also tokenizes BLEU for "
         "zh, ja and ko as sacreBLEU does for them (default: the checkpoint's target language)",
     )
+
+
+def _runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     parser.add_argument(
         "--precision",

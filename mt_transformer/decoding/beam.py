@@ -13,14 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import (
-    Hypothesis,
-    forbid_all_but_eos,
-    forbid_repeated_ngrams,
-    force_prefix,
-    length_penalty,
-    output_projection,
-)
+from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs, output_projection
 
 
 @torch.inference_mode()
@@ -60,13 +53,10 @@ def beam_search(
         width = scores.size(1)  # rows per sentence: 1 at step 0, then beam
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        # one fused pass per row, which beats logsumexp's separate passes over the vocabulary
-        log_probs = project(states[:, -1]).float().log_softmax(dim=-1)  # (live*width, vocab)
-        if no_repeat_ngram:
-            forbid_repeated_ngrams(log_probs, tokens, no_repeat_ngram)
-        if step >= shortest_limit:  # a host-side check spares the full-vocabulary masking before any limit
-            forbid_all_but_eos(log_probs, (max_len <= step).repeat_interleave(width), eos_id)
-        force_prefix(log_probs, None if prefix is None else prefix[sentence].repeat_interleave(width, dim=0), step)
+        # a host-side check spares the full-vocabulary masking before any row's limit
+        at_limit = (max_len <= step).repeat_interleave(width) if step >= shortest_limit else None
+        row_prefix = None if prefix is None else prefix[sentence].repeat_interleave(width, dim=0)
+        log_probs = next_token_log_probs(project, states, step, eos_id, tokens, no_repeat_ngram, at_limit, row_prefix)
         top_scores, top_beam, top_token = _best_candidates(log_probs, scores, beam)  # (live, 2*beam)
         is_eos = top_token == eos_id
 

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import (
-    Hypothesis,
-    forbid_all_but_eos,
-    forbid_repeated_ngrams,
-    force_prefix,
-    output_projection,
-)
+from mt_transformer.decoding.search import Hypothesis, next_token_log_probs, output_projection
 
 
 @torch.inference_mode()
@@ -47,13 +41,9 @@ def greedy_search(
     for step in range(int(max_len.max()) + 1):
         states, _ = model.decode(last, memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
-        # one fused pass per row, which beats logsumexp's separate passes over the vocabulary
-        log_probs = project(states[:, -1]).float().log_softmax(dim=-1)  # (live, vocab)
-        if no_repeat_ngram:
-            forbid_repeated_ngrams(log_probs, history, no_repeat_ngram)
-        if step >= shortest_limit:
-            forbid_all_but_eos(log_probs, max_len <= step, eos_id)
-        force_prefix(log_probs, None if prefix is None else prefix[sentence], step)
+        at_limit = max_len <= step if step >= shortest_limit else None
+        row_prefix = None if prefix is None else prefix[sentence]
+        log_probs = next_token_log_probs(project, states, step, eos_id, history, no_repeat_ngram, at_limit, row_prefix)
         if pick is None:
             token_log_prob, token = log_probs.max(dim=-1)  # (live,)
         else:

@@ -1,5 +1,6 @@
 """What every search returns and the rules they share: a hypothesis, the GNMT length penalty,
-forcing EOS at the length limit, and the output projection a search runs every step."""
+the output projection a search runs every step, and the next-token log-probabilities with the
+search's constraints applied (EOS at the length limit, no repeated n-grams, forced prefixes)."""
 
 from __future__ import annotations
 
@@ -135,3 +136,27 @@ def force_prefix(scores: torch.Tensor, prefix: torch.Tensor | None, step: int) -
     kept = scores.gather(1, index)  # the forced token's score, and any token's in rows without one
     scores.masked_fill_(forced, float("-inf"))
     scores.scatter_(1, index, torch.where(forced, kept, scores.gather(1, index)))
+
+
+def next_token_log_probs(
+    project: Callable[[torch.Tensor], torch.Tensor],
+    states: torch.Tensor,
+    step: int,
+    eos_id: int,
+    history: torch.Tensor,
+    no_repeat_ngram: int,
+    at_limit: torch.Tensor | None,
+    prefix: torch.Tensor | None,
+) -> torch.Tensor:
+    """Log-probabilities (rows, vocab) of each row's next token from the decoder `states`
+    (rows, new_len, d_model), with the search's rules: no token repeating an n-gram of N =
+    `no_repeat_ngram` in the row's `history` (rows, length); only EOS in the rows `at_limit`
+    (bool, (rows,); None: no row at its limit); the forced `prefix` (rows, prefix_len) at `step`."""
+    # one fused pass per row, which beats logsumexp's separate passes over the vocabulary
+    log_probs = project(states[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
+    if no_repeat_ngram:
+        forbid_repeated_ngrams(log_probs, history, no_repeat_ngram)
+    if at_limit is not None:
+        forbid_all_but_eos(log_probs, at_limit, eos_id)
+    force_prefix(log_probs, prefix, step)
+    return log_probs
