@@ -79,19 +79,26 @@ def release_memory(device: torch.device) -> None:
 
 
 # oneDNN builds a kernel for every shape of bf16/fp16 matrix product on the CPU and caches 1,024
-# of them. Training's batches bring new shapes every update, so a full cache only holds memory:
-# with 64 (an update's worth), bf16 updates of the small_cpu recipe ran ~1.08x as fast on a Zen 4
-# host and the process held 0.5-0.7 GB less (docs/benchmarks.md, "oneDNN's kernel cache").
+# of them. Training's batches, and a search's shrinking rows and growing keys, bring new shapes all
+# the time, so a full cache only holds memory: with 64 (an update's worth), bf16 updates of the
+# small_cpu recipe ran ~1.08x as fast on a Zen 4 host and the process held 0.5-0.7 GB less, and a
+# bf16 beam search ran level in 0.6 GB less (docs/benchmarks.md, "oneDNN's kernel cache").
 ONEDNN_KERNEL_CACHE = 64
+
+
+def limit_kernel_cache(device: torch.device) -> None:
+    """On the CPU, oneDNN's kernel cache holds ONEDNN_KERNEL_CACHE kernels unless
+    ONEDNN_PRIMITIVE_CACHE_CAPACITY says otherwise. oneDNN reads it at the process's first
+    bf16/fp16 matrix product, so this must come before."""
+    if device.type == "cpu":
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNEL_CACHE))
 
 
 def use_fast_matmul(device: torch.device) -> None:
     """On CUDA, let float32 matrix products and convolutions run on TF32 tensor cores (10-bit
-    mantissa inputs, float32 accumulation), as mt-train and the benchmark both do. On the CPU,
-    oneDNN's kernel cache holds ONEDNN_KERNEL_CACHE kernels unless ONEDNN_PRIMITIVE_CACHE_CAPACITY
-    says otherwise; oneDNN reads it at the process's first bf16/fp16 product, so call this first."""
-    if device.type == "cpu":
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNEL_CACHE))
+    mantissa inputs, float32 accumulation), as mt-train and the benchmark both do; on the CPU,
+    `limit_kernel_cache`. Call it before the first matrix product."""
+    limit_kernel_cache(device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

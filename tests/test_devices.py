@@ -119,3 +119,6 @@ def test_the_cpu_gets_a_small_onednn_kernel_cache_unless_the_user_set_one(monkey
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "4096")
     devices.use_fast_matmul(torch.device("cpu"))
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "4096"
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    devices.limit_kernel_cache(torch.device("cuda", 0))  # a GPU's products do not go through it
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ

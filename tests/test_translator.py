@@ -2,6 +2,7 @@
 
 import logging
 import math
+import os
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ import torch
 from conftest import load_model, run_cli, translator
 from mt_transformer import devices
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
-from mt_transformer.decoding.translator import TorchSearch, source_batches
+from mt_transformer.decoding.translator import TorchSearch, load_translator, source_batches
 
 CPU = torch.device("cpu")
 
@@ -169,3 +170,12 @@ def test_half_precision_decoding_on_cuda_matches_fp32_on_most_lines(trained_run,
     half = [r[0].text for r in load_translator(trained_run, "torch", "cuda", beam_size=4, precision=precision)(lines)]
     # rounding may flip a close choice; a broken cast would change nearly every line
     assert sum(a == b for a, b in zip(fp32, half)) >= 0.75 * len(lines)
+
+
+def test_loading_a_translator_on_the_cpu_limits_onednn_kernel_cache_unless_the_user_set_it(trained_run, monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    load_translator(trained_run, device="cpu")
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(devices.ONEDNN_KERNEL_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "2048")
+    load_translator(trained_run, device="cpu")
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "2048"

@@ -245,7 +245,7 @@ def target_tag(config: Config, tgt_lang: str | None) -> str:
 def _load_translator(
     path: str | list[str], engine: str, device: str, compute_type: str, threads: int, ensemble_mode: str, **decode
 ) -> Translator:
-    from mt_transformer.devices import select_device
+    from mt_transformer.devices import limit_kernel_cache, select_device
 
     paths = [path] if isinstance(path, str) else list(path)
     if decode.get("sampling") and decode.get("beam_size") is None:
@@ -265,6 +265,7 @@ def _load_translator(
         return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
     from mt_transformer import checkpoint
 
+    limit_kernel_cache(selected)
     members = [checkpoint.load(p, selected) for p in paths]
     first = members[0]
     config = with_decode(first.config, **decode)
