@@ -163,8 +163,6 @@ def test_mt_translate_precision_flag_warns_where_it_is_slow_and_is_for_the_torch
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_half_precision_decoding_on_cuda_matches_fp32_on_most_lines(trained_run, corpus, precision):
-    from mt_transformer.decoding.translator import load_translator
-
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:40]
     fp32 = [r[0].text for r in load_translator(trained_run, "torch", "cuda", beam_size=4)(lines)]
     half = [r[0].text for r in load_translator(trained_run, "torch", "cuda", beam_size=4, precision=precision)(lines)]
