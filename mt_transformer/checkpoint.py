@@ -247,20 +247,28 @@ class LoadedModel:
     step: int | None  # the update it was saved at (None for an average)
 
 
+def read_config(directory: str) -> Config:
+    """The config a checkpoint directory's model was trained with."""
+    where = os.path.join(directory, CONFIG_FILE)
+    try:
+        return config_from_dict(read_metadata(directory)["config"])
+    except (KeyError, TypeError):
+        raise UserError(f"{where}: not an mt_transformer checkpoint config") from None
+    except ConfigError as error:
+        raise UserError(f"{where}: {error}") from None
+
+
 def load(path: str, device: torch.device) -> LoadedModel:
     """The model, tokenizer and config of a checkpoint directory, or of a run directory's best
     checkpoint (else its newest)."""
     directory = resolve(path)
     metadata = read_metadata(directory)
-    where = os.path.join(directory, CONFIG_FILE)
+    config = read_config(directory)
     try:
-        config = config_from_dict(metadata["config"])
         vocab_sizes = metadata["src_vocab_size"], metadata["tgt_vocab_size"]
         joint = metadata["joint_vocab"]
     except (KeyError, TypeError):
-        raise UserError(f"{where}: not an mt_transformer checkpoint config") from None
-    except ConfigError as error:
-        raise UserError(f"{where}: {error}") from None
+        raise UserError(f"{os.path.join(directory, CONFIG_FILE)}: not an mt_transformer checkpoint config") from None
     tokenizer = Tokenizer(directory)
     if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != tuple(vocab_sizes):
         raise UserError(

@@ -53,6 +53,16 @@ class CorpusConfig:
     # a token before every source sentence of this corpus, such as <bt> for back-translated pairs
     tag: str | None = None
 
+    def files(self, split: str) -> list[str]:
+        """The local files behind one split (none for hub data or an unset split): text reads
+        `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`, tsv and jsonl one file."""
+        location = getattr(self, split)
+        if location is None or self.format == "hub":
+            return []
+        if self.format == "text":
+            return [f"{location}.{self.src_lang}", f"{location}.{self.tgt_lang}"]
+        return [location]
+
     def source_tags(self, target_tags: bool) -> list[str]:
         """The tokens before each of this corpus's source sentences: <2xx> (xx its target language)
         when the run has target tags, then its own tag."""

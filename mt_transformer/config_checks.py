@@ -132,22 +132,12 @@ def corpus_keys(d) -> list[tuple]:
     return [(c, "data" if c is d else f"data.corpora[{i}]") for i, c in enumerate(d.corpus_list())]
 
 
-def data_files(corpus, split: str) -> list[str]:
-    """The local files behind one split of a corpus (empty for hub data or an unset split)."""
-    location = getattr(corpus, split)
-    if location is None or corpus.format == "hub":
-        return []
-    if corpus.format == "text":
-        return [f"{location}.{corpus.src_lang}", f"{location}.{corpus.tgt_lang}"]
-    return [location]
-
-
 def check_data_files(data, splits=("train", "valid")) -> None:
     """Raise ConfigError naming the key and path of the first missing data file."""
     for corpus, key in corpus_keys(data):
         if "train" in splits and corpus.train is None:
             raise ConfigError(f"{key}.train: required for training")
         for split in splits:
-            for path in data_files(corpus, split):
+            for path in corpus.files(split):
                 if not os.path.isfile(path):
                     raise ConfigError(f"{key}.{split}: file not found: {path}")

@@ -11,8 +11,9 @@ CTranslate2 (when installed and a trained checkpoint is given): the same model e
 fp32 and int8 speed, and how many greedy outputs equal ours.
 
 Model: the peers' size (d_model 256, 3+3 layers, 4 heads, d_ff 1024, pre-norm, shared 8k
-vocabulary) on ../shared/corpora/multi30k-de-en when present, else on the generated demo
-corpus (said in the output). Prints Markdown tables and replaces this device's section of
+vocabulary) on the German->English files train.de/train.en/valid.* of the directory that
+$MT_BENCH_CORPUS names (Multi30k in docs/benchmarks.md), else on the generated demo corpus
+(said in the output). Prints Markdown tables and replaces this device's section of
 docs/benchmarks.md (--markdown); --json PATH also writes the numbers. The measurements live in
 benchmark_training.py and benchmark_translation.py, the tables in benchmark_report.py.
 """
@@ -46,19 +47,21 @@ from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.precision import choose_precision, first_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MULTI30K = os.path.join(ROOT, "..", "shared", "corpora", "multi30k-de-en")
 
 
 def corpus(workdir: str) -> tuple[DataConfig, str]:
-    if os.path.isfile(os.path.join(MULTI30K, "train.de")):
+    directory = os.environ.get("MT_BENCH_CORPUS")
+    if directory:
+        if not os.path.isfile(os.path.join(directory, "train.de")):
+            raise SystemExit(f"MT_BENCH_CORPUS: no train.de in {directory}")
         return DataConfig(
             src_lang="de",
             tgt_lang="en",
-            train=f"{MULTI30K}/train",
-            valid=f"{MULTI30K}/valid",
+            train=f"{directory}/train",
+            valid=f"{directory}/valid",
             vocab_size=8000,
             max_len=128,
-        ), "multi30k-de-en"
+        ), os.path.basename(os.path.normpath(directory))
     generate(os.path.join(workdir, "demo"), train=30000, valid=1000, test=10)
     return DataConfig(
         src_lang="en",
@@ -68,7 +71,7 @@ def corpus(workdir: str) -> tuple[DataConfig, str]:
         vocab_size=1000,
         spm_type="bpe",
         max_len=128,
-    ), "generated demo corpus (multi30k not found)"
+    ), "generated demo corpus (no MT_BENCH_CORPUS)"
 
 
 def parse_args() -> argparse.Namespace:

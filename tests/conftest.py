@@ -10,6 +10,8 @@ import pytest
 import torch
 import yaml
 
+from mt_transformer.config import CorpusConfig
+from mt_transformer.data.corpus import load_pairs
 from mt_transformer.data.demo_data import generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,6 +45,13 @@ def corpus(tmp_path_factory) -> str:
     directory = tmp_path_factory.mktemp("corpus")
     generate(str(directory), train=2000, valid=60, test=40, seed=7)
     return str(directory)
+
+
+def read_split(format: str, location: str, src_lang: str, tgt_lang: str, key: str, **keys):
+    """One split of a corpus given by its format and location, loaded as mt-train loads it."""
+    split = key.rsplit(".", 1)[1]
+    corpus = CorpusConfig(format=format, src_lang=src_lang, tgt_lang=tgt_lang, **{split: location}, **keys)
+    return load_pairs(corpus, split, key)
 
 
 def tiny_config(corpus: str, output_dir: str, **sections) -> dict:

@@ -146,6 +146,25 @@ def test_eval_translates_and_scores(trained_run, corpus, tmp_path):
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 40
 
 
+def test_eval_split_scores_the_runs_own_data(trained_run, corpus, tmp_path):
+    """--split valid translates the valid files the run's config names: the same scores as those
+    files given by hand; a split the config lacks or extra files are one-line errors."""
+    by_split = run_cli("mt-eval", "--checkpoint", trained_run, "--split", "valid", "--json", "-o", str(tmp_path / "h"))
+    assert by_split.returncode == 0, by_split.stderr
+    by_hand = run_cli(
+        "mt-eval", "--checkpoint", trained_run, "--src", f"{corpus}/valid.en", "--ref", f"{corpus}/valid.de", "--json"
+    )
+    assert json.loads(by_split.stdout) == json.loads(by_hand.stdout)
+    assert len((tmp_path / "h").read_text(encoding="utf-8").splitlines()) == 60
+    missing = run_cli("mt-eval", "--checkpoint", trained_run, "--split", "test")
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines()[-1] == (
+        "error: --split: the checkpoint's config has no test split (data.test)"
+    )
+    both = run_cli("mt-eval", "--checkpoint", trained_run, "--split", "valid", "--ref", f"{corpus}/valid.de")
+    assert both.returncode == 2 and "leave out --src, --hyp and --ref" in both.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.slow
 def test_prepare_encodes_once_and_training_loads_it(corpus, tmp_path):

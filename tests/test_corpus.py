@@ -3,8 +3,8 @@ import json
 import datasets
 import pytest
 
-from conftest import run_cli, tiny_config, write_config
-from mt_transformer.data.corpus import drop_empty, load_pairs
+from conftest import read_split, run_cli, tiny_config, write_config
+from mt_transformer.data.corpus import drop_empty
 from mt_transformer.errors import UserError
 
 
@@ -16,7 +16,7 @@ def write(path, text):
 def test_text_files_are_normalized(tmp_path):
     write(tmp_path / "train.de", "\ufeffEin Haus\r\n  Zwei  \n\nKa\u0308se\n")
     write(tmp_path / "train.en", "A house\r\nTwo\nempty\ncheese\n")
-    pairs = load_pairs("text", str(tmp_path / "train"), "de", "en", "data.train")
+    pairs = read_split("text", str(tmp_path / "train"), "de", "en", "data.train")
     assert pairs["src"][:] == ["Ein Haus", "Zwei", "", "K\u00e4se"]  # BOM/CRLF/space stripped, NFC
     assert pairs["tgt"][:] == ["A house", "Two", "empty", "cheese"]
     kept, dropped = drop_empty(pairs)
@@ -27,32 +27,32 @@ def test_line_count_mismatch_names_both_files(tmp_path):
     write(tmp_path / "t.de", "a\nb\n")
     write(tmp_path / "t.en", "a\n")
     with pytest.raises(UserError, match=r"data.train: .*t.de has 2 lines but .*t.en has 1"):
-        load_pairs("text", str(tmp_path / "t"), "de", "en", "data.train")
+        read_split("text", str(tmp_path / "t"), "de", "en", "data.train")
 
 
 def test_tsv(tmp_path):
     path = write(tmp_path / "pairs.tsv", "Hallo\tHello\nJa\tYes\n")
-    pairs = load_pairs("tsv", path, "de", "en", "data.train")
+    pairs = read_split("tsv", path, "de", "en", "data.train")
     assert pairs["src"][:] == ["Hallo", "Ja"] and pairs["tgt"][:] == ["Hello", "Yes"]
     bad = write(tmp_path / "bad.tsv", "Hallo\tHello\nkein tab\n")
     with pytest.raises(UserError, match="bad.tsv: line 2 has 1 tab-separated fields"):
-        load_pairs("tsv", bad, "de", "en", "data.train")
+        read_split("tsv", bad, "de", "en", "data.train")
 
 
 def test_jsonl_translation_rows_and_named_columns(tmp_path):
     rows = [{"translation": {"de": "Hallo", "en": "Hello"}}, {"translation": {"de": "Ja", "en": "Yes"}}]
     path = write(tmp_path / "t.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    pairs = load_pairs("jsonl", path, "de", "en", "data.train")
+    pairs = read_split("jsonl", path, "de", "en", "data.train")
     assert pairs["src"][:] == ["Hallo", "Ja"] and pairs["tgt"][:] == ["Hello", "Yes"]
-    reverse = load_pairs("jsonl", path, "en", "de", "data.train")
+    reverse = read_split("jsonl", path, "en", "de", "data.train")
     assert reverse["src"][:] == ["Hello", "Yes"]
     named = write(tmp_path / "n.jsonl", json.dumps({"german": "Haus", "english": "house"}) + "\n")
-    pairs = load_pairs("jsonl", named, "de", "en", "data.train", src_column="german", tgt_column="english")
+    pairs = read_split("jsonl", named, "de", "en", "data.train", src_column="german", tgt_column="english")
     assert pairs["src"][:] == ["Haus"] and pairs["tgt"][:] == ["house"]
     with pytest.raises(UserError, match="no column 'de'"):
-        load_pairs("jsonl", named, "de", "en", "data.train")
+        read_split("jsonl", named, "de", "en", "data.train")
     swapped = write(tmp_path / "s.jsonl", json.dumps({"src": "Quelle", "tgt": "target"}) + "\n")
-    pairs = load_pairs("jsonl", swapped, "de", "en", "data.train", src_column="tgt", tgt_column="src")
+    pairs = read_split("jsonl", swapped, "de", "en", "data.train", src_column="tgt", tgt_column="src")
     assert pairs["src"][:] == ["target"] and pairs["tgt"][:] == ["Quelle"]
 
 
@@ -68,16 +68,16 @@ def test_hub_shaped_dataset_with_configs_and_splits(tmp_path):
         "---\nconfigs:\n- config_name: de-en\n  data_files:\n"
         "  - split: train\n    path: de-en/train-*\n  - split: validation\n    path: de-en/validation-*\n---\n"
     )
-    pairs = load_pairs("hub", "validation", "en", "de", "data.valid", hub_name=str(repo), hub_config="de-en")
+    pairs = read_split("hub", "validation", "en", "de", "data.valid", hub_name=str(repo), hub_config="de-en")
     assert pairs["src"][:] == ["Sentence 0", "Sentence 1"] and pairs["tgt"][:] == ["Satz 0", "Satz 1"]
-    assert len(load_pairs("hub", "train", "de", "en", "data.train", hub_name=str(repo), hub_config="de-en")) == 3
+    assert len(read_split("hub", "train", "de", "en", "data.train", hub_name=str(repo), hub_config="de-en")) == 3
 
 
 def test_invalid_utf8_is_a_user_error(tmp_path):
     (tmp_path / "x.de").write_bytes(b"gut\n\xff\xfe kaputt\n")
     write(tmp_path / "x.en", "good\nbroken\n")
     with pytest.raises(UserError, match="x.de: line 2 is not valid UTF-8"):
-        load_pairs("text", str(tmp_path / "x"), "de", "en", "data.train")
+        read_split("text", str(tmp_path / "x"), "de", "en", "data.train")
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_an_empty_file_is_a_user_error_naming_it(tmp_path, format, files):
         write(tmp_path / name, text)
     location = str(tmp_path / ("t" if format == "text" else next(iter(files))))
     with pytest.raises(UserError) as error:
-        load_pairs(format, location, "de", "en", "data.valid")
+        read_split(format, location, "de", "en", "data.valid")
     assert str(error.value) == f"data.valid: {tmp_path / next(iter(files))} is empty"
 
 

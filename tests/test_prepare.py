@@ -5,9 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from conftest import tiny_config, write_config
+from conftest import read_split, tiny_config, write_config
 from mt_transformer.config import load_config
-from mt_transformer.data.corpus import load_pairs
 from mt_transformer.data.prepare import cache_key, encode_split, prepare_data
 from mt_transformer.data.tokenizer import train_tokenizer
 from mt_transformer.errors import UserError
@@ -37,7 +36,7 @@ def test_encoding_is_cached_and_filters_training_data(tmp_path):
 
     def load():
         calls.append(1)
-        return load_pairs("text", str(tmp_path / "t"), "de", "en", "data.train")
+        return read_split("text", str(tmp_path / "t"), "de", "en", "data.train")
 
     key = cache_key({"x": 1}, [str(tmp_path / "t.de"), str(tmp_path / "t.en")], [model], {"max_len": 40})
     first, stats = encode_split(load, str(tmp_path / "cache"), key, model, model, True, 40, 3.0, 1)
@@ -59,7 +58,7 @@ def test_encoding_in_two_processes_matches_one(tmp_path):
     model = os.path.join(str(tmp_path), tokenizer.files[0])
 
     def load():
-        return load_pairs("text", str(tmp_path / "p"), "de", "en", "data.train")
+        return read_split("text", str(tmp_path / "p"), "de", "en", "data.train")
 
     one, _ = encode_split(load, str(tmp_path / "c1"), "k", model, model, True, 64, 3.0, num_proc=1)
     two, _ = encode_split(load, str(tmp_path / "c2"), "k", model, model, True, 64, 3.0, num_proc=2)

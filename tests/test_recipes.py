@@ -1,10 +1,13 @@
-"""The recipes in configs/recipes/ load and train for a language pair other than their default,
+"""The recipes in configs/recipes/ run as their comments and the README give them, on a local copy
+of their hub dataset, and load and train for a language pair other than their default,
 including one whose target script has no spaces (as Chinese and Japanese do)."""
 
 import json
 import os
+import shutil
 
 import pytest
+import yaml
 
 from conftest import ROOT, run_cli
 
@@ -37,6 +40,7 @@ def no_space_corpus(corpus, tmp_path_factory) -> str:
 
 def overrides(corpus: str, run: str, tgt_lang: str = "zh") -> list[str]:
     return [
+        "data.format=text",
         "data.src_lang=en",
         f"data.tgt_lang={tgt_lang}",
         f"data.train={corpus}/train",
@@ -88,3 +92,54 @@ def test_small_cpu_trains_on_a_pair_without_spaces(no_space_corpus, tmp_path):
     )
     assert scored.returncode == 0, scored.stderr
     assert "tok:zh" in json.loads(scored.stdout)["signature"]["bleu"]
+
+
+def hub_copy(corpus: str, directory) -> str:
+    """A local copy of the hub repository bentrevett/multi30k in its own shape, made from the
+    generated corpus: train.jsonl, val.jsonl (the validation split) and test.jsonl, each row
+    {"en": ..., "de": ...}; returns the directory to name in $MT_HUB_MIRROR."""
+    repo = directory / "bentrevett" / "multi30k"
+    repo.mkdir(parents=True)
+    for split, name, n in (("train", "train", 600), ("valid", "val", 30), ("test", "test", 12)):
+        with open(f"{corpus}/{split}.en", encoding="utf-8") as en, open(f"{corpus}/{split}.de", encoding="utf-8") as de:
+            rows = [{"en": e.strip(), "de": d.strip()} for e, d in zip(en, de)][:n]
+        (repo / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return str(directory)
+
+
+def test_small_cpu_runs_as_the_readme_gives_it_on_a_copy_of_its_hub_dataset(corpus, tmp_path, monkeypatch):
+    """The recipe's own commands (train, average the last 3, score test2016 with --split test) in
+    a fresh directory, the data from bentrevett/multi30k through datasets.load_dataset with the hub
+    replaced by a local copy of the same files; only the model's size and length change."""
+    with open(os.path.join(ROOT, RECIPES[0]), encoding="utf-8") as f:
+        commands = [line.strip("# \n") for line in f if line.startswith("#   mt-")][:3]
+    assert [c.split()[0] for c in commands] == ["mt-train", "mt-average", "mt-eval"]
+    monkeypatch.setenv("MT_HUB_MIRROR", hub_copy(corpus, tmp_path / "mirror"))
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(os.path.join(ROOT, "configs"), tmp_path / "configs")
+    smaller = ["data.vocab_size=300", "model.d_model=32", "model.d_ff=64", "train.max_steps=6", "train.save_every=2"]
+    smaller += ["train.valid_every=6", "train.valid_max_sentences=5", "decode.max_len_b=5"]
+    extra = {"mt-train": ["--set", *smaller], "mt-average": [], "mt-eval": ["--json"]}
+    for command in commands:
+        name, *args = command.split()
+        result = run_cli(name, *args, *extra[name])
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+    scores = json.loads(result.stdout)
+    assert set(scores) >= {"bleu", "chrf"} and "tok:13a" in scores["signature"]["bleu"]
+    with open(tmp_path / "runs/small_cpu/config.yaml", encoding="utf-8") as f:
+        assert yaml.safe_load(f)["data"]["hub_name"] == "bentrevett/multi30k"
+
+
+def test_a_hub_dataset_offline_without_a_copy_is_a_one_line_error(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # read when datasets is imported
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    monkeypatch.delenv("MT_HUB_MIRROR", raising=False)
+    result = run_cli(
+        "mt-train", "--config", os.path.join(ROOT, RECIPES[0]), "--set", f"train.output_dir={tmp_path / 'run'}"
+    )
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: data.hub_name: bentrevett/multi30k could not be fetched from the hub"), last
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")

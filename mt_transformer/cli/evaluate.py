@@ -15,8 +15,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="mt-eval", description="Score translations with sacreBLEU (BLEU, chrF, TER), or translate and score."
     )
     parser.add_argument("--hyp", help="hypothesis file (detokenized)")
-    parser.add_argument("--ref", required=True, help="reference file")
+    parser.add_argument("--ref", help="reference file")
     parser.add_argument("--src", help="with --checkpoint: source file to translate, then score")
+    parser.add_argument(
+        "--split",
+        help="with --checkpoint: translate this split of the data the checkpoint was trained on (train, "
+        "valid or test: a hub split or local files, as in its config) and score against its references",
+    )
     decode_options(parser, checkpoint_required=False)
     parser.add_argument("-o", "--output", help="with --checkpoint: also write the translations here")
     parser.add_argument("--metrics", nargs="+", default=["bleu", "chrf"], choices=["bleu", "chrf", "ter"])
@@ -52,17 +57,22 @@ def eval_main(argv=None):
         sentence_scores,
     )
 
-    references = read_lines(args.ref)
-    hypotheses, tgt_lang = _hypotheses(args)
-    if len(hypotheses) != len(references):
-        raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+    if args.split:
+        hypotheses, references, tgt_lang = _translate_split(args)
+    else:
+        if not args.ref:
+            raise UserError("--ref: required (or --checkpoint with --split)")
+        references = read_lines(args.ref)
+        hypotheses, tgt_lang = _hypotheses(args)
+        if len(hypotheses) != len(references):
+            raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
     system = args.hyp or "translations"
     result = score(hypotheses, references, args.metrics, tgt_lang)
     text = [format_scores(result)]
     if args.compare:
         baseline = read_lines(args.compare)
         if len(baseline) != len(references):
-            raise UserError(f"{args.compare} has {len(baseline)} lines but {args.ref} has {len(references)}")
+            raise UserError(f"{args.compare} has {len(baseline)} lines but the references have {len(references)}")
         result["compare"] = paired_significance(hypotheses, baseline, references, args.metrics, tgt_lang, args.tests)
         text.append(format_significance(result["compare"], system, args.compare))
     if args.sentence:
@@ -95,3 +105,38 @@ def _hypotheses(args) -> tuple[list[str], str | None]:
     if args.hyp:
         return read_lines(args.hyp), args.tgt_lang
     raise UserError("--hyp: required (or --checkpoint with --src)")
+
+
+def _translate_split(args) -> tuple[list[str], list[str], str]:
+    """The translations of one split of the checkpoint's training config by --checkpoint, its
+    references and their language. With several corpora, --tgt-lang picks the one to score."""
+    from mt_transformer import checkpoint
+    from mt_transformer.config_checks import corpus_keys
+    from mt_transformer.data.corpus import load_pairs
+
+    if not args.checkpoint or args.engine != "torch":
+        raise UserError("--split: needs --checkpoint with an mt_transformer checkpoint (--engine torch)")
+    if args.src or args.hyp or args.ref:
+        raise UserError("--split: takes the sources and references from the data; leave out --src, --hyp and --ref")
+    if args.split not in ("train", "valid", "test"):
+        raise UserError(f"--split: expected train, valid or test, got {args.split!r}")
+    data = checkpoint.read_config(checkpoint.resolve(args.checkpoint[0])).data
+    found = [
+        (corpus, key)
+        for corpus, key in corpus_keys(data)
+        if getattr(corpus, args.split) is not None and args.tgt_lang in (None, corpus.tgt_lang)
+    ]
+    into = f" into {args.tgt_lang}" if args.tgt_lang else ""
+    if not found:
+        raise UserError(f"--split: the checkpoint's config has no {args.split} split{into} (data.{args.split})")
+    if len(found) > 1:
+        pairs = ", ".join(f"{c.src_lang}->{c.tgt_lang}" for c, _ in found)
+        raise UserError(f"--split: {len(found)} corpora have a {args.split} split ({pairs}); --tgt-lang picks one")
+    corpus, key = found[0]
+    pairs = load_pairs(corpus, args.split, f"{key}.{args.split}")
+    args.tgt_lang = args.tgt_lang or (corpus.tgt_lang if data.target_tags else None)
+    translator = translator_from_args(args)
+    hypotheses = [r[0].text for r in translator(pairs["src"], progress=True)]
+    if args.output:
+        write_output(args.output, "".join(h + "\n" for h in hypotheses))
+    return hypotheses, pairs["tgt"], args.tgt_lang or translator.target_language

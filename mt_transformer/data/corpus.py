@@ -6,7 +6,8 @@ memory-mapped Arrow on disk and cached by `datasets`:
 - text:  line-aligned files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`
 - tsv:   one pair per line, `source<TAB>target`
 - jsonl: rows `{"translation": {src_lang: .., tgt_lang: ..}}` or named columns
-- hub:   any `datasets` dataset by name and config, with the same two row shapes
+- hub:   any `datasets` dataset by name and config, with the same two row shapes; a local
+         copy of a hub repository loads through the same call (`hub_location`)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 
 import datasets
 
+from mt_transformer.config import CorpusConfig
 from mt_transformer.data.text import invalid_utf8_line, normalize
 from mt_transformer.errors import UserError
 
@@ -56,8 +58,9 @@ def _split_tsv(batch: dict, indices: list[int], path: str) -> dict:
     return {"src": src, "tgt": tgt}
 
 
-def _row_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str, src_column, tgt_column, key: str):
+def _row_pairs(dataset: datasets.Dataset, corpus: CorpusConfig, key: str):
     """Map jsonl/hub rows (a `translation` dict or named columns) to `src`/`tgt` columns."""
+    src_lang, tgt_lang, src_column, tgt_column = corpus.src_lang, corpus.tgt_lang, corpus.src_column, corpus.tgt_column
     columns = dataset.column_names
     if not (src_column or tgt_column) and "translation" in columns:
 
@@ -85,44 +88,75 @@ def _row_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str, src_colu
     return dataset.map(pick, batched=True, remove_columns=columns)
 
 
-def load_pairs(
-    format: str,
-    location: str,
-    src_lang: str,
-    tgt_lang: str,
-    key: str,
-    hub_name: str | None = None,
-    hub_config: str | None = None,
-    src_column: str | None = None,
-    tgt_column: str | None = None,
-) -> datasets.Dataset:
-    """Load one split as a Dataset with normalized string columns `src` and `tgt`.
+HUB_MIRROR = "MT_HUB_MIRROR"
 
-    `key` names the config entry (e.g. `data.train`) in error messages.
+
+def hub_location(hub_name: str) -> str:
+    """What `datasets.load_dataset` opens for `data.hub_name`: the copy of that hub repository
+    under $MT_HUB_MIRROR/{owner}/{name} where the variable names a directory holding one (for
+    machines without hub access), else the name itself: a hub id or a local directory."""
+    mirror = os.environ.get(HUB_MIRROR)
+    if mirror and os.path.isdir(os.path.join(mirror, hub_name)):
+        return os.path.join(mirror, hub_name)
+    return hub_name
+
+
+def hub_copy_stamp(hub_name: str) -> list | None:
+    """Each file of the local copy `hub_location` finds, with its size and modification time
+    (a cache key that changes with the copy without reading gigabytes); None for the hub."""
+    location = hub_location(hub_name)
+    if not os.path.isdir(location):
+        return None
+    stamp = []
+    for directory, subdirectories, names in os.walk(location):
+        subdirectories[:] = sorted(d for d in subdirectories if not d.startswith("."))
+        for name in sorted(n for n in names if not n.startswith(".")):
+            info = os.stat(os.path.join(directory, name))
+            stamp.append([os.path.relpath(os.path.join(directory, name), location), info.st_size, info.st_mtime_ns])
+    return stamp
+
+
+def _load_hub(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
+    location = hub_location(corpus.hub_name)
+    try:
+        return datasets.load_dataset(location, corpus.hub_config, split=getattr(corpus, split))
+    except ConnectionError as error:
+        raise UserError(
+            f"{key}.hub_name: {corpus.hub_name} could not be fetched from the hub ({error}); offline, "
+            f"point data.hub_name or ${HUB_MIRROR} at a local copy"
+        ) from None
+    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"{key}: {corpus.hub_name}: {message}") from None
+
+
+def load_pairs(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
+    """Load one split of a corpus as a Dataset with normalized string columns `src` and `tgt`.
+
+    `key` names the split's config entry (e.g. `data.train`) in error messages.
     """
     quiet_datasets()
-    local = {"text": [f"{location}.{src_lang}", f"{location}.{tgt_lang}"], "tsv": [location], "jsonl": [location]}
-    for path in local.get(format, []):
+    location = getattr(corpus, split)
+    for path in corpus.files(split):
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             raise UserError(f"{key}: {path} is empty")
-    if format == "text":
-        dataset = _text_pairs(f"{location}.{src_lang}", f"{location}.{tgt_lang}", key)
-    elif format == "tsv":
+    if corpus.format == "text":
+        dataset = _text_pairs(*corpus.files(split), key)
+    elif corpus.format == "tsv":
         lines = _read_text(location)
         dataset = lines.map(
             _split_tsv, batched=True, with_indices=True, remove_columns=["text"], fn_kwargs={"path": location}
         )
-    elif format == "jsonl":
+    elif corpus.format == "jsonl":
         try:
             rows = datasets.load_dataset("json", data_files={"rows": location}, split="rows")
         except Exception as error:  # the json builder wraps parse errors in several types
             raise UserError(f"{location}: not valid JSON lines ({type(error).__name__})") from None
-        dataset = _row_pairs(rows, src_lang, tgt_lang, src_column, tgt_column, key)
-    elif format == "hub":
-        rows = datasets.load_dataset(hub_name, hub_config, split=location)
-        dataset = _row_pairs(rows, src_lang, tgt_lang, src_column, tgt_column, key)
+        dataset = _row_pairs(rows, corpus, key)
+    elif corpus.format == "hub":
+        dataset = _row_pairs(_load_hub(corpus, split, key.rsplit(".", 1)[0]), corpus, key)
     else:
-        raise UserError(f"data.format: unknown format {format!r}")
+        raise UserError(f"data.format: unknown format {corpus.format!r}")
 
     if len(dataset) == 0:
         raise UserError(f"{key}: {location} holds no pairs")

@@ -1,8 +1,9 @@
 """Encoding a split into subword ids with `datasets.map`, cached on disk.
 
 The cache key hashes the data (file contents for local files; name, config and split for hub
-data), the tokenizer model files and the cleaning settings, so a second run with the same
-inputs loads the encoded Arrow files instead of encoding again.
+data, with the files' sizes and times for a local copy of it), the tokenizer model files and
+the cleaning settings, so a second run with the same inputs loads the encoded Arrow files
+instead of encoding again.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import os
 import datasets
 
 from mt_transformer.config import CorpusConfig, DataConfig
-from mt_transformer.config_checks import corpus_keys, data_files
+from mt_transformer.config_checks import corpus_keys
 from mt_transformer.data.batching import corpus_shares
-from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
+from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
 from mt_transformer.data.tokenizer import (
     Tokenizer,
     encode_lines,
@@ -191,14 +192,16 @@ def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split:
         "columns": [corpus.src_column, corpus.tgt_column],
         "langs": [corpus.src_lang, corpus.tgt_lang],
     }
+    if corpus.format == "hub" and hub_copy_stamp(corpus.hub_name) is not None:
+        source["copy"] = hub_copy_stamp(corpus.hub_name)
     if tags:  # keys of untagged corpora stay those of earlier versions: their caches remain valid
         source["tags"] = tags
     keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
     dataset, stats = encode_split(
-        lambda: with_tags(split_pairs(corpus, key, split), tags),
+        lambda: with_tags(load_pairs(corpus, split, f"{key}.{split}"), tags),
         cache_dir,
-        cache_key(source, data_files(corpus, split), model_files, cleaning),
+        cache_key(source, corpus.files(split), model_files, cleaning),
         model_files[0],
         model_files[-1],
         training,
@@ -234,24 +237,9 @@ def with_tags(pairs: datasets.Dataset, tags: list[str]) -> datasets.Dataset:
     return pairs.map(lambda b: {"src": [head + s if s else s for s in b["src"]]}, batched=True)
 
 
-def split_pairs(corpus: CorpusConfig, key: str, split: str):
-    """The normalized pairs of one split of a corpus, as the config describes them."""
-    return load_pairs(
-        corpus.format,
-        getattr(corpus, split),
-        corpus.src_lang,
-        corpus.tgt_lang,
-        f"{key}.{split}",
-        corpus.hub_name,
-        corpus.hub_config,
-        corpus.src_column,
-        corpus.tgt_column,
-    )
-
-
 def training_pairs(data: DataConfig) -> datasets.Dataset:
     """Every corpus's non-empty training pairs, untagged: the text the tokenizer learns from."""
-    parts = [drop_empty(split_pairs(c, key, "train"))[0] for c, key in corpus_keys(data)]
+    parts = [drop_empty(load_pairs(c, "train", f"{key}.train"))[0] for c, key in corpus_keys(data)]
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
