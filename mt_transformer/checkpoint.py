@@ -275,7 +275,7 @@ def load(path: str, device: torch.device) -> LoadedModel:
             f"{directory}: the tokenizer has vocabularies of {tokenizer.src_vocab_size}/{tokenizer.tgt_vocab_size} "
             f"pieces but the model was built for {vocab_sizes[0]}/{vocab_sizes[1]}"
         )
-    model = Transformer.from_config(config.model, *vocab_sizes, share_vocab=joint)
+    model = Transformer(config.model, *vocab_sizes, share_vocab=joint)
     load_weights(model, directory)
     return LoadedModel(model.to(device).eval(), tokenizer, config, directory, metadata.get("step"))
 

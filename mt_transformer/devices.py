@@ -82,7 +82,7 @@ def release_memory(device: torch.device) -> None:
 # of them. Training's batches, and a search's shrinking rows and growing keys, bring new shapes all
 # the time, so a full cache only holds memory: with 64 (an update's worth), bf16 updates of the
 # small_cpu recipe ran ~1.08x as fast on a Zen 4 host and the process held 0.5-0.7 GB less, and a
-# bf16 beam search ran level in 0.6 GB less (docs/benchmarks.md, "oneDNN's kernel cache").
+# bf16 beam search ran level in 0.6 GB less (docs/benchmarks.md, "Performance decisions").
 ONEDNN_KERNEL_CACHE = 64
 
 

@@ -21,6 +21,7 @@ benchmark_training.py and benchmark_translation.py, the tables in benchmark_repo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import tempfile
@@ -30,6 +31,7 @@ import torch
 from benchmark_report import machine, markdown, write_section
 from benchmark_training import (
     MODEL,
+    PEERS_CONFIG,
     bench_lengths,
     bench_paper_configs,
     bench_training,
@@ -38,7 +40,7 @@ from benchmark_training import (
 )
 from benchmark_translation import bench_translations
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, DataConfig, ModelConfig
+from mt_transformer.config import Config, DataConfig, load_config
 from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.decoding.translator import with_decode
@@ -50,28 +52,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def corpus(workdir: str) -> tuple[DataConfig, str]:
+    """The peers' data settings (configs/bench/peers.yaml) on $MT_BENCH_CORPUS, else on a generated
+    English->German corpus."""
+    peers = load_config(PEERS_CONFIG).data
     directory = os.environ.get("MT_BENCH_CORPUS")
     if directory:
         if not os.path.isfile(os.path.join(directory, "train.de")):
             raise SystemExit(f"MT_BENCH_CORPUS: no train.de in {directory}")
-        return DataConfig(
-            src_lang="de",
-            tgt_lang="en",
-            train=f"{directory}/train",
-            valid=f"{directory}/valid",
-            vocab_size=8000,
-            max_len=128,
-        ), os.path.basename(os.path.normpath(directory))
+        name = os.path.basename(os.path.normpath(directory))
+        return dataclasses.replace(peers, train=f"{directory}/train", valid=f"{directory}/valid"), name
     generate(os.path.join(workdir, "demo"), train=30000, valid=1000, test=10)
-    return DataConfig(
-        src_lang="en",
-        tgt_lang="de",
-        train=f"{workdir}/demo/train",
-        valid=f"{workdir}/demo/valid",
-        vocab_size=1000,
-        spm_type="bpe",
-        max_len=128,
-    ), "generated demo corpus (no MT_BENCH_CORPUS)"
+    data = dataclasses.replace(
+        peers, src_lang="en", tgt_lang="de", train=f"{workdir}/demo/train", valid=f"{workdir}/demo/valid"
+    )
+    return dataclasses.replace(data, vocab_size=1000), "generated demo corpus (no MT_BENCH_CORPUS)"
 
 
 def parse_args() -> argparse.Namespace:
@@ -117,7 +111,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         data, corpus_name = corpus(workdir)
         tokenizer, encoded, _ = prepare_data(data, workdir, seed=1)
-        model = Transformer(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, **MODEL).to(device)
+        model = Transformer(MODEL, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).to(device)
         if args.precision == "auto":
             args.precision, why = choose_precision(
                 "auto", device, model, lambda: first_batches(encoded["train"], 4096, seed=1)
@@ -141,7 +135,7 @@ def main() -> None:
         if loaded is not None:
             model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config
         else:
-            config = Config(data=data, model=ModelConfig(**MODEL))
+            config = Config(data=data, model=MODEL)
         config = with_decode(config, precision=args.precision)  # translation in the precision trained in
         results["translation_model"] = args.checkpoint or "untrained (outputs run to the length limit)"
         results.update(bench_translations(model, tokenizer, config, lines, device, loaded, workdir))

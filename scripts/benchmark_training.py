@@ -11,7 +11,7 @@ import time
 import numpy as np
 import torch
 
-from mt_transformer.config import TrainConfig
+from mt_transformer.config import TrainConfig, load_config
 from mt_transformer.data.batching import Batch, batch_loader, token_batches
 from mt_transformer.model.flops import training_flops
 from mt_transformer.model.transformer import Transformer
@@ -20,16 +20,9 @@ from mt_transformer.training.step import TrainingStep, optimizer_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-MODEL = dict(
-    d_model=256,
-    n_heads=4,
-    d_ff=1024,
-    encoder_layers=3,
-    decoder_layers=3,
-    dropout=0.1,
-    attention_dropout=0.1,
-    norm="pre",
-)
+PEERS_CONFIG = os.path.join(ROOT, "configs", "bench", "peers.yaml")
+# the peers' model (configs/bench/peers.yaml), which make bench trains and translates with
+MODEL = load_config(PEERS_CONFIG).model
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -92,7 +85,7 @@ def training_step(model, device: torch.device, precision: str, forward=None) -> 
 def batch_flops(batch, vocab: int) -> int:
     src_lens, tgt_lens = (batch.src != 0).sum(1).tolist(), (batch.tgt_out != 0).sum(1).tolist()
     return training_flops(
-        src_lens, tgt_lens, MODEL["d_model"], MODEL["d_ff"], MODEL["encoder_layers"], MODEL["decoder_layers"], vocab
+        src_lens, tgt_lens, MODEL.d_model, MODEL.d_ff, MODEL.encoder_layers, MODEL.decoder_layers, vocab
     )
 
 
@@ -176,17 +169,15 @@ def bench_paper_configs(device, tokens: int, updates: int, runs=None):
     `tokens` target tokens (random sentences of 32 tokens). `runs`: (config, precision, compile)
     triples, by default both configs in bf16 with and without torch.compile. Peak memory is each
     run's own."""
-    import yaml
 
     runs = runs or [(name, "bf16", compiled) for name in ("base", "big") for compiled in (False, True)]
     rows = []
     for name, precision, compiled in runs:
-        with open(os.path.join(ROOT, "configs", f"{name}.yaml"), encoding="utf-8") as f:
-            config = yaml.safe_load(f)
-        model_args, vocab = config["model"], config["data"]["vocab_size"]
+        config = load_config(os.path.join(ROOT, "configs", f"{name}.yaml"))
+        vocab = config.data.vocab_size
         reset_peak_memory(device)
         torch.manual_seed(1)
-        model = Transformer(vocab, vocab, **model_args).to(device)
+        model = Transformer(config.model, vocab, vocab, share_vocab=True).to(device)
         runner = torch.compile(model) if compiled else model
         step = training_step(model, device, precision, forward=runner)
         length = 32
@@ -197,10 +188,10 @@ def bench_paper_configs(device, tokens: int, updates: int, runs=None):
         flops = training_flops(
             [length] * sentences,
             [length] * sentences,
-            model_args["d_model"],
-            model_args["d_ff"],
-            model_args["encoder_layers"],
-            model_args["decoder_layers"],
+            config.model.d_model,
+            config.model.d_ff,
+            config.model.encoder_layers,
+            config.model.decoder_layers,
             vocab,
         )
         rows.append(

@@ -1,13 +1,11 @@
 #!/usr/bin/env python3
-"""mt_transformer in the peers' benchmark (../shared/bench/peers): the same data, model and settings.
+"""mt_transformer in the peers' benchmark: the same data, model and settings as fairseq and OpenNMT-py.
 
-Run after the peers' `prepare_data.sh` (it writes $PEERS_DIR/data). Trains with mt-train for
-STEPS updates (default 300) with the peers' fixed settings: d_model 256, 3+3 layers, 4 heads,
-d_ff 1024, dropout 0.1 (attention too), pre-norm, tied embeddings, sinusoidal positions, Adam
-(0.9, 0.98), inverse-sqrt schedule peaking at 1e-3 after 100 updates, label smoothing 0.1,
-batches of 4,096 target tokens, a joint 8,000-piece BPE vocabulary, in fp32 (--precision: auto
-or bf16). Then translates the same 500 test sentences with beam 4 and scores them with
-sacreBLEU, in fp32 and each other of --decode-precisions.
+Run after the peers' `prepare_data.sh` (it writes $PEERS_DIR/data). Trains with mt-train on
+configs/bench/peers.yaml (the settings the toolkits share: d_model 256, 3+3 layers, 300 updates
+of 4,096 target tokens, ...) with the peers' data, for STEPS updates, in --precision. Then
+translates the same 500 test sentences with beam 4 and scores them with sacreBLEU, in fp32 and
+each other of --decode-precisions.
 
 Measured as the peers' scripts measure: training target tokens/s is the mean of the per-log-
 interval rates after the first interval; decoding sentences/s counts the search only (model
@@ -28,52 +26,8 @@ import subprocess
 import sys
 import time
 
-import yaml
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def config(data: str, out: str, steps: int, warmup: int, batch_tokens: int, log_every: int, precision: str) -> dict:
-    return {
-        "data": {
-            "src_lang": "de",
-            "tgt_lang": "en",
-            "train": f"{data}/raw/train",
-            "valid": f"{data}/raw/valid",
-            "vocab_size": 8000,
-            "joint_vocab": True,
-            "spm_type": "bpe",
-            "max_len": 128,
-        },
-        "model": {
-            "d_model": 256,
-            "n_heads": 4,
-            "d_ff": 1024,
-            "encoder_layers": 3,
-            "decoder_layers": 3,
-            "dropout": 0.1,
-            "attention_dropout": 0.1,
-            "norm": "pre",
-            "positions": "sinusoidal",
-            "tie_embeddings": True,
-        },
-        # Noam: lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); peak scale/(16 * sqrt(warmup))
-        "train": {
-            "output_dir": out,
-            "max_tokens": batch_tokens,
-            "max_steps": steps,
-            "warmup": warmup,
-            "lr_scale": round(1e-3 * 256**0.5 * warmup**0.5, 6),
-            "label_smoothing": 0.1,
-            "log_every": log_every,
-            "valid_every": steps,
-            "valid_max_sentences": 100,
-            "keep_last": 1,
-            "seed": 42,
-            "precision": precision,
-        },
-        "decode": {"beam_size": 4, "alpha": 0.6},
-    }
+PEERS_CONFIG = os.path.join(ROOT, "configs", "bench", "peers.yaml")
 
 
 def steady_rate(metrics_path: str) -> float:
@@ -153,13 +107,18 @@ def main() -> None:
     result = {"peer": "mt_transformer"}
 
     if not args.decode_only:
-        path = os.path.join(out, "config.yaml")
-        with open(path, "w", encoding="utf-8") as f:
-            yaml.safe_dump(config(data, os.path.join(out, "run"), args.steps, 100, 4096, 25, args.precision), f)
+        settings = [
+            f"data.train={data}/raw/train",
+            f"data.valid={data}/raw/valid",
+            f"train.output_dir={os.path.join(out, 'run')}",
+            f"train.max_steps={args.steps}",
+            f"train.valid_every={args.steps}",
+            f"train.precision={args.precision}",
+        ]
         start = time.perf_counter()
         train = "import sys; from mt_transformer.cli import train_main; sys.argv[0] = 'mt-train'; train_main()"
         subprocess.run(
-            [sys.executable, "-c", train, "--config", path],
+            [sys.executable, "-c", train, "--config", PEERS_CONFIG, "--set", *settings],
             check=True,
             env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ROOT},
         )

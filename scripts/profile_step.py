@@ -188,7 +188,7 @@ def main() -> None:
     batches = epochs_of_batches(src_lens, tgt_lens, t.max_tokens, t.seed, needed)
     loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches)
     groups = update_groups(list(loader), t.accumulate, args.same_batch)
-    model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
     steps = build_steps(config, model.to(device), args.precisions, device)
 
     processor = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()

@@ -15,6 +15,9 @@ trained on (`cpu`): the host behind a virtual machine can change from one day to
 
     python3 scripts/recipe_runs.py --config configs/recipes/small_cpu.yaml --name dropout0.3 \\
         --set model.dropout=0.3 train.max_minutes=30
+
+Without hub access, the recipe's data from local line-aligned files (DIR/train.de, ...):
+    --set data.format=text data.train=DIR/train data.valid=DIR/valid data.test=DIR/test
 """
 
 from __future__ import annotations
@@ -41,20 +44,9 @@ def run(*command: str) -> str:
     return done.stdout
 
 
-def evaluate(model: str, prefix: str, src_lang: str, tgt_lang: str, *options: str) -> dict:
-    return json.loads(
-        run(
-            "mt-eval",
-            "--checkpoint",
-            model,
-            "--src",
-            f"{prefix}.{src_lang}",
-            "--ref",
-            f"{prefix}.{tgt_lang}",
-            "--json",
-            *options,
-        )
-    )
+def evaluate(model: str, split: str, *options: str) -> dict:
+    """mt-eval's scores of `model` on a split of the data its run trained with."""
+    return json.loads(run("mt-eval", "--checkpoint", model, "--split", split, "--json", *options))
 
 
 def probe_speed(config: str, overrides: list[str], steps: int) -> float:
@@ -86,17 +78,15 @@ def score_run(out: str, best_name: str, d, test: bool) -> dict:
     kept checkpoints (written to avg3/, avg5/); with `test`, test BLEU and chrF of each."""
     best_dir = os.path.join(checkpoint.checkpoint_root(out), best_name)
     row = {}
-    row["valid_best"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
-    row["valid_best_greedy"] = evaluate(best_dir, d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu", "--beam", "1")[
-        "bleu"
-    ]
+    row["valid_best"] = evaluate(best_dir, "valid", "--metrics", "bleu")["bleu"]
+    row["valid_best_greedy"] = evaluate(best_dir, "valid", "--metrics", "bleu", "--beam", "1")["bleu"]
     kept = checkpoint.list_checkpoints(out)
     averages = {}
     for n in (3, 5):
         if len(kept) >= n:
             averages[n] = os.path.join(out, f"avg{n}")
             run("mt-average", "--inputs", out, "--last", str(n), "--output", averages[n])
-            row[f"valid_avg{n}"] = evaluate(averages[n], d.valid, d.src_lang, d.tgt_lang, "--metrics", "bleu")["bleu"]
+            row[f"valid_avg{n}"] = evaluate(averages[n], "valid", "--metrics", "bleu")["bleu"]
             row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
     if test and d.test:
         models = (
@@ -107,7 +97,7 @@ def score_run(out: str, best_name: str, d, test: bool) -> dict:
         )
         for label, model, options in models:
             if model:
-                scores = evaluate(model, d.test, d.src_lang, d.tgt_lang, *options)
+                scores = evaluate(model, "test", *options)
                 row[f"test_{label}"] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
                 row["signatures"] = scores["signature"]
     return row

@@ -10,9 +10,10 @@ import pytest
 import torch
 import yaml
 
-from mt_transformer.config import CorpusConfig
+from mt_transformer.config import CorpusConfig, ModelConfig
 from mt_transformer.data.corpus import load_pairs
 from mt_transformer.data.demo_data import generate
+from mt_transformer.model.transformer import Transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,6 +53,11 @@ def read_split(format: str, location: str, src_lang: str, tgt_lang: str, key: st
     split = key.rsplit(".", 1)[1]
     corpus = CorpusConfig(format=format, src_lang=src_lang, tgt_lang=tgt_lang, **{split: location}, **keys)
     return load_pairs(corpus, split, key)
+
+
+def tiny_model(src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool = True, **model) -> Transformer:
+    """A Transformer of the ModelConfig fields given (the rest at their defaults)."""
+    return Transformer(ModelConfig(**model), src_vocab_size, tgt_vocab_size, share_vocab)
 
 
 def tiny_config(corpus: str, output_dir: str, **sections) -> dict:

@@ -3,9 +3,8 @@ import os
 import torch
 from PIL import Image
 
-from conftest import FP32_TOLERANCE, run_cli
+from conftest import FP32_TOLERANCE, run_cli, tiny_model
 from mt_transformer.decoding.alignment import cross_attention, format_alignment, select, word_alignment, word_index
-from mt_transformer.model.transformer import Transformer
 
 
 def test_word_index_follows_sentencepiece_word_starts():
@@ -36,7 +35,7 @@ def test_select_means_heads_or_takes_one():
 
 def test_hypotheses_of_different_lengths_get_the_weights_each_gets_alone():
     torch.manual_seed(0)
-    model = Transformer(20, 20, d_model=16, n_heads=2, d_ff=32, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    model = tiny_model(20, 20, d_model=16, n_heads=2, d_ff=32, encoder_layers=2, decoder_layers=2, dropout=0.0)
     src, hypotheses = [5, 6, 7, 8], [[9, 10, 11, 12, 13, 14], [9], [15, 16, 17]]
     together = cross_attention(model, src, hypotheses, torch.device("cpu"))
     for ids, weights in zip(hypotheses, together):

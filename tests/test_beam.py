@@ -6,13 +6,12 @@ import math
 import pytest
 import torch
 
-from conftest import translator
+from conftest import tiny_model, translator
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.search import length_penalty, repeated_ngrams
 from mt_transformer.model.masks import padding_mask
-from mt_transformer.model.transformer import Transformer
 
 A, B = 4, 5
 TINY = 1e-6
@@ -48,9 +47,9 @@ class ScriptedDecoder:
         for row, prefix in enumerate(cache.prefixes.tolist()):
             for token, p in SCRIPT.get(tuple(prefix[1:]), {EOS_ID: 1.0}).items():
                 probs[row, token] = p
-        return probs.log()[:, None, :], None  # already the log-probabilities: project() passes them on
+        return probs.log()[:, None, :], None  # already the log-probabilities: logits() passes them on
 
-    def project(self, states):
+    def logits(self, states):
         return states
 
 
@@ -128,7 +127,7 @@ def test_n_best_is_sorted_and_limited():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_beam_one_equals_greedy_on_a_random_model(seed):
     torch.manual_seed(seed)
-    model = Transformer(30, 30, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2).eval()
+    model = tiny_model(30, 30, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2).eval()
     src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID], [11, 12, 13, EOS_ID, PAD_ID]])
     mask = padding_mask(src, PAD_ID)
     limits = torch.tensor([6, 3, 8])
@@ -149,7 +148,7 @@ def plain_beam_search(model, src, limit, beam, alpha):
         candidates = []
         for tokens, log_prob in live:
             states = model(src[None], torch.tensor([[BOS_ID] + tokens]))  # (1, step+1, d_model)
-            next_log_probs = model.project(states[0, -1]).log_softmax(-1).tolist()
+            next_log_probs = model.logits(states[0, -1]).log_softmax(-1).tolist()
             for token, p in enumerate(next_log_probs):
                 if step < limit or token == EOS_ID:
                     candidates.append((log_prob + p, tokens, token))
@@ -167,7 +166,7 @@ def plain_beam_search(model, src, limit, beam, alpha):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batched_beam_search_finds_what_a_plain_one_sentence_search_finds(seed):
     torch.manual_seed(seed)
-    model = Transformer(24, 24, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2).eval()
+    model = tiny_model(24, 24, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2).eval()
     src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID], [11, 12, 13, EOS_ID, PAD_ID]])
     limits = [6, 3, 8]
     ours = beam_search(

@@ -6,16 +6,15 @@ import sys
 import pytest
 import torch
 
-from conftest import FP32_TOLERANCE, ROOT, load_model, run_cli, subprocess_env
+from conftest import FP32_TOLERANCE, ROOT, load_model, run_cli, subprocess_env, tiny_model
 from mt_transformer import checkpoint
 from mt_transformer.data.special_tokens import EOS_ID
 from mt_transformer.errors import UserError
-from mt_transformer.model.transformer import Transformer
 
 
 def small_model(seed=0):
     torch.manual_seed(seed)
-    return Transformer(50, 50, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1).eval()
+    return tiny_model(50, 50, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1).eval()
 
 
 def fake_run(tmp_path, steps=(10, 20, 30), keep_last=0):
@@ -106,7 +105,7 @@ def test_a_checkpoint_of_the_first_layout_scores_as_when_it_was_written():
     tgt = expected["target_ids"]
     assert tokenizer.tgt.encode(expected["target"]) + [EOS_ID] == tgt
     with torch.no_grad():
-        log_probs = model.project(model(src, torch.tensor([[BOS_ID] + tgt[:-1]]))).log_softmax(-1)[0]
+        log_probs = model.logits(model(src, torch.tensor([[BOS_ID] + tgt[:-1]]))).log_softmax(-1)[0]
     ours = log_probs.gather(1, torch.tensor(tgt)[:, None]).squeeze(1)
     torch.testing.assert_close(ours, torch.tensor(expected["log_probs"]), **FP32_TOLERANCE)
     assert TrainerState.from_dict(checkpoint.load_trainer_state(FIRST_LAYOUT)).step == 60
@@ -123,9 +122,10 @@ def test_a_checkpoint_of_the_first_layout_translates():
 SAVE_A_MODEL = """
 import sys, torch
 from mt_transformer import checkpoint
+from mt_transformer.config import ModelConfig
 from mt_transformer.model.transformer import Transformer
 torch.manual_seed(0)
-model = Transformer(50, 50, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
+model = Transformer(ModelConfig(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1), 50, 50, True)
 checkpoint.write_model_dir(sys.argv[1], checkpoint.model_tensors(model)[0], {"step": 1}, sys.argv[1], [])
 """
 

@@ -73,7 +73,7 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
         src = torch.tensor([tokenizer.encode_src([lines[int(row[0])]])[0] + [EOS_ID]])
         tgt = translation.tokens + [EOS_ID]
         with torch.no_grad():
-            log_probs = model.project(model(src, torch.tensor([[BOS_ID] + tgt[:-1]]))).log_softmax(-1)[
+            log_probs = model.logits(model(src, torch.tensor([[BOS_ID] + tgt[:-1]]))).log_softmax(-1)[
                 0
             ]  # (tgt_len, vocab)
         forced = float(log_probs.gather(1, torch.tensor(tgt)[:, None]).sum())

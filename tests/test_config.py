@@ -102,7 +102,7 @@ def test_dry_run_matches_paper_parameter_counts(config, paper):
 
 
 def test_all_shipped_configs_load():
-    for directory in ("configs", "configs/recipes"):
+    for directory in ("configs", "configs/recipes", "configs/bench"):
         for name in os.listdir(directory):
             if name.endswith(".yaml"):
                 load_config(os.path.join(directory, name))

@@ -24,7 +24,7 @@ def torch_token_log_probs(model, src_ids: list[int], tgt_ids: list[int]) -> torc
     src = torch.tensor([src_ids + [EOS_ID]])
     tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
     with torch.no_grad():
-        log_probs = model.project(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len, vocab)
+        log_probs = model.logits(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len, vocab)
     return log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None])[:, 0]
 
 
@@ -40,7 +40,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
     tokenizer, config = loaded.tokenizer, loaded.config
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, norm=norm, positions=positions))
     torch.manual_seed(0)
-    model = Transformer.from_config(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()
+    model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()
     with torch.no_grad():  # non-trivial norms and biases, so a misplaced one shows
         for name, parameter in model.named_parameters():
             if "norm" in name or name.endswith("bias"):

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, run_cli, translator
+from conftest import ROOT, run_cli, tiny_model, translator
 from mt_transformer.decoding.translator import load_translator
 
 OTHER_TOKENIZER = os.path.join(ROOT, "tests", "fixtures", "checkpoint_v1")
@@ -38,19 +38,18 @@ def test_two_models_combine_as_the_mean_of_log_probabilities_or_of_probabilities
     import torch
 
     from mt_transformer.decoding.ensemble import Ensemble
-    from mt_transformer.model.transformer import Transformer
 
     torch.manual_seed(0)
-    a = Transformer(30, 30, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1).eval()
-    b = Transformer(30, 30, d_model=24, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2).eval()
+    a = tiny_model(30, 30, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1).eval()
+    b = tiny_model(30, 30, d_model=24, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2).eval()
     src, tgt = torch.randint(4, 30, (2, 5)), torch.randint(4, 30, (2, 4))
     mask = (src != 0)[:, None, None, :]
     with torch.no_grad():
-        each = [m.project(m.decode(tgt, m.encode(src, mask), mask)[0]).log_softmax(-1) for m in (a, b)]
+        each = [m.logits(m.decode(tgt, m.encode(src, mask), mask)[0]).log_softmax(-1) for m in (a, b)]
         for mode, expected in (
             ("logprob", (each[0] + each[1]) / 2),
             ("prob", ((each[0].exp() + each[1].exp()) / 2).log()),
         ):
             ensemble = Ensemble([a, b], mode)
-            combined = ensemble.project(ensemble.decode(tgt, ensemble.encode(src, mask), mask)[0])
+            combined = ensemble.logits(ensemble.decode(tgt, ensemble.encode(src, mask), mask)[0])
             torch.testing.assert_close(combined, expected, rtol=1e-4, atol=1e-5)

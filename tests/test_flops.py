@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from conftest import tiny_model
 from mt_transformer.model import attention
 from mt_transformer.model.flops import forward_flops, training_flops
-from mt_transformer.model.transformer import Transformer
 
 
 def math_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
@@ -18,11 +18,11 @@ def math_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
 @pytest.mark.parametrize("src_len,tgt_len,batch", [(7, 5, 3), (1, 1, 1), (12, 20, 2)])
 def test_forward_flops_match_the_flop_counter(monkeypatch, src_len, tgt_len, batch):
     monkeypatch.setattr(attention.F, "scaled_dot_product_attention", math_attention)
-    model = Transformer(100, 100, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=3).eval()
+    model = tiny_model(100, 100, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=3).eval()
     src = torch.randint(4, 100, (batch, src_len))  # no padding: every position is a real token
     tgt = torch.randint(4, 100, (batch, tgt_len))
     with FlopCounterMode(display=False) as counter:
-        model.project(model(src, tgt))
+        model.logits(model(src, tgt))
     expected = forward_flops([src_len] * batch, [tgt_len] * batch, 32, 64, 2, 3, 100)
     assert counter.get_total_flops() == expected
 

@@ -41,9 +41,7 @@ def random_model(loaded, tokenizer, **model_settings) -> checkpoint.LoadedModel:
     a misplaced one shows."""
     config = dataclasses.replace(loaded.config, model=dataclasses.replace(loaded.config.model, **model_settings))
     torch.manual_seed(0)
-    model = Transformer.from_config(
-        config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
-    ).eval()
+    model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "norm" in name or name.endswith("bias"):
@@ -84,7 +82,7 @@ def test_exported_model_gives_our_log_probabilities(
     tgt_in = torch.cat([torch.full((labels.size(0), 1), BOS_ID), labels[:, :-1]], dim=1)
     tgt_in = tgt_in.masked_fill(tgt_in == EOS_ID, PAD_ID)
     with torch.inference_mode():
-        ours = loaded.model.project(loaded.model(batch.input_ids, tgt_in)).log_softmax(-1)
+        ours = loaded.model.logits(loaded.model(batch.input_ids, tgt_in)).log_softmax(-1)
         theirs = hf_model(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, decoder_input_ids=tgt_in
         ).logits.log_softmax(-1)

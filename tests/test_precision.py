@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_config, write_config
+from conftest import tiny_config, tiny_model, write_config
 from mt_transformer import devices
 from mt_transformer.config import load_config
 from mt_transformer.data.batching import Batch, token_batches
-from mt_transformer.model.transformer import Transformer
 from mt_transformer.training import precision as precision_module
 from mt_transformer.training import train as train_module
 from mt_transformer.training.precision import calibration, choose_precision, first_batches
@@ -57,7 +56,7 @@ def test_on_a_cpu_with_bf16_units_auto_keeps_bf16_only_when_clearly_faster(monke
 
 def test_calibration_times_both_precisions_and_leaves_the_random_state_alone():
     torch.manual_seed(0)
-    model = Transformer(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
+    model = tiny_model(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
     batches = []
     for sentences, length in ((8, 5), (6, 7), (4, 9)):  # a new shape each pass, as in training
         ids = torch.randint(4, 40, (sentences, length + 1))

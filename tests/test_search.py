@@ -4,32 +4,32 @@ import platform
 
 import torch
 
+from conftest import tiny_model
 from mt_transformer.decoding import search
 from mt_transformer.decoding.search import output_projection
-from mt_transformer.model.transformer import Transformer
 
 
-def tiny_model(**kwargs):
+def small_model(**kwargs):
     torch.manual_seed(0)
-    return Transformer(40, 40, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1, **kwargs).eval()
+    return tiny_model(40, 40, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1, **kwargs).eval()
 
 
 def test_the_search_projection_gives_the_model_logits():
-    for model in (tiny_model(), tiny_model(tie_embeddings=False)):
+    for model in (small_model(), small_model(tie_embeddings=False)):
         states = torch.randn(37, 32)
         project = output_projection(model)
         if torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64"):
-            assert project is not model.project  # the packed weight is used, not a silent fallback
+            assert project is not model.logits  # the packed weight is used, not a silent fallback
         with torch.inference_mode():
             # float32 sums of 32 products in another order: differences of about 1e-6
-            torch.testing.assert_close(project(states), model.project(states), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(project(states), model.logits(states), rtol=1e-4, atol=1e-4)
 
 
 def test_autocast_and_other_dtypes_keep_the_model_projection():
-    model = tiny_model()
+    model = small_model()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert output_projection(model) == model.project
-    assert output_projection(model.to(torch.bfloat16)) == model.project
+        assert output_projection(model) == model.logits
+    assert output_projection(model.to(torch.bfloat16)) == model.logits
 
 
 def test_a_failing_onednn_operator_falls_back_to_the_model_projection(monkeypatch):
@@ -37,12 +37,12 @@ def test_a_failing_onednn_operator_falls_back_to_the_model_projection(monkeypatc
         raise RuntimeError("not in this build")
 
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", unsupported)
-    model = tiny_model()
-    assert output_projection(model) == model.project
+    model = small_model()
+    assert output_projection(model) == model.logits
 
 
 def test_the_packed_weight_is_reused_until_the_weight_changes():
-    model, states = tiny_model(), torch.randn(5, 32)
+    model, states = small_model(), torch.randn(5, 32)
     with torch.inference_mode():
         first = output_projection(model)(states)
         packed = search._PACKED.get(model.output)

@@ -2,6 +2,7 @@
 
 import torch
 
+from conftest import tiny_model
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.data.special_tokens import PAD_ID
@@ -15,7 +16,7 @@ def confident_model_and_batch() -> tuple[Transformer, Batch]:
     """A tiny model whose output layer is confident: most probabilities are far below 6e-8, the
     smallest fp16 number, so their gradients vanish if computed in fp16 before the loss scale."""
     torch.manual_seed(0)
-    model = Transformer(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0)
+    model = tiny_model(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0)
     with torch.no_grad():
         model.output.weight.mul_(40)
     src = torch.randint(4, 40, (3, 6))

@@ -1,22 +1,22 @@
 import torch
 
-from conftest import FP32_TOLERANCE
+from conftest import FP32_TOLERANCE, tiny_model
 from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.model.masks import padding_mask
-from mt_transformer.model.transformer import Transformer, count_parameters
+from mt_transformer.model.transformer import count_parameters
 
 
 def tiny(**kwargs):
     torch.manual_seed(0)
     args = dict(d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
     args.update(kwargs)
-    return Transformer(40, 40, **args).eval()
+    return tiny_model(40, 40, **args).eval()
 
 
 def test_three_way_tying_with_a_shared_vocabulary():
     model = tiny()
     assert model.src_embed.weight is model.tgt_embed.weight is model.output.weight
-    untied = Transformer(40, 50, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1, share_vocab=False)
+    untied = tiny_model(40, 50, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1, share_vocab=False)
     assert untied.src_embed.weight is not untied.tgt_embed.weight
     assert untied.output.weight is untied.tgt_embed.weight  # decoder input/output still tied
     assert count_parameters(model) < count_parameters(tiny(tie_embeddings=False))
@@ -108,7 +108,7 @@ def test_overfits_one_batch():
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(150):
         loss = (
-            label_smoothed_loss(model.project(model(batch.src, batch.tgt_in)), batch.tgt_out, 0.0) / batch.target_tokens
+            label_smoothed_loss(model.logits(model(batch.src, batch.tgt_in)), batch.tgt_out, 0.0) / batch.target_tokens
         )
         optimizer.zero_grad()
         loss.backward()

@@ -83,7 +83,7 @@ def teacher_forced_log_prob(model, src_ids: list[int], tgt_ids: list[int]) -> fl
     src = torch.tensor([src_ids + [EOS_ID]])
     tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
     with torch.no_grad():
-        log_probs = model.project(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len + 1, vocab)
+        log_probs = model.logits(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len + 1, vocab)
     return float(log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None]).sum())
 
 

@@ -2,7 +2,7 @@
 next-token distributions, by default the mean of their log-probabilities (the search then
 normalises it: a geometric mean), or the mean of their probabilities (fairseq's ensemble).
 
-The ensemble offers the model's decoding interface (encode, new_cache, decode, project), so
+The ensemble offers the model's decoding interface (encode, new_cache, decode, logits), so
 greedy, beam and sampling search run it unchanged, with every member's key/value cache.
 """
 
@@ -53,11 +53,13 @@ class Ensemble(torch.nn.Module):
                 weights = member_weights
         return torch.cat(states, dim=-1), weights
 
-    def project(self, states: torch.Tensor) -> torch.Tensor:
-        """(..., sum of d_model) -> the combined log-probabilities (..., vocab)."""
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """(..., sum of d_model) -> the ensemble's next-token logits (..., vocab): log-scores whose
+        softmax is the combined distribution (the mean log-probability is not normalized; the
+        mean probability comes out normalized), so the searches treat them as a model's logits."""
         log_probs = torch.stack(
             [
-                model.project(part).float().log_softmax(dim=-1)
+                model.logits(part).float().log_softmax(dim=-1)
                 for model, part in zip(self.members, states.split(self.widths, dim=-1))
             ]
         )  # (members, ..., vocab)

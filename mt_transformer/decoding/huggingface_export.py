@@ -208,7 +208,7 @@ def check_same_function(model, hf_model, src_vocab: int, tgt_vocab: int) -> floa
     tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)  # (batch, tgt_len): BOS first
     tgt_in[:, 0] = BOS_ID
     with torch.inference_mode():
-        ours = model.project(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
+        ours = model.logits(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
         theirs = hf_model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in).logits
     gap = float((ours - theirs.log_softmax(-1)).abs().max())
     if not gap <= CHECK_TOLERANCE:

@@ -26,13 +26,13 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The model's project() for one search: decoder states (rows, d_model) -> logits (rows, vocab).
+    """The model's logits() for one search: decoder states (rows, d_model) -> logits (rows, vocab).
 
     On an x86 CPU in float32 the (vocab, d_model) weight is packed for oneDNN's matrix product
     (once, and again whenever the weight changes), which runs the few hundred rows of a decoding
     step 1.2-3 times as fast as the unpacked product (docs/benchmarks.md). Elsewhere, under
     autocast, for an ensemble, or where this torch build lacks the oneDNN operators, it is
-    model.project itself.
+    model.logits itself.
     """
     output = getattr(model, "output", None)
     weight = output.weight if isinstance(output, nn.Linear) else None
@@ -44,7 +44,7 @@ def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
         or not torch.backends.mkldnn.is_available()
         or _cpu_autocast()
     ):
-        return model.project
+        return model.logits
     bias = None if output.bias is None else output.bias.detach()
     try:
         packed = _packed_weight(output)
@@ -54,7 +54,7 @@ def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
 
         project(weight.new_zeros(1, weight.size(1)))  # an operator that differs fails here, not mid-search
     except (AttributeError, RuntimeError, TypeError):
-        return model.project
+        return model.logits
     return project
 
 

@@ -6,13 +6,13 @@ Shape notation used throughout the model code:
     d_model    model width, heads attention heads, head_dim = d_model / heads
     vocab      target vocabulary size
 
-encode(src) -> memory; decode(tgt_in, memory) -> logits; forward = decode(encode(src)).
+encode(src) -> memory; decode(tgt_in, memory) -> decoder states; logits(states) -> next-token
+logits; forward(src, tgt_in) = decode(tgt_in, encode(src)): the decoder states of teacher forcing.
 The loss lives in training/loss.py and the search in decoding/greedy.py and decoding/beam.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -44,49 +44,33 @@ class DecoderCache:
 
 
 class Transformer(nn.Module):
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        n_heads: int = 8,
-        d_ff: int = 2048,
-        encoder_layers: int = 6,
-        decoder_layers: int = 6,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        norm: str = "post",
-        positions: str = "sinusoidal",
-        max_positions: int = 1024,
-        tie_embeddings: bool = True,
-        share_vocab: bool = True,
-    ):
+    """The model of a config's model section for the given vocabularies; `share_vocab`: source and
+    target share one sentencepiece model (data.joint_vocab)."""
+
+    def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool):
         super().__init__()
-        pre_norm = norm == "pre"
-        self.src_embed = TokenEmbedding(src_vocab_size, d_model, PAD_ID)
+        c = config
+        pre_norm = c.norm == "pre"
+        self.src_embed = TokenEmbedding(src_vocab_size, c.d_model, PAD_ID)
         # three-way tying (section 3.4) when source and target share one vocabulary
-        share_embeddings = tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
-        self.tgt_embed = self.src_embed if share_embeddings else TokenEmbedding(tgt_vocab_size, d_model, PAD_ID)
-        position_class = SinusoidalPositions if positions == "sinusoidal" else LearnedPositions
-        self.src_positions = position_class(d_model, max_positions)
-        self.tgt_positions = self.src_positions if positions == "sinusoidal" else position_class(d_model, max_positions)
-        self.dropout = Dropout(dropout)
-        layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, pre_norm)
-        self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
+        share_embeddings = c.tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
+        self.tgt_embed = self.src_embed if share_embeddings else TokenEmbedding(tgt_vocab_size, c.d_model, PAD_ID)
+        position_class = SinusoidalPositions if c.positions == "sinusoidal" else LearnedPositions
+        self.src_positions = position_class(c.d_model, c.max_positions)
+        sinusoidal = c.positions == "sinusoidal"
+        self.tgt_positions = self.src_positions if sinusoidal else position_class(c.d_model, c.max_positions)
+        self.dropout = Dropout(c.dropout)
+        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout, pre_norm)
+        self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(c.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(c.decoder_layers))
         # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
-        self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
-        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
-        if tie_embeddings:
+        self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
+        self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=False)
+        if c.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
         else:
-            nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
-
-    @classmethod
-    def from_config(cls, model: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool):
-        """The model of a config's model section, for the given vocabularies."""
-        return cls(src_vocab_size, tgt_vocab_size, share_vocab=share_vocab, **dataclasses.asdict(model))
+            nn.init.normal_(self.output.weight, mean=0.0, std=c.d_model**-0.5)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len).
@@ -110,7 +94,7 @@ class Transformer(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """The decoder stack. tgt_in: (batch, tgt_len) ids (with a cache: only the new positions).
 
-        Returns the states (batch, tgt_len, d_model), which project() turns into logits, and per
+        Returns the states (batch, tgt_len, d_model), which logits() turns into next-token logits, and per
         layer the cross-attention weights (batch, heads, tgt_len, src_len), or None unless need_weights.
         """
         offset = cache.length if cache is not None else 0
@@ -123,14 +107,14 @@ class Transformer(nn.Module):
             cache.length += tgt_in.size(1)
         return self.decoder_norm(x), weights
 
-    def project(self, states: torch.Tensor) -> torch.Tensor:
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
         """The pre-softmax linear transformation (section 3.4): (..., d_model) -> logits (..., vocab)."""
         return self.output(states)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: the decoder states (batch, tgt_len, d_model) of every target position.
 
-        Logits are project() of them; training fuses that projection with the loss
+        Logits are logits() of them; training fuses that projection with the loss
         (training.loss.linear_cross_entropy), so the (tokens, vocab) logits never exist whole.
         """
         src_mask = padding_mask(src, PAD_ID)

@@ -4,7 +4,7 @@ Training uses the fused form: the output projection, log-softmax, loss and their
 computed together, a block of rows at a time, so the (tokens, vocab) logits never exist whole.
 Same loss and gradients as `label_smoothed_loss(hidden @ weight.T, ...)` to float rounding
 (tests/test_loss.py), and faster, since the plain form spends its time in memory-bound passes
-over the logits (docs/benchmarks.md, "The fused output projection and loss").
+over the logits (docs/benchmarks.md, "Performance decisions").
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class LogitBuffers:
 
     A block's logits are (block_rows, vocab): megabytes that, allocated afresh each block, the CPU
     pays for again in page faults on first touch. Reused, a bf16 update of the small_cpu recipe
-    ran 1.08x as fast (docs/benchmarks.md, "Reused logit buffers"); fp32 runs at the same speed.
+    ran 1.08x as fast (docs/benchmarks.md, "Performance decisions"); fp32 runs at the same speed.
     """
 
     def __init__(self):

@@ -57,7 +57,7 @@ def parameter_count(config: Config) -> int:
         src_vocab = tgt_vocab = config.data.vocab_size
         joint = config.data.joint_vocab
     with torch.device("meta"):
-        return count_parameters(Transformer.from_config(config.model, src_vocab, tgt_vocab, joint))
+        return count_parameters(Transformer(config.model, src_vocab, tgt_vocab, joint))
 
 
 def check_disk_space(run_dir: str, parameters: int, keep_last: int, saves: int) -> None:
@@ -131,9 +131,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     if processes.is_main:
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
-    model = Transformer.from_config(
-        config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
-    ).to(device)
+    model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).to(device)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(t.seed + processes.rank)
     config = with_precision(config, model, device, processes, data["train"])
