@@ -3,8 +3,7 @@ import os
 import pytest
 
 from conftest import run_cli, tiny_config, write_config
-from mt_transformer.config import ConfigError, load_config
-from mt_transformer.config_checks import check_data_files
+from mt_transformer.config import ConfigError, check_data_files, load_config
 
 
 def test_loads_and_applies_overrides(corpus, tmp_path):

@@ -1,24 +1,14 @@
-"""The run configuration: four typed sections read from YAML once and validated here.
+"""The run configuration's typed sections: data (with its corpora), model, train and decode.
 
-This is the only module that reads YAML or holds defaults. Everything deeper takes plain
-arguments. A user mistake (unknown key, wrong type, impossible value, missing file) raises
-`ConfigError` with a one-line message that names the key or path; the CLI turns it into
-exit code 2.
+Every key has its one default here. config/loading.py reads them from YAML and config/checks.py
+validates them; everything deeper receives a frozen `Config`, a section of it, or plain values.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Literal
-
-import yaml
-
-from mt_transformer.config_checks import validate
-from mt_transformer.errors import ConfigError
 
 
 def language_tag(language: str) -> str:
@@ -118,6 +108,18 @@ class DataConfig(CorpusConfig):
         names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage", "tags")
         return {name: getattr(self, name) for name in names}
 
+    def tokenizer_conflict(self, saved: dict) -> tuple[str, object, object] | None:
+        """The first tokenizer setting in which this config differs from `saved` (the
+        tokenizer_settings of an existing tokenizer), as (config key, this value, saved value);
+        None when they agree. character_coverage 0 ("choose from the text") accepts any coverage."""
+        for name, value in self.tokenizer_settings().items():
+            if name == "character_coverage" and value == 0:
+                continue
+            if saved.get(name) != value:
+                key = "data.target_tags/tag (source tags)" if name == "tags" else f"data.{name}"
+                return key, value, saved.get(name)
+        return None
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -198,117 +200,3 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "decode": DecodeConfig}
-
-
-def _coerce(value, annotation, key: str):
-    """Convert a YAML value to the field's annotated type, or raise ConfigError naming `key`."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):  # X | None
-        if value is None:
-            return None
-        inner = [a for a in args if a is not type(None)][0]
-        return _coerce(value, inner, key)
-    if origin is Literal:
-        if value not in args:
-            choices = " | ".join(str(a) for a in args)
-            raise ConfigError(f"{key}: {value!r} is not one of {choices}")
-        return value
-    if origin is tuple and args[-1] is Ellipsis:  # a list of sections, such as data.corpora
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return tuple(_build_section(f"{key}[{i}]", args[0], v) for i, v in enumerate(value))
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
-        return value
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if annotation is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return str(value)
-    raise TypeError(f"unsupported annotation {annotation} for {key}")
-
-
-def _build_section(name: str, cls, values) -> object:
-    if values is None:
-        values = {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"{name}: expected a mapping of keys, got {values!r}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in values:
-        if key not in known:
-            raise ConfigError(f"{name}.{key}: unknown key (valid keys: {', '.join(sorted(known))})")
-    kwargs = {key: _coerce(v, hints[key], f"{name}.{key}") for key, v in values.items()}
-    return cls(**kwargs)
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Apply `section.key=value` overrides; each value is parsed as YAML (`5e-4`, `true`, `[1, 2]`)."""
-    for item in overrides:
-        if "=" not in item or "." not in item.split("=", 1)[0]:
-            raise ConfigError(f"--set {item}: expected section.key=value")
-        path, text = item.split("=", 1)
-        section, key = path.split(".", 1)
-        if section not in SECTIONS:
-            raise ConfigError(f"{section}: unknown section in --set {path} (valid: {', '.join(SECTIONS)})")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
-        if value is None and text.strip() not in ("null", "~", ""):
-            value = text
-        if not isinstance(raw.get(section), dict):
-            raw[section] = {}
-        raw[section][key] = value
-    return raw
-
-
-def config_from_dict(raw: dict) -> Config:
-    if not isinstance(raw, dict):
-        raise ConfigError("config: expected a mapping with sections data, model, train, decode")
-    for name in raw:
-        if name not in SECTIONS:
-            raise ConfigError(f"{name}: unknown section (valid: {', '.join(SECTIONS)})")
-    sections = {name: _build_section(name, cls, raw.get(name)) for name, cls in SECTIONS.items()}
-    config = Config(**sections)
-    validate(config)
-    return config
-
-
-def load_config(path: str, overrides: list[str] = ()) -> Config:
-    """Read a YAML config, apply `--set` overrides and validate. Raises ConfigError."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"{path}: config file not found")
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
-    return config_from_dict(apply_overrides(raw, list(overrides)))
-
-
-def to_yaml(config: Config) -> str:
-    raw = config.to_dict()
-    raw["train"]["adam_betas"] = list(raw["train"]["adam_betas"])
-    raw["data"]["corpora"] = list(raw["data"]["corpora"])
-    return yaml.safe_dump(raw, sort_keys=False)

@@ -1,0 +1,160 @@
+"""The config's cross-field and range checks, and whether the data files it names exist.
+
+Each failed check raises `ConfigError` with one line that names the key.
+"""
+
+from __future__ import annotations
+
+import os
+
+from mt_transformer.config.sections import (
+    Config,
+    CorpusConfig,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    TrainConfig,
+)
+from mt_transformer.errors import ConfigError
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def validate(config: Config) -> None:
+    """Cross-field and range checks; file existence is checked by `check_data_files`."""
+    for section, names in (
+        ("data", ["vocab_size", "max_len", "num_proc", "spm_max_sentences"]),
+        ("model", ["d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "max_positions"]),
+        ("train", ["max_tokens", "accumulate", "max_steps", "warmup", "log_every", "valid_every"]),
+        ("decode", ["beam_size", "n_best", "max_tokens"]),
+    ):
+        for name in names:
+            value = getattr(getattr(config, section), name)
+            _check(value > 0, f"{section}.{name}: must be positive, got {value}")
+    for name in (
+        "max_epochs",
+        "max_minutes",
+        "keep_last",
+        "num_workers",
+        "threads",
+        "valid_max_sentences",
+        "save_every",
+        "max_bad_updates",
+        "patience",
+    ):
+        value = getattr(config.train, name)
+        _check(value >= 0, f"train.{name}: must be zero or positive, got {value}")
+    _check_data(config.data)
+    _check_model(config.model, config.data)
+    _check_train(config.train, config.data)
+    _check_decode(config.decode)
+
+
+def _check_data(data: DataConfig) -> None:
+    _check(data.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {data.vocab_size}")
+    _check(
+        0 <= data.character_coverage <= 1,
+        f"data.character_coverage: must be in (0, 1], or 0 to choose from the text, got {data.character_coverage}",
+    )
+    _check(data.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {data.max_ratio}")
+    _check(0 <= data.spm_alpha < 1, f"data.spm_alpha: must be in [0, 1), got {data.spm_alpha}")
+    check_corpora(data)
+
+
+def _check_model(model: ModelConfig, data: DataConfig) -> None:
+    _check(
+        model.d_model % model.n_heads == 0,
+        f"model.d_model: {model.d_model} is not divisible by model.n_heads ({model.n_heads})",
+    )
+    _check(
+        model.positions != "sinusoidal" or model.d_model % 2 == 0,
+        f"model.d_model: must be even for sinusoidal positions, got {model.d_model}",
+    )
+    _check(0 <= model.dropout < 1, f"model.dropout: must be in [0, 1), got {model.dropout}")
+    _check(
+        0 <= model.attention_dropout < 1, f"model.attention_dropout: must be in [0, 1), got {model.attention_dropout}"
+    )
+    _check(
+        model.max_positions > data.max_len,
+        f"model.max_positions: must exceed data.max_len ({data.max_len}), got {model.max_positions}",
+    )
+
+
+def _check_train(train: TrainConfig, data: DataConfig) -> None:
+    _check(
+        train.max_tokens >= data.max_len + 1,
+        f"train.max_tokens: must be at least data.max_len + 1 ({data.max_len + 1}), got {train.max_tokens}",
+    )
+    _check(train.lr_scale > 0, f"train.lr_scale: must be positive, got {train.lr_scale}")
+    _check(0 <= train.label_smoothing < 1, f"train.label_smoothing: must be in [0, 1), got {train.label_smoothing}")
+    _check(
+        all(0 <= b < 1 for b in train.adam_betas),
+        f"train.adam_betas: each must be in [0, 1), got {list(train.adam_betas)}",
+    )
+    _check(train.adam_eps > 0, f"train.adam_eps: must be positive, got {train.adam_eps}")
+    _check(train.clip_norm >= 0, f"train.clip_norm: must be zero or positive, got {train.clip_norm}")
+    _check(
+        train.device == "auto" or train.device == "cpu" or train.device.startswith("cuda"),
+        f"train.device: expected auto, cpu or cuda[:N], got {train.device!r}",
+    )
+
+
+def _check_decode(decode: DecodeConfig) -> None:
+    _check(
+        decode.sampling or decode.n_best <= decode.beam_size,
+        f"decode.n_best: {decode.n_best} exceeds decode.beam_size ({decode.beam_size})",
+    )
+    _check(
+        not (decode.sampling and decode.beam_size > 1),
+        f"decode.beam_size: {decode.beam_size} with sampling, which draws one token at a time; leave it at 1",
+    )
+    _check(decode.topk >= 0, f"decode.topk: must be zero or positive, got {decode.topk}")
+    _check(
+        decode.no_repeat_ngram >= 0, f"decode.no_repeat_ngram: must be zero or positive, got {decode.no_repeat_ngram}"
+    )
+    _check(0 < decode.topp <= 1, f"decode.topp: must be in (0, 1], got {decode.topp}")
+    _check(decode.temperature > 0, f"decode.temperature: must be positive, got {decode.temperature}")
+    _check(decode.alpha >= 0, f"decode.alpha: must be zero or positive, got {decode.alpha}")
+    _check(decode.max_len_a >= 0 and decode.max_len_b >= 0, "decode.max_len_a: max_len_a and max_len_b must be >= 0")
+    _check(decode.max_input_len >= 0, f"decode.max_input_len: must be zero or positive, got {decode.max_input_len}")
+
+
+def check_corpora(data: DataConfig) -> None:
+    """Each corpus's languages, tag and hub name; with data.corpora, no splits of the section's own."""
+    _check(
+        data.sampling_temperature > 0, f"data.sampling_temperature: must be positive, got {data.sampling_temperature}"
+    )
+    for c, key in corpus_keys(data):
+        _check(c.src_lang != c.tgt_lang, f"{key}.tgt_lang: must differ from {key}.src_lang ({c.src_lang!r})")
+        _check(c.format != "hub" or bool(c.hub_name), f"{key}.hub_name: required when {key}.format is hub")
+        _check(c.tag is None or _one_word(c.tag), f"{key}.tag: must be one token without spaces, got {c.tag!r}")
+        _check(
+            not data.target_tags or _one_word(c.tgt_lang),
+            f"{key}.tgt_lang: {c.tgt_lang!r} cannot name a target tag <2xx>: it must be one word",
+        )
+    if data.corpora:
+        for key in ("train", "valid", "test", "hub_name", "tag"):
+            _check(getattr(data, key) is None, f"data.{key}: with data.corpora, set it in each corpus instead")
+
+
+def _one_word(text: str) -> bool:
+    return text != "" and not any(ch.isspace() for ch in text)
+
+
+def corpus_keys(data: DataConfig) -> list[tuple[CorpusConfig, str]]:
+    """Each of data.corpus_list() with the config key that names it in messages: data, or data.corpora[i]."""
+    return [(c, "data" if c is data else f"data.corpora[{i}]") for i, c in enumerate(data.corpus_list())]
+
+
+def check_data_files(data: DataConfig, splits=("train", "valid")) -> None:
+    """Raise ConfigError naming the key and path of the first missing data file."""
+    for corpus, key in corpus_keys(data):
+        if "train" in splits and corpus.train is None:
+            raise ConfigError(f"{key}.train: required for training")
+        for split in splits:
+            for path in corpus.files(split):
+                if not os.path.isfile(path):
+                    raise ConfigError(f"{key}.{split}: file not found: {path}")
