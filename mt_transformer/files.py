@@ -1,7 +1,7 @@
 """Atomic file writing: write a temporary file beside the target, fsync, then rename.
 
 A crash at any moment leaves either the old file or the new one, never half of one.
-(And the size of a directory on disk, for reports.)
+(And the size of a directory on disk, for reports; and figures saved the same way.)
 """
 
 from __future__ import annotations
@@ -108,3 +108,9 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
 def directory_size(path: str) -> int:
     """Bytes of the files under `path`."""
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
+
+
+def save_png(figure, path: str) -> None:
+    """A matplotlib figure written atomically to `path` as PNG."""
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=100)

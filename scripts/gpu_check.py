@@ -63,7 +63,7 @@ def loss_gap(losses: list[tuple[int, float]], reference: list[tuple[int, float]]
 
 
 def logged_losses(run_dir: str) -> list[tuple[int, float]]:
-    from mt_transformer.evaluation.plots import read_metrics
+    from mt_transformer.training.run_log import read_metrics
 
     return [(m["step"], m["loss"]) for m in read_metrics(run_dir) if "loss" in m]
 

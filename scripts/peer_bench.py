@@ -30,11 +30,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS_CONFIG = os.path.join(ROOT, "configs", "bench", "peers.yaml")
 
 
-def steady_rate(metrics_path: str) -> float:
+def steady_rate(run_dir: str) -> float:
     """Mean of the logged tokens/s after the first interval (startup and warm-up)."""
-    with open(metrics_path, encoding="utf-8") as f:
-        rates = [e["tokens_per_s"] for e in map(json.loads, f) if "tokens_per_s" in e]
-    return statistics.mean(rates[1:])
+    from mt_transformer.training.run_log import read_metrics
+
+    return statistics.mean([e["tokens_per_s"] for e in read_metrics(run_dir) if "tokens_per_s" in e][1:])
 
 
 def decode(args, data: str, out: str) -> dict:
@@ -124,7 +124,7 @@ def main() -> None:
         )
         result["train_wall_s"] = round(time.perf_counter() - start, 1)
         result["train_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
-    result["train_tok_per_s"] = round(steady_rate(os.path.join(out, "run", "metrics.jsonl")), 1)
+    result["train_tok_per_s"] = round(steady_rate(os.path.join(out, "run")), 1)
 
     result.update(decode(args, data, out))
     with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:

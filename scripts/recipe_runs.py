@@ -33,6 +33,7 @@ import time
 from mt_transformer import checkpoint
 from mt_transformer.config import load_config
 from mt_transformer.devices import cpu_model
+from mt_transformer.training.run_log import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,8 +69,7 @@ def probe_speed(config: str, overrides: list[str], steps: int) -> float:
             "data.valid=null",
             "data.test=null",
         )
-        with open(os.path.join(scratch, "metrics.jsonl"), encoding="utf-8") as f:
-            rates = [e["tokens_per_s"] for e in map(json.loads, f) if "tokens_per_s" in e]
+        rates = [e["tokens_per_s"] for e in read_metrics(scratch) if "tokens_per_s" in e]
     return round(sum(rates[1:]) / (len(rates) - 1), 1) if len(rates) > 1 else rates[0]
 
 
@@ -133,8 +133,7 @@ def main() -> None:
         run("mt-train", "--config", args.config, "--set", *overrides)
         wall = round(time.monotonic() - start)
 
-    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
-        entries = [json.loads(line) for line in f]
+    entries = read_metrics(out)
     steps = [e["step"] for e in entries if "valid_bleu" in e]
     best = checkpoint.read_best(out)
     row = {

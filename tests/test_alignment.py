@@ -4,7 +4,14 @@ import torch
 from PIL import Image
 
 from conftest import FP32_TOLERANCE, run_cli, tiny_model
-from mt_transformer.decoding.alignment import cross_attention, format_alignment, select, word_alignment, word_index
+from mt_transformer.decoding.alignment import (
+    attention_heatmap,
+    cross_attention,
+    format_alignment,
+    select,
+    word_alignment,
+    word_index,
+)
 
 
 def test_word_index_follows_sentencepiece_word_starts():
@@ -86,3 +93,14 @@ def test_translate_alignment_has_one_pair_per_target_word_and_heatmaps_are_writt
         "mt-translate", "--checkpoint", trained_run, "--alignment", "--attention-head", "9", input=lines[0] + "\n"
     )
     assert bad.returncode == 2 and "--attention-head: 9 is not between 1 and 4" in bad.stderr
+
+
+def test_heatmap_grows_with_the_sentence_and_stays_readable(tmp_path):
+    short, long = tmp_path / "short.png", tmp_path / "long.png"
+    attention_heatmap(torch.full((4, 3), 1 / 3), ["▁a", "▁b"], ["▁x", "▁y", "z"], str(short), "short")
+    attention_heatmap(
+        torch.full((21, 31), 1 / 31), [f"▁s{i}" for i in range(30)], [f"▁t{i}" for i in range(20)], str(long), "long"
+    )
+    (w1, h1), (w2, h2) = (Image.open(path).size for path in (short, long))
+    assert w2 > w1 and h2 > h1
+    assert 500 <= w1 and 300 <= h1 and w2 <= 4000 and h2 <= 4000

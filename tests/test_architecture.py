@@ -1,5 +1,5 @@
-"""The package's shape: no import cycles between modules or between subpackages, and the model
-and the translator free of libraries they do not use."""
+"""The package's shape: imports go down the layers docs/architecture.md states, no module imports
+in a cycle, and the model and the translator are free of libraries they do not use."""
 
 import ast
 import os
@@ -11,6 +11,20 @@ import pytest
 from conftest import ROOT, subprocess_env
 
 PACKAGE = os.path.join(ROOT, "mt_transformer")
+
+# The package's parts by layer, lowest first (docs/architecture.md): a module imports from its own
+# part, from parts of lower layers, and from nothing above.
+LAYERS = [
+    {"errors", "files"},
+    {"config", "devices"},
+    {"data"},
+    {"model"},
+    {"checkpoint"},
+    {"evaluation"},
+    {"decoding"},
+    {"training"},
+    {"cli"},
+]
 
 
 def modules() -> dict[str, str]:
@@ -62,6 +76,35 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def subpackage(module: str) -> str:
     parts = module.split(".")
     return ".".join(parts[:2]) if len(parts) > 2 else module
+
+
+def layer(module: str) -> int:
+    """The layer of a module of the package, by its part (mt_transformer.data.corpus: data)."""
+    part = module.split(".")[1]
+    for level, parts in enumerate(LAYERS):
+        if part in parts:
+            return level
+    raise AssertionError(f"{module}: its part {part!r} has no layer in LAYERS (docs/architecture.md)")
+
+
+def test_imports_go_down_the_layers():
+    found = modules()
+    upward = sorted(
+        f"{module} imports {target}"
+        for module, path in found.items()
+        if module != "mt_transformer"
+        for target in imports(path, set(found))
+        if target != "mt_transformer" and layer(target) > layer(module)
+    )
+    assert not upward, upward
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """A module of the data layer that imports the decoding layer is what the check above reports."""
+    path = tmp_path / "m.py"
+    path.write_text("from mt_transformer.decoding.translator import Translator\n", encoding="utf-8")
+    (target,) = imports(str(path), set(modules()))
+    assert layer(target) > layer("mt_transformer.data.corpus")
 
 
 def test_no_import_cycles_between_modules_or_subpackages():

@@ -95,11 +95,12 @@ def plot_main(argv=None):
     parser.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default: curves.png)")
     args = parser.parse_args(argv)
 
-    from mt_transformer.evaluation.plots import plot_curves, read_metrics
+    from mt_transformer.training.curves import plot_curves
+    from mt_transformer.training.run_log import METRICS_FILE, read_metrics
 
     runs = []
     for run_dir in args.runs:
-        if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        if not os.path.isfile(os.path.join(run_dir, METRICS_FILE)):
             raise UserError(f"{run_dir}: no metrics.jsonl (not a run directory, or no step logged yet)")
         runs.append((os.path.basename(os.path.normpath(run_dir)), read_metrics(run_dir)))
     plot_curves(runs, args.output)

@@ -1,5 +1,5 @@
-"""What the decoder looked at: cross-attention weights of a translation, and hard word alignments
-taken from them.
+"""What the decoder looked at: cross-attention weights of a translation, the hard word alignments
+taken from them, and their heatmaps.
 
 The weights come from teacher-forcing the finished translation through the model once
 (`Transformer.decode(..., need_weights=True)`), so they are exactly those of the steps that
@@ -14,6 +14,7 @@ import os
 import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.files import save_png
 from mt_transformer.model.masks import padding_mask
 
 WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
@@ -90,7 +91,6 @@ def inspect_translations(
     """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
     a heatmap of each line's best translation, written to heatmap_dir/NNNN.png."""
     from mt_transformer.data.text import normalize
-    from mt_transformer.evaluation.plots import attention_heatmap
 
     if heatmap_dir:
         os.makedirs(heatmap_dir, exist_ok=True)
@@ -115,6 +115,26 @@ def inspect_translations(
                 )
         alignments.append(found)
     return alignments
+
+
+def attention_heatmap(matrix, src_pieces: list[str], tgt_pieces: list[str], path: str, title: str) -> None:
+    """Target pieces (rows) against source pieces (columns), EOS on both, labelled, as PNG."""
+    src_labels, tgt_labels = src_pieces + ["</s>"], tgt_pieces + ["</s>"]
+    # about a third of an inch per label, so 9-point labels never overlap
+    width = min(max(6.0, 3 + 0.32 * len(src_labels)), 40)
+    height = min(max(4.0, 2 + 0.3 * len(tgt_labels)), 40)
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(matrix.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(src_labels)), src_labels, rotation=90, fontsize=9)
+    ax.set_yticks(range(len(tgt_labels)), tgt_labels, fontsize=9)
+    ax.set_xlabel("source")
+    ax.set_ylabel("translation")
+    ax.set_title(title, fontsize=10, loc="left")
+    figure.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
+    save_png(figure, path)
 
 
 def shorten(text: str, width: int) -> str:

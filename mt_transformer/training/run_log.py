@@ -10,14 +10,26 @@ import os
 import time
 
 from mt_transformer.errors import UserError
-from mt_transformer.evaluation.plots import plot_curves, read_metrics
 from mt_transformer.files import write_text
+from mt_transformer.training.curves import plot_curves
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 # Drawing the figure takes 1-2 s of a small CPU; validations minutes apart redraw every time.
 CURVES_EVERY_S = 60.0
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    """The JSON lines of a run's metrics.jsonl (a line cut short by a crash is skipped)."""
+    rows = []
+    with open(os.path.join(run_dir, METRICS_FILE), encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
 
 
 def metrics_up_to(run_dir: str, step: int) -> list[dict]:

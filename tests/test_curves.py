@@ -1,10 +1,12 @@
+"""Training curves: curves.png during a run, mt-plot for several runs (training/curves.py)."""
+
 import json
 import os
 
 from PIL import Image
 
 from conftest import run_cli
-from mt_transformer.evaluation.plots import attention_heatmap, plot_curves
+from mt_transformer.training.curves import plot_curves
 
 
 def image_size(path) -> tuple[int, int]:
@@ -45,19 +47,6 @@ def test_mt_plot_draws_several_runs_and_refuses_a_directory_without_metrics(tmp_
     assert image_size(out) == (1100, 750)
     missing = run_cli("mt-plot", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "no metrics.jsonl" in missing.stderr
-
-
-def test_heatmap_grows_with_the_sentence_and_stays_readable(tmp_path):
-    import torch
-
-    short, long = tmp_path / "short.png", tmp_path / "long.png"
-    attention_heatmap(torch.full((4, 3), 1 / 3), ["▁a", "▁b"], ["▁x", "▁y", "z"], str(short), "short")
-    attention_heatmap(
-        torch.full((21, 31), 1 / 31), [f"▁s{i}" for i in range(30)], [f"▁t{i}" for i in range(20)], str(long), "long"
-    )
-    (w1, h1), (w2, h2) = image_size(short), image_size(long)
-    assert w2 > w1 and h2 > h1
-    assert 500 <= w1 and 300 <= h1 and w2 <= 4000 and h2 <= 4000
 
 
 def test_run_log_redraws_curves_at_most_once_a_minute_and_at_the_end(tmp_path, monkeypatch):
