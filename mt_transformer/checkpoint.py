@@ -34,6 +34,8 @@ from mt_transformer.files import atomic_dir, write_text
 from mt_transformer.model.transformer import Transformer
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
+# what an export (mt-export: CTranslate2, transformers) records of the checkpoint it came from
+EXPORT_SETTINGS_FILE = "mt_transformer.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -180,6 +182,22 @@ def load_weights(model: torch.nn.Module, directory: str) -> None:
         raise UserError(f"{path}: weights do not match the model ({what})")
 
 
+def trainer_state(optimizer, scheduler, scaler, counters: dict, rng_ranks: list, all_ranks: bool) -> dict:
+    """What a checkpoint's trainer file holds, for a resumed run to continue exactly: the optimizer,
+    schedule and gradient scaler, the run's counters (TrainerState), rank 0's random generators,
+    and under torchrun (`all_ranks`) every rank's."""
+    state = {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "rng": rng_ranks[0],
+        **counters,
+    }
+    if all_ranks:
+        state["rng_ranks"] = rng_ranks
+    return state
+
+
 def load_trainer_state(directory: str) -> dict:
     path = os.path.join(directory, TRAINER_FILE)
     try:
@@ -247,6 +265,11 @@ class LoadedModel:
     step: int | None  # the update it was saved at (None for an average)
 
 
+def write_export_settings(directory: str, settings: dict) -> None:
+    """An export's record of the checkpoint it came from (its config, step, format settings)."""
+    write_text(os.path.join(directory, EXPORT_SETTINGS_FILE), json.dumps(settings, indent=2))
+
+
 def read_config(directory: str) -> Config:
     """The config a checkpoint directory's model was trained with."""
     where = os.path.join(directory, CONFIG_FILE)
@@ -286,11 +309,12 @@ def check_compatible(
     """Refuse to resume (or fine-tune) when the model or tokenizer settings differ from the
     checkpoint's; `hint` ends the message."""
     saved = read_metadata(directory)["config"]
-    for section, old_settings, new_settings in (
-        ("model", saved["model"], config.to_dict()["model"]),
-        ("data", config_from_dict(saved).data.tokenizer_settings(), config.data.tokenizer_settings()),
-    ):
-        for name, new in new_settings.items():
-            old = old_settings.get(name)
-            if old != new:
-                raise UserError(f"{section}.{name}: {new!r} in the config but {old!r} in {directory}; {hint}")
+    for name, new in config.to_dict()["model"].items():
+        if saved["model"].get(name) != new:
+            raise UserError(
+                f"model.{name}: {new!r} in the config but {saved['model'].get(name)!r} in {directory}; {hint}"
+            )
+    conflict = config.data.tokenizer_conflict(config_from_dict(saved).data.tokenizer_settings())
+    if conflict:
+        key, new, old = conflict
+        raise UserError(f"{key}: {new!r} in the config but {old!r} in {directory}; {hint}")

@@ -20,11 +20,10 @@ from tqdm import tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config
-from mt_transformer.data.batching import batch_loader, corpus_rows, drawn_batch_tokens, lengths, token_batches
-from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed, random_state
+from mt_transformer.training.epochs import TrainingBatches
 from mt_transformer.training.run_log import RunLog
 from mt_transformer.training.step import TrainingStep, Update
 from mt_transformer.training.stop_policy import StopPolicy, TrainingStopped
@@ -59,8 +58,10 @@ class TrainingLoop:
         corpus_sizes: list[int] = (),
     ):
         self.config, self.step, self.tokenizer, self.data, self.processes = config, step, tokenizer, data, processes
-        self.corpus_sizes = list(corpus_sizes)  # the training pairs of each corpus, laid end to end in data["train"]
         self.state, self.device, self.run_dir = step.state, step.device, config.train.output_dir
+        files = [os.path.join(self.run_dir, name) for name in tokenizer.files]
+        # corpus_sizes: the training pairs of each corpus, laid end to end in data["train"]
+        self.batches = TrainingBatches(config, data["train"], files, list(corpus_sizes), processes)
         self.policy = StopPolicy(config.train, self.state, processes)
         self.log = RunLog(self.run_dir, self.state.step, processes.is_main, config.train.tensorboard)
         self.metadata = checkpoint.checkpoint_metadata(config, tokenizer)
@@ -79,8 +80,6 @@ class TrainingLoop:
 
     def _run(self) -> dict:
         t, state, policy = self.config.train, self.state, self.policy
-        train_set, resample, batch_tokens = self.training_set()
-        src_lens, tgt_lens = lengths(self.data["train"])
         interval, last_metrics, validated_at = Interval(self.device), {}, None
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
         batches_since_update = 0  # a whole epoch of them means the run cannot make progress
@@ -93,25 +92,14 @@ class TrainingLoop:
             disable=None if self.processes.is_main else True,
         )
         while not policy.finished():
-            batches = self.epoch_batches(src_lens, tgt_lens, batch_tokens)
-            cuda, max_len = self.device.type == "cuda", self.config.data.max_len
-            loader = batch_loader(
-                train_set,
-                batches[state.batch_in_epoch :],
-                t.num_workers,
-                cuda,
-                resample,
-                max_len,
-                t.max_tokens,
-                draw_seed=(t.seed, state.epoch),
-            )
-            for batch in loader:
+            batches = self.batches.epoch(state.epoch)
+            for batch in self.batches.loader(batches[state.batch_in_epoch :], state.epoch, self.device.type == "cuda"):
                 state.batch_in_epoch += 1
                 batches_since_update += 1
                 group.append(batch)
                 if len(group) < t.accumulate:
                     continue
-                update = self.step(group, lambda loss, tokens: policy.share(loss, tokens, self.device))
+                update = self.step(group, self.share)
                 group = []
                 if update is not None and update.applied:  # None: dropped for lack of memory
                     interval.add(update)  # a skipped update's loss is left out: not finite, or fp16 overflowed
@@ -164,42 +152,17 @@ class TrainingLoop:
         log.info("training done: step %d, epoch %d, %.1f minutes", state.step, state.epoch + 1, state.elapsed / 60)
         return last_metrics
 
-    def training_set(self):
-        """The encoded training pairs, the sampler that segments each batch anew under
-        data.spm_alpha (None without), and the tokens of the usual segmentation per batch."""
-        alpha, t = self.config.data.spm_alpha, self.config.train
-        if not alpha:
-            return self.data["train"].select_columns(["src_ids", "tgt_ids"]), None, t.max_tokens
-        files = [os.path.join(self.run_dir, name) for name in self.tokenizer.files]
-        pairs = self.data["train"].select_columns(["src_ids", "tgt_ids", "src", "tgt"])
-        encoder = SubwordEncoder(files[0], files[-1], alpha)
-        batch_tokens, inflation = drawn_batch_tokens(self.data["train"], encoder, t.max_tokens, t.seed)
-        if self.processes.is_main:
-            log.info(
-                "data.spm_alpha: drawn segmentations are %.2fx as long; batches are formed at %d tokens of the "
-                "usual segmentation so that drawn ones hold at most train.max_tokens=%d",
-                inflation,
-                batch_tokens,
-                t.max_tokens,
-            )
-        return pairs, encoder, batch_tokens
-
-    def epoch_batches(self, src_lens, tgt_lens, max_tokens: int) -> list:
-        """This rank's batches of the current epoch (the shuffle depends on the seed and the epoch)."""
-        t = self.config.train
-        rows = corpus_rows(self.corpus_sizes, self.config.data.sampling_temperature, t.seed, self.state.epoch)
-        if rows is None:
-            batches = token_batches(src_lens, tgt_lens, max_tokens, t.seed, self.state.epoch)
-        else:
-            batches = [
-                rows[b] for b in token_batches(src_lens[rows], tgt_lens[rows], max_tokens, t.seed, self.state.epoch)
-            ]
-        if len(batches) < self.processes.world_size:
-            raise UserError(
-                f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "
-                f"{self.processes.world_size} processes; use fewer processes or a smaller train.max_tokens"
-            )
-        return distributed.shard(batches, self.processes)
+    def share(self, loss: torch.Tensor, tokens: int) -> tuple[torch.Tensor, int]:
+        """The update's loss and target tokens summed over the ranks, with what each rank knows of
+        stopping (its time limit, a signal), in one all-reduce; the stop policy then decides."""
+        time_up, signalled = self.policy.local_view()
+        if not self.processes.enabled:
+            return loss, tokens
+        loss_sum, tokens, time_up, signalled = distributed.sum_over_ranks(
+            [float(loss), tokens, time_up, signalled], self.device
+        )
+        self.policy.agree(time_up > 0, signalled > 0)
+        return torch.tensor(loss_sum, device=self.device), int(tokens)
 
     def log_train(self, interval: Interval, bar) -> None:
         state = self.state
@@ -239,11 +202,7 @@ class TrainingLoop:
         self.log.write(metrics)  # before the save: a crash in between makes the resumed run validate again
         self.log.refresh_curves()
         bleu = metrics.get("valid_bleu")
-        is_best = bleu is not None and (state.best_bleu is None or bleu > state.best_bleu)
-        if is_best:
-            state.best_bleu, state.best_step, state.since_best = bleu, state.step, 0
-        elif bleu is not None:
-            state.since_best += 1
+        is_best = state.record_validation(bleu)
         # early stopping is decided by rank 0's count, on every rank
         shared = distributed.broadcast([state.best_bleu, state.best_step, state.since_best], self.processes)
         state.best_bleu, state.best_step, state.since_best = shared
@@ -265,15 +224,9 @@ class TrainingLoop:
         directory = checkpoint.step_dir(self.run_dir, self.state.step)
         if self.processes.is_main:
             step = self.step
-            trainer_state = {
-                "optimizer": step.optimizer.state_dict(),
-                "scheduler": step.scheduler.state_dict(),
-                "scaler": step.scaler.state_dict(),
-                "rng": rng_ranks[0],
-                **self.state.to_dict(),
-            }
-            if self.processes.enabled:
-                trainer_state["rng_ranks"] = rng_ranks
+            trainer_state = checkpoint.trainer_state(
+                step.optimizer, step.scheduler, step.scaler, self.state.to_dict(), rng_ranks, self.processes.enabled
+            )
             directory = checkpoint.save_checkpoint(
                 self.run_dir,
                 self.state.step,

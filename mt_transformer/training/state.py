@@ -20,6 +20,17 @@ class TrainerState:
     oom_dropped: int = 0  # updates dropped: single sentences did not fit
     world_size: int = 1  # processes that trained it
 
+    def record_validation(self, bleu: float | None) -> bool:
+        """Count a validation's BLEU (None: the run has no valid set) against the best so far;
+        returns whether it is the new best."""
+        if bleu is None:
+            return False
+        if self.best_bleu is None or bleu > self.best_bleu:
+            self.best_bleu, self.best_step, self.since_best = bleu, self.step, 0
+            return True
+        self.since_best += 1
+        return False
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -10,8 +10,6 @@ import logging
 import signal
 import time
 
-import torch
-
 from mt_transformer.config import TrainConfig
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
@@ -54,19 +52,17 @@ class StopPolicy:
         epochs_done = bool(t.max_epochs and state.epoch >= t.max_epochs)
         return state.step >= t.max_steps or self.time_up or epochs_done or self.out_of_patience()
 
-    def share(self, loss: torch.Tensor, tokens: int, device: torch.device) -> tuple[torch.Tensor, int]:
-        """Sum the update's loss and target tokens over the ranks, and share the decision to stop:
-        time up or a signal on any rank stops all of them at this update."""
+    def local_view(self) -> tuple[bool, bool]:
+        """What this process knows at an update: whether its time is up, and whether it received a
+        signal. Under torchrun the ranks pool these (`agree`), so that all stop at the same update."""
         self.time_up = self.over_time()
-        if not self.processes.enabled:
-            return loss, tokens
-        loss_sum, tokens, time_up, signalled = distributed.sum_over_ranks(
-            [float(loss), tokens, self.time_up, self.received is not None], device
-        )
-        self.time_up = time_up > 0
+        return self.time_up, self.received is not None
+
+    def agree(self, time_up_anywhere: bool, signalled_anywhere: bool) -> None:
+        """Take the ranks' pooled view: time up or a signal on any rank stops all of them."""
+        self.time_up = time_up_anywhere
         # another rank's signal stops this one too (torchrun sends them to all ranks anyway)
-        self.agreed = (self.received or signal.SIGTERM) if signalled else None
-        return torch.tensor(loss_sum, device=device), int(tokens)
+        self.agreed = (self.received or signal.SIGTERM) if signalled_anywhere else None
 
     def signal_to_stop(self) -> int | None:
         """The signal to stop on at this update boundary, or None."""

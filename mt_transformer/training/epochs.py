@@ -1,0 +1,82 @@
+"""The training data as the update loop draws it: each epoch's token-bucketed batches (shuffled by
+the run's seed and the epoch, corpora drawn by their temperature), this rank's shard of them, and
+under data.spm_alpha a segmentation drawn anew for every batch; loaders that start where a
+resumed run stopped."""
+
+from __future__ import annotations
+
+import logging
+
+from mt_transformer.config import Config
+from mt_transformer.data.batching import batch_loader, corpus_rows, drawn_batch_tokens, lengths, token_batches
+from mt_transformer.data.prepare import SubwordEncoder
+from mt_transformer.errors import UserError
+from mt_transformer.training import distributed
+
+log = logging.getLogger(__name__)
+
+
+class TrainingBatches:
+    def __init__(
+        self,
+        config: Config,
+        dataset,
+        tokenizer_files: list[str],
+        corpus_sizes: list[int],
+        processes: distributed.Processes,
+    ):
+        """`dataset`: the encoded training pairs, the corpora laid end to end with `corpus_sizes`
+        pairs each; `tokenizer_files`: the run's sentencepiece models (source first), for drawing
+        segmentations."""
+        self.data, self.train, self.processes = config.data, config.train, processes
+        self.corpus_sizes = list(corpus_sizes)
+        self.src_lens, self.tgt_lens = lengths(dataset)
+        self.pairs, self.resample, self.batch_tokens = self._segmentation(dataset, tokenizer_files)
+
+    def _segmentation(self, dataset, tokenizer_files: list[str]):
+        """The columns the loader reads, the encoder that segments each batch anew under
+        data.spm_alpha (None without), and the tokens of the usual segmentation per batch."""
+        alpha, t = self.data.spm_alpha, self.train
+        if not alpha:
+            return dataset.select_columns(["src_ids", "tgt_ids"]), None, t.max_tokens
+        encoder = SubwordEncoder(tokenizer_files[0], tokenizer_files[-1], alpha)
+        batch_tokens, inflation = drawn_batch_tokens(dataset, encoder, t.max_tokens, t.seed)
+        if self.processes.is_main:
+            log.info(
+                "data.spm_alpha: drawn segmentations are %.2fx as long; batches are formed at %d tokens of the "
+                "usual segmentation so that drawn ones hold at most train.max_tokens=%d",
+                inflation,
+                batch_tokens,
+                t.max_tokens,
+            )
+        return dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"]), encoder, batch_tokens
+
+    def epoch(self, epoch: int) -> list:
+        """This rank's batches (arrays of row indices) of `epoch`."""
+        seed = self.train.seed
+        rows = corpus_rows(self.corpus_sizes, self.data.sampling_temperature, seed, epoch)
+        if rows is None:
+            batches = token_batches(self.src_lens, self.tgt_lens, self.batch_tokens, seed, epoch)
+        else:
+            found = token_batches(self.src_lens[rows], self.tgt_lens[rows], self.batch_tokens, seed, epoch)
+            batches = [rows[b] for b in found]
+        if len(batches) < self.processes.world_size:
+            raise UserError(
+                f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "
+                f"{self.processes.world_size} processes; use fewer processes or a smaller train.max_tokens"
+            )
+        return distributed.shard(batches, self.processes)
+
+    def loader(self, batches: list, epoch: int, cuda: bool):
+        """The padded batches of `batches` (the rest of an epoch), loaded by train.num_workers."""
+        t = self.train
+        return batch_loader(
+            self.pairs,
+            batches,
+            t.num_workers,
+            cuda,
+            self.resample,
+            self.data.max_len,
+            t.max_tokens,
+            draw_seed=(t.seed, epoch),
+        )
