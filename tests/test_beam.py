@@ -132,7 +132,7 @@ def test_beam_one_equals_greedy_on_a_random_model(seed):
     mask = padding_mask(src, PAD_ID)
     limits = torch.tensor([6, 3, 8])
     greedy = greedy_search(model, src, mask, limits, BOS_ID, EOS_ID)
-    beam = beam_search(model, src, mask, limits, BOS_ID, EOS_ID, beam_size=1, alpha=0.0)
+    beam = beam_search(model, src, mask, limits, BOS_ID, EOS_ID, beam_size=1, alpha=0.0, n_best=1)
     for g, b in zip(greedy, beam):
         assert g.tokens == b[0].tokens
         assert math.isclose(g.log_prob, b[0].log_prob, rel_tol=1e-4, abs_tol=1e-4)

@@ -63,7 +63,7 @@ def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path)
     out = tmp_path / "exported"
     result = run_cli("mt-export", "--checkpoint", trained_run, "--format", "ctranslate2", str(out))
     assert result.returncode == 0, result.stderr
-    assert {"model.bin", "spm.model", ctranslate2_engine.SETTINGS_FILE} <= set(os.listdir(out))
+    assert {"model.bin", "spm.model", checkpoint.EXPORT_SETTINGS_FILE} <= set(os.listdir(out))
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temporary directory left
 
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:20] + [""]
@@ -98,7 +98,7 @@ def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path)
         ).returncode
         == 0
     )
-    assert json.loads((int8 / ctranslate2_engine.SETTINGS_FILE).read_text())["quantization"] == "int8"
+    assert json.loads((int8 / checkpoint.EXPORT_SETTINGS_FILE).read_text())["quantization"] == "int8"
     assert os.path.getsize(int8 / "model.bin") < os.path.getsize(out / "model.bin")
 
 

@@ -52,3 +52,8 @@ def test_the_packed_weight_is_reused_until_the_weight_changes():
         model.output.weight.mul_(2.0)  # as an optimizer step changes it in place
     with torch.inference_mode():
         torch.testing.assert_close(output_projection(model)(states), 2 * first, rtol=1e-4, atol=1e-4)
+    torch.manual_seed(1)
+    other = tiny_model(40, 40, d_model=32, n_heads=4, d_ff=64, encoder_layers=1, decoder_layers=1).eval()
+    model.load_state_dict(other.state_dict())  # as resuming and averaging load weights
+    with torch.inference_mode():
+        torch.testing.assert_close(output_projection(model)(states), other.logits(states), rtol=1e-4, atol=1e-4)

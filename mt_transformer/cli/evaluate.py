@@ -111,7 +111,7 @@ def _translate_split(args) -> tuple[list[str], list[str], str]:
     """The translations of one split of the checkpoint's training config by --checkpoint, its
     references and their language. With several corpora, --tgt-lang picks the one to score."""
     from mt_transformer import checkpoint
-    from mt_transformer.config_checks import corpus_keys
+    from mt_transformer.config import corpus_keys
     from mt_transformer.data.corpus import load_pairs
 
     if not args.checkpoint or args.engine != "torch":

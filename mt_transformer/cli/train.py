@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from mt_transformer.cli.common import config_keys, config_options, entry_point
@@ -51,9 +50,8 @@ def prepare_main(argv=None):
     config_options(parser)
     args = parser.parse_args(argv)
 
-    from mt_transformer.config import load_config
-    from mt_transformer.config_checks import check_data_files
-    from mt_transformer.data.prepare import prepare_data
+    from mt_transformer.config import check_data_files, load_config
+    from mt_transformer.data.prepare import cache_directory, prepare_data
     from mt_transformer.files import directory_size
     from mt_transformer.training.train import check_output_dir
 
@@ -62,7 +60,7 @@ def prepare_main(argv=None):
     run_dir = config.train.output_dir
     check_output_dir(run_dir)
     _, encoded, _ = prepare_data(config.data, run_dir, config.train.seed)
-    cache_dir = config.data.cache_dir or os.path.join(run_dir, "cache")
+    cache_dir = cache_directory(config.data, run_dir)
     counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
     print(
         f"prepared {counts}: tokenizer in {run_dir}, encoded data in {cache_dir} "

@@ -15,8 +15,7 @@ import os
 
 import datasets
 
-from mt_transformer.config import CorpusConfig, DataConfig
-from mt_transformer.config_checks import corpus_keys
+from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
 from mt_transformer.data.tokenizer import (
@@ -148,6 +147,11 @@ def encode_split(
     return datasets.load_from_disk(path), {**stats, "cached": False}
 
 
+def cache_directory(data: DataConfig, run_dir: str) -> str:
+    """Where a run's encoded data is cached: data.cache_dir, else the run directory's cache/."""
+    return data.cache_dir or os.path.join(run_dir, "cache")
+
+
 def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "valid")):
     """Train (or reuse) the run's tokenizer and encode the splits of every corpus.
 
@@ -156,7 +160,7 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
     """
     quiet_datasets()  # also for loading the cache
     tokenizer = run_tokenizer(data, run_dir, seed)
-    cache_dir = data.cache_dir or os.path.join(run_dir, "cache")
+    cache_dir = cache_directory(data, run_dir)
     model_files = [os.path.join(run_dir, name) for name in tokenizer.files]
     encoded, sizes = {}, []
     for split in splits:
@@ -191,11 +195,10 @@ def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split:
         "hub": [corpus.hub_name, corpus.hub_config],
         "columns": [corpus.src_column, corpus.tgt_column],
         "langs": [corpus.src_lang, corpus.tgt_lang],
+        "tags": tags,
     }
     if corpus.format == "hub" and hub_copy_stamp(corpus.hub_name) is not None:
         source["copy"] = hub_copy_stamp(corpus.hub_name)
-    if tags:  # keys of untagged corpora stay those of earlier versions: their caches remain valid
-        source["tags"] = tags
     keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
     dataset, stats = encode_split(
@@ -250,16 +253,13 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
     settings_path = os.path.join(run_dir, "tokenizer.json")
     if Tokenizer.exists(run_dir) and os.path.isfile(settings_path):
         with open(settings_path, encoding="utf-8") as f:
-            saved = {"tags": [], **json.load(f)}  # tokenizers without tags did not record them
-        for name in settings:
-            if name == "character_coverage" and settings[name] == 0:
-                continue  # "choose from the text" accepts the coverage the run's tokenizer has
-            if saved.get(name) != settings[name]:
-                key = "data.target_tags/tag (source tags)" if name == "tags" else f"data.{name}"
-                raise UserError(
-                    f"{key}: {settings[name]!r} differs from the tokenizer already in {run_dir} "
-                    f"({saved.get(name)!r}); use a new train.output_dir"
-                )
+            conflict = data.tokenizer_conflict(json.load(f))
+        if conflict:
+            key, value, saved = conflict
+            raise UserError(
+                f"{key}: {value!r} differs from the tokenizer already in {run_dir} ({saved!r}); "
+                f"use a new train.output_dir"
+            )
         return Tokenizer(run_dir)
     pairs = training_pairs(data)
     if len(pairs) == 0:

@@ -50,10 +50,10 @@ def train_sentencepiece(
     sentences: Iterable[str],
     path: str,
     vocab_size: int,
-    model_type: str = "unigram",
-    character_coverage: float = 1.0,
-    max_sentences: int = 2_000_000,
-    seed: int = 1,
+    model_type: str,
+    character_coverage: float,
+    max_sentences: int,
+    seed: int,
     tags: Iterable[str] = (),
 ) -> None:
     """Train a sentencepiece model on `sentences` and write it atomically to `path`; each of
@@ -160,9 +160,11 @@ class Tokenizer:
         )
 
     def fingerprint(self) -> str:
-        """A digest of the model files: processes that must share one tokenizer compare it."""
+        """A digest of the model files and their names: what must share one tokenizer (the ranks
+        of a run, the members of an ensemble, the checkpoints of an average) compares it."""
         digest = hashlib.sha256()
         for name in self.files:
+            digest.update(name.encode() + b"\0")
             with open(os.path.join(self.directory, name), "rb") as f:
                 digest.update(f.read())
         return digest.hexdigest()

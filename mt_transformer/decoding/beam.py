@@ -25,9 +25,9 @@ def beam_search(
     bos_id: int,
     eos_id: int,
     *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    n_best: int = 1,
+    beam_size: int,
+    alpha: float,
+    n_best: int,
     no_repeat_ngram: int = 0,
     prefix: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:

@@ -10,7 +10,8 @@ writes a self-contained directory:
         mt_transformer.json the model and decoding settings of the checkpoint
 
 `Ct2Search` translates batches of subword ids with it and returns our `Hypothesis` objects, so
-`translate.translate_segments` handles empty lines, long inputs and input order as for PyTorch.
+the `Translator` (decoding/translator.py) handles empty lines, long inputs and input order as
+for PyTorch.
 
 Greedy search is the same algorithm as ours. Beam search differs in two ways, both CTranslate2's:
 it normalises scores by length ** alpha (ours: the GNMT penalty ((5 + length) / 6) ** alpha), and
@@ -27,13 +28,12 @@ import shutil
 import numpy as np
 import torch
 
+from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE, write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
-
-SETTINGS_FILE = "mt_transformer.json"
 
 
 def import_ctranslate2():
@@ -63,20 +63,19 @@ def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
 
 def _position_table(positions, length: int) -> np.ndarray:
     """(length, d_model): the encodings of positions 0 .. length-1 (sinusoidal or learned)."""
-    if hasattr(positions, "embedding"):
-        return _array(positions.embedding.weight[:length])
     return _array(positions(length))
 
 
-def build_spec(model, tokenizer: Tokenizer, max_positions: int):
-    """The CTranslate2 TransformerSpec holding `model`'s weights and `tokenizer`'s vocabularies."""
+def build_spec(loaded):
+    """The CTranslate2 TransformerSpec of a checkpoint.LoadedModel: its weights, in the layout its
+    model config names, and its tokenizer's vocabularies."""
     import_ctranslate2()
     from ctranslate2.specs import transformer_spec
 
-    pre_norm = isinstance(model.encoder_norm, torch.nn.LayerNorm)
-    n_heads = model.encoder[0].self_attn.n_heads
+    model, tokenizer, settings = loaded.model, loaded.tokenizer, loaded.config.model
+    pre_norm, max_positions = settings.norm == "pre", settings.max_positions
     spec = transformer_spec.TransformerSpec.from_config(
-        (len(model.encoder), len(model.decoder)), n_heads, pre_norm=pre_norm
+        (settings.encoder_layers, settings.decoder_layers), settings.n_heads, pre_norm=pre_norm
     )
     for side, embed, positions in (
         (spec.encoder, model.src_embed, model.src_positions),
@@ -129,7 +128,7 @@ def export(loaded, out_dir: str, quantization: str | None = None) -> None:
     settings to out_dir, atomically."""
     tokenizer, config = loaded.tokenizer, loaded.config.to_dict()
     max_positions = loaded.config.model.max_positions
-    spec = build_spec(loaded.model, tokenizer, max_positions)
+    spec = build_spec(loaded)
     try:
         with atomic_dir(out_dir) as tmp:
             spec.validate()
@@ -147,8 +146,7 @@ def export(loaded, out_dir: str, quantization: str | None = None) -> None:
                 "joint_vocab": tokenizer.joint,
                 "step": loaded.step,
             }
-            with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
-                json.dump(settings, f, indent=2)
+            write_export_settings(tmp, settings)
     except OSError as error:
         raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
 
@@ -157,10 +155,10 @@ def load(directory: str, device: torch.device, compute_type: str = "default", th
     """The CTranslate2 translator on `device` (cpu, or cuda with its index), our tokenizer and the
     settings of an exported directory."""
     ctranslate2 = import_ctranslate2()
-    path = os.path.join(directory, SETTINGS_FILE)
+    path = os.path.join(directory, EXPORT_SETTINGS_FILE)
     if not os.path.isfile(path):
         raise UserError(
-            f"{directory}: not a CTranslate2 export of mt_transformer (no {SETTINGS_FILE}; "
+            f"{directory}: not a CTranslate2 export of mt_transformer (no {EXPORT_SETTINGS_FILE}; "
             f"make one with mt-export --format ctranslate2)"
         )
     with open(path, encoding="utf-8") as f:

@@ -38,12 +38,12 @@ import shutil
 
 import torch
 
+from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
-SETTINGS_FILE = "mt_transformer.json"
 # The largest difference in log-probability allowed between the export and our model on the
 # check batch: float32 rounding of two implementations moves O(1) values by ~1e-6; a wrong
 # layout or a missing scale moves them by far more than this.
@@ -69,15 +69,16 @@ def import_transformers():
     return transformers
 
 
-def architecture(model) -> str:
-    """ "marian" or "pegasus" for a model one of them computes exactly; else a one-line error saying why."""
-    pre_norm = isinstance(model.encoder_norm, torch.nn.LayerNorm)
-    if not hasattr(model.src_positions, "table"):
+def architecture(loaded) -> str:
+    """ "marian" or "pegasus" for a checkpoint.LoadedModel one of them computes exactly; else a
+    one-line error saying why."""
+    model, settings = loaded.model, loaded.config.model
+    if settings.positions == "learned":
         raise UserError(
             "this model has learned positions (model.positions: learned); the transformers models that "
             "match it otherwise (Marian, Pegasus) compute sinusoidal positions, so it cannot be exported"
         )
-    if not pre_norm:
+    if settings.norm == "post":
         return "marian"
     if model.src_embed is not model.tgt_embed or model.output.weight is not model.tgt_embed.weight:
         raise UserError(
@@ -164,8 +165,9 @@ def _ffn(theirs, ours, order) -> None:
     _linear(theirs.fc2, ours.ffn.linear2.weight, ours.ffn.linear2.bias, order, reads=False, writes=True)
 
 
-def copy_weights(ours, hf_model) -> None:
-    """Our weights into a freshly built Marian or Pegasus model, the residual stream reordered."""
+def copy_weights(ours, hf_model, pre_norm: bool) -> None:
+    """Our weights into a freshly built Marian or Pegasus model, the residual stream reordered;
+    a pre-norm model's final norms too."""
     order = stream_order(ours.src_embed.weight.size(1))
     base = hf_model.model
     _copy(base.encoder.embed_tokens.weight, ours.src_embed.weight[:, order])
@@ -183,7 +185,7 @@ def copy_weights(ours, hf_model) -> None:
         _norm(theirs.encoder_attn_layer_norm, layer.norms[1], order)
         _ffn(theirs, layer, order)
         _norm(theirs.final_layer_norm, layer.norms[2], order)
-    if isinstance(ours.encoder_norm, torch.nn.LayerNorm):
+    if pre_norm:
         _norm(base.encoder.layer_norm, ours.encoder_norm, order)
         _norm(base.decoder.layer_norm, ours.decoder_norm, order)
 
@@ -191,11 +193,11 @@ def copy_weights(ours, hf_model) -> None:
 def build_model(loaded):
     """The transformers model computing `loaded.model`'s function, in eval mode."""
     transformers = import_transformers()
-    arch = architecture(loaded.model)
+    arch = architecture(loaded)
     config = hf_config(loaded, arch)
     model_class = transformers.MarianMTModel if arch == "marian" else transformers.PegasusForConditionalGeneration
     hf_model = model_class(config).eval()
-    copy_weights(loaded.model, hf_model)
+    copy_weights(loaded.model, hf_model, loaded.config.model.norm == "pre")
     return hf_model
 
 
@@ -295,8 +297,7 @@ def export(loaded, out_dir: str) -> dict:
             os.makedirs(work)
             write_tokenizer(tokenizer, loaded.config, tmp, work)
             shutil.rmtree(work)
-            with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as f:
-                json.dump(settings, f, indent=2)
+            checkpoint.write_export_settings(tmp, settings)
     except OSError as error:
         raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
     return settings

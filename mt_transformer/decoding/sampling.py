@@ -44,8 +44,8 @@ def sample(
     eos_id: int,
     *,
     sampler: Sampler,
-    n: int = 1,
-    alpha: float = 0.6,
+    n: int,
+    alpha: float,
     no_repeat_ngram: int = 0,
     prefix: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import Config, DecodeConfig, config_from_dict, language_tag, tag_language
-from mt_transformer.config_checks import validate
-from mt_transformer.data.batching import pad
+from mt_transformer.config import Config, DecodeConfig, config_from_dict, language_tag, tag_language, validate
+from mt_transformer.data.batching import budget_batches, pad
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
@@ -44,18 +43,9 @@ class Translation:
 
 def source_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     """Indices of non-empty inputs, longest first, in batches of at most max_tokens source tokens
-    (a single longer input gets a batch of its own)."""
+    (EOS included; a single longer input gets a batch of its own)."""
     order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        longest = lengths[current[0]] + 1 if current else lengths[i] + 1
-        if current and longest * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
+    return budget_batches(order, [lengths[i] + 1 for i in order], max_tokens)
 
 
 class TorchSearch:

@@ -7,7 +7,6 @@ but holds no optimizer state, so training cannot resume from it.
 
 from __future__ import annotations
 
-import filecmp
 import os
 
 import torch
@@ -51,10 +50,7 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
         same_model &= metadata.get("config", {}).get("model") == first_metadata.get("config", {}).get("model")
         if not same_model or weights.keys() != total.keys():
             raise UserError(f"{directory}: a different model from {first_dir}; only checkpoints of one model average")
-        files = Tokenizer(directory).files
-        if files != Tokenizer(first_dir).files or not all(
-            filecmp.cmp(os.path.join(directory, f), os.path.join(first_dir, f), shallow=False) for f in files
-        ):
+        if Tokenizer(directory).fingerprint() != Tokenizer(first_dir).fingerprint():
             raise UserError(f"{directory}: its tokenizer differs from {first_dir}'s")
         for name, tensor in weights.items():
             if tensor.shape != total[name].shape:

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from packaging.version import Version
 
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
@@ -34,7 +35,7 @@ FP16_INITIAL_SCALE = 128.0
 def fused_adam(device: torch.device) -> bool:
     """Whether Adam runs as one kernel over all parameters here: on CUDA, and on the CPU from torch
     2.4, where it is 3.5x as fast as the per-tensor loops (docs/benchmarks.md)."""
-    return device.type == "cuda" or (device.type == "cpu" and torch.__version__ >= "2.4")
+    return device.type == "cuda" or (device.type == "cpu" and Version(torch.__version__).release >= (2, 4))
 
 
 def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, device: torch.device):

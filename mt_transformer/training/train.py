@@ -1,6 +1,6 @@
 """Training setup: the device, the data and tokenizer (prepared once for all ranks), the model,
 Adam with the Noam schedule, the gradient scaler, DistributedDataParallel under torchrun, and
-the state of a resumed run; then training_loop.TrainingLoop runs the updates.
+the state of a resumed run; then loop.TrainingLoop runs the updates.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, to_yaml
-from mt_transformer.config_checks import check_data_files
+from mt_transformer.config import Config, check_data_files, to_yaml
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
