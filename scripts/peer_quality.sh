@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Issue 5's quality comparison: fairseq and OpenNMT-py trained on Multi30k German->English for the
-# same 60-minute CPU budget and the same model size as configs/recipes/small_cpu.yaml, each with
-# the settings its own documentation gives (below), decoded with beam 4 and length penalty 0.6 and
-# scored like mt-eval (cased, detokenized sacreBLEU and chrF on all 1,000 lines of test2016).
+# The quality comparison of docs/recipes.md ("Against the peers"): fairseq and OpenNMT-py trained
+# on Multi30k German->English for the same 60-minute CPU budget and the same model size as
+# configs/recipes/small_cpu.yaml, each with the settings its own documentation gives (below),
+# decoded with beam 4 and length penalty 0.6 and scored like mt-eval (cased, detokenized sacreBLEU
+# and chrF on all 1,000 lines of test2016).
 #
-# Uses the peers' virtual environments and prepared data from ../shared/bench/peers (run its
-# install_*.sh and prepare_data.sh first). Results: $RUNS/<peer>-quality-$TAG/result.json.
+# Uses the peers' virtual environments and prepared data: $PEERS_SCRIPTS names the directory of
+# the peers' install and run scripts (run its install_*.sh and prepare_data.sh first), $CORPUS
+# the line-aligned Multi30k files (valid.de, test.en, ...). Results:
+# $RUNS/<peer>-quality-$TAG/result.json.
 #
-#   bash scripts/peer_quality.sh fairseq     # or: onmt
+#   PEERS_SCRIPTS=DIR CORPUS=DIR bash scripts/peer_quality.sh fairseq     # or: onmt
 #
 # Settings, and where they come from:
 # - fairseq: the IWSLT'14 German-English Transformer example of fairseq's examples/translation
@@ -31,14 +34,14 @@
 #   or 200 pieces (OpenNMT-py has no length ratio).
 set -euo pipefail
 PEER="${1:?usage: peer_quality.sh fairseq|onmt}"
-PEERS_SCRIPTS="$(cd "$(dirname "$0")/../../shared/bench/peers" && pwd)"
+PEERS_SCRIPTS="${PEERS_SCRIPTS:?set PEERS_SCRIPTS to the directory of the peer scripts}"
 source "$PEERS_SCRIPTS/common.sh"
 BUDGET_S="${BUDGET_S:-3600}"
 # The documented warmups (fairseq 4,000, OpenNMT-py 8,000) are longer than the ~1,700 updates the
 # budget holds; WARMUP_FIT=N runs the same settings with the warmup fitted to the budget instead.
 FAIRSEQ_WARMUP="${WARMUP_FIT:-4000}"
 ONMT_WARMUP="${WARMUP_FIT:-8000}"
-CORPUS="${CORPUS:-$PEERS_SCRIPTS/../../corpora/multi30k-de-en}"
+CORPUS="${CORPUS:?set CORPUS to the directory of the line-aligned Multi30k files}"
 OUT="$RUNS/$PEER-quality-$TAG"
 DATA="$PEERS_DIR/quality-data"   # full valid (1,014) and test2016 (1,000), in the peers' pieces
 mkdir -p "$DATA" "$OUT"

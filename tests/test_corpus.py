@@ -71,6 +71,8 @@ def test_hub_shaped_dataset_with_configs_and_splits(tmp_path):
     pairs = read_split("hub", "validation", "en", "de", "data.valid", hub_name=str(repo), hub_config="de-en")
     assert pairs["src"][:] == ["Sentence 0", "Sentence 1"] and pairs["tgt"][:] == ["Satz 0", "Satz 1"]
     assert len(read_split("hub", "train", "de", "en", "data.train", hub_name=str(repo), hub_config="de-en")) == 3
+    with pytest.raises(UserError, match=r"^data: .*wmt_like: Unknown split .test"):
+        read_split("hub", "test", "de", "en", "data.test", hub_name=str(repo), hub_config="de-en")
 
 
 def test_invalid_utf8_is_a_user_error(tmp_path):

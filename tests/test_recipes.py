@@ -107,13 +107,24 @@ def hub_copy(corpus: str, directory) -> str:
     return str(directory)
 
 
+def readme_recipe_commands() -> list[str]:
+    """The README's code block that trains the small_cpu recipe, one command per line, without
+    the comments after them."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = f.read().split("```")[1::2]
+    found = [[line.split("#")[0].strip() for line in block.strip().splitlines()] for block in blocks]
+    (commands,) = [c for c in found if c[0] == "mt-train --config configs/recipes/small_cpu.yaml"]
+    return commands
+
+
 def test_small_cpu_runs_as_the_readme_gives_it_on_a_copy_of_its_hub_dataset(corpus, tmp_path, monkeypatch):
     """The recipe's own commands (train, average the last 3, score test2016 with --split test) in
     a fresh directory, the data from bentrevett/multi30k through datasets.load_dataset with the hub
     replaced by a local copy of the same files; only the model's size and length change."""
-    with open(os.path.join(ROOT, RECIPES[0]), encoding="utf-8") as f:
-        commands = [line.strip("# \n") for line in f if line.startswith("#   mt-")][:3]
+    commands = readme_recipe_commands()
     assert [c.split()[0] for c in commands] == ["mt-train", "mt-average", "mt-eval"]
+    with open(os.path.join(ROOT, RECIPES[0]), encoding="utf-8") as f:
+        assert [line.strip("# \n") for line in f if line.startswith("#   mt-")][:3] == commands  # its comment too
     monkeypatch.setenv("MT_HUB_MIRROR", hub_copy(corpus, tmp_path / "mirror"))
     monkeypatch.chdir(tmp_path)
     shutil.copytree(os.path.join(ROOT, "configs"), tmp_path / "configs")

@@ -122,12 +122,15 @@ def _load_hub(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
         return datasets.load_dataset(location, corpus.hub_config, split=getattr(corpus, split))
     except ConnectionError as error:
         raise UserError(
-            f"{key}.hub_name: {corpus.hub_name} could not be fetched from the hub ({error}); offline, "
-            f"point data.hub_name or ${HUB_MIRROR} at a local copy"
+            f"{key}.hub_name: {corpus.hub_name} could not be fetched from the hub ({_first_line(error)}); "
+            f"offline, point data.hub_name or ${HUB_MIRROR} at a local copy"
         ) from None
     except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UserError(f"{key}: {corpus.hub_name}: {message}") from None
+        raise UserError(f"{key}: {corpus.hub_name}: {_first_line(error)}") from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def load_pairs(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
