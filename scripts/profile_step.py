@@ -173,21 +173,21 @@ def profile_table(step: TrainingStep, groups, device: torch.device, precision: s
 def main() -> None:
     args = parse_args()
     config = load_config(args.config, args.set)
-    t = config.train
-    device = select_device(t.device)
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    train_config = config.train
+    device = select_device(train_config.device)
+    if train_config.threads:
+        torch.set_num_threads(train_config.threads)
     use_fast_matmul(device)
-    torch.manual_seed(t.seed)
+    torch.manual_seed(train_config.seed)
     workdir = args.workdir or os.path.join("runs", "profile_step", os.path.splitext(os.path.basename(args.config))[0])
-    tokenizer, encoded, _ = prepare_data(config.data, workdir, t.seed)
+    tokenizer, encoded, _ = prepare_data(config.data, workdir, train_config.seed)
     train = encoded["train"]
     src_lens, tgt_lens = lengths(train)
     timed_updates = args.updates * (args.rounds if args.interleave else 1)
-    needed = (args.warmup + timed_updates + args.updates * args.profile) * t.accumulate
-    batches = epochs_of_batches(src_lens, tgt_lens, t.max_tokens, t.seed, needed)
+    needed = (args.warmup + timed_updates + args.updates * args.profile) * train_config.accumulate
+    batches = epochs_of_batches(src_lens, tgt_lens, train_config.max_tokens, train_config.seed, needed)
     loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches)
-    groups = update_groups(list(loader), t.accumulate, args.same_batch)
+    groups = update_groups(list(loader), train_config.accumulate, args.same_batch)
     model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
     steps = build_steps(config, model.to(device), args.precisions, device)
 
@@ -202,7 +202,8 @@ def main() -> None:
             print(f"note: {slow_precision(device, precision)}")
         run_updates(steps[precision], groups[: args.warmup], device, precision)
     print(
-        f"{args.updates} updates of {t.accumulate} batch(es) of up to {t.max_tokens} tokens per precision and round"
+        f"{args.updates} updates of {train_config.accumulate} batch(es) of up to {train_config.max_tokens} "
+        "tokens per precision and round"
         + (", every one on the same batches" if args.same_batch else "")
         + (", each update in every precision in turn, new batches every round" if args.interleave else "")
     )

@@ -73,9 +73,9 @@ def probe_speed(config: str, overrides: list[str], steps: int) -> float:
     return round(sum(rates[1:]) / (len(rates) - 1), 1) if len(rates) > 1 else rates[0]
 
 
-def score_run(out: str, best_name: str, d, test: bool) -> dict:
+def score_run(out: str, best_name: str, has_test: bool) -> dict:
     """Valid BLEU of the best checkpoint (beam and greedy) and of the averages of the last 3 and 5
-    kept checkpoints (written to avg3/, avg5/); with `test`, test BLEU and chrF of each."""
+    kept checkpoints (written to avg3/, avg5/); with `has_test`, test BLEU and chrF of each."""
     best_dir = os.path.join(checkpoint.checkpoint_root(out), best_name)
     row = {}
     row["valid_best"] = evaluate(best_dir, "valid", "--metrics", "bleu")["bleu"]
@@ -88,7 +88,7 @@ def score_run(out: str, best_name: str, d, test: bool) -> dict:
             run("mt-average", "--inputs", out, "--last", str(n), "--output", averages[n])
             row[f"valid_avg{n}"] = evaluate(averages[n], "valid", "--metrics", "bleu")["bleu"]
             row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
-    if test and d.test:
+    if has_test:
         models = (
             ("best", best_dir, ()),
             ("best_greedy", best_dir, ("--beam", "1")),
@@ -123,7 +123,6 @@ def main() -> None:
     out = os.path.join(args.runs_dir, args.name)
     overrides = [*args.set, f"train.output_dir={out}"]
     config = load_config(args.config, overrides)
-    d = config.data
     wall = probe = None
     if args.probe and not args.eval_only:
         probe = probe_speed(args.config, args.set, args.probe)
@@ -149,7 +148,7 @@ def main() -> None:
         row["probe_tokens_per_s"] = probe
     if not args.eval_only:
         row["cpu"] = cpu_model()
-    row.update(score_run(out, best["dir"], d, args.test))
+    row.update(score_run(out, best["dir"], args.test and config.data.test is not None))
     with open(os.path.join(args.runs_dir, "results.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps(row))

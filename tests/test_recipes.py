@@ -153,4 +153,4 @@ def test_a_hub_dataset_offline_without_a_copy_is_a_one_line_error(tmp_path, monk
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: data.hub_name: bentrevett/multi30k could not be fetched from the hub"), last
-    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+    assert not os.path.exists(tmp_path / "run") or not os.listdir(tmp_path / "run")  # nothing written

@@ -36,18 +36,18 @@ class TrainingBatches:
     def _segmentation(self, dataset, tokenizer_files: list[str]):
         """The columns the loader reads, the encoder that segments each batch anew under
         data.spm_alpha (None without), and the tokens of the usual segmentation per batch."""
-        alpha, t = self.data.spm_alpha, self.train
+        alpha, train = self.data.spm_alpha, self.train
         if not alpha:
-            return dataset.select_columns(["src_ids", "tgt_ids"]), None, t.max_tokens
+            return dataset.select_columns(["src_ids", "tgt_ids"]), None, train.max_tokens
         encoder = SubwordEncoder(tokenizer_files[0], tokenizer_files[-1], alpha)
-        batch_tokens, inflation = drawn_batch_tokens(dataset, encoder, t.max_tokens, t.seed)
+        batch_tokens, inflation = drawn_batch_tokens(dataset, encoder, train.max_tokens, train.seed)
         if self.processes.is_main:
             log.info(
                 "data.spm_alpha: drawn segmentations are %.2fx as long; batches are formed at %d tokens of the "
                 "usual segmentation so that drawn ones hold at most train.max_tokens=%d",
                 inflation,
                 batch_tokens,
-                t.max_tokens,
+                train.max_tokens,
             )
         return dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"]), encoder, batch_tokens
 
@@ -69,14 +69,14 @@ class TrainingBatches:
 
     def loader(self, batches: list, epoch: int, cuda: bool):
         """The padded batches of `batches` (the rest of an epoch), loaded by train.num_workers."""
-        t = self.train
+        train = self.train
         return batch_loader(
             self.pairs,
             batches,
-            t.num_workers,
+            train.num_workers,
             cuda,
             self.resample,
             self.data.max_len,
-            t.max_tokens,
-            draw_seed=(t.seed, epoch),
+            train.max_tokens,
+            draw_seed=(train.seed, epoch),
         )

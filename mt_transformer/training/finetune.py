@@ -25,15 +25,15 @@ log = logging.getLogger(__name__)
 def parent_checkpoint(config: Config) -> str | None:
     """The checkpoint directory train.init_from names (a run's best, else its newest), checked
     against the config; None without init_from or once the run has checkpoints of its own."""
-    t = config.train
-    if not t.init_from or checkpoint.list_checkpoints(t.output_dir):
+    train = config.train
+    if not train.init_from or checkpoint.list_checkpoints(train.output_dir):
         return None
     try:
-        parent = checkpoint.resolve(t.init_from)
+        parent = checkpoint.resolve(train.init_from)
     except UserError as error:
         raise ConfigError(f"train.init_from: {error}") from None
     checkpoint.check_compatible(parent, config, "fine-tuning keeps the model and tokenizer of train.init_from")
-    if not t.init_from_reset and not os.path.isfile(os.path.join(parent, checkpoint.TRAINER_FILE)):
+    if not train.init_from_reset and not os.path.isfile(os.path.join(parent, checkpoint.TRAINER_FILE)):
         raise ConfigError(
             f"train.init_from_reset: false needs the optimizer state of {parent}, which has none "
             f"(an averaged checkpoint?); set it to true or name a checkpoint written by mt-train"

@@ -79,13 +79,13 @@ class TrainingLoop:
             raise UserError(f"{error.filename or self.run_dir}: {error.strerror}; {self.how_to_resume()}") from None
 
     def _run(self) -> dict:
-        t, state, policy = self.config.train, self.state, self.policy
+        train, state, policy = self.config.train, self.state, self.policy
         interval, last_metrics, validated_at = Interval(self.device), {}, None
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
         batches_since_update = 0  # a whole epoch of them means the run cannot make progress
         self.step.model.train()
         bar = tqdm(
-            total=t.max_steps,
+            total=train.max_steps,
             initial=state.step,
             unit="step",
             dynamic_ncols=True,
@@ -97,7 +97,7 @@ class TrainingLoop:
                 state.batch_in_epoch += 1
                 batches_since_update += 1
                 group.append(batch)
-                if len(group) < t.accumulate:
+                if len(group) < train.accumulate:
                     continue
                 update = self.step(group, self.share)
                 group = []
@@ -108,16 +108,16 @@ class TrainingLoop:
                     self.stop_if_signalled()
                     continue
                 batches_since_update = 0
-                if state.step % t.log_every == 0:
+                if state.step % train.log_every == 0:
                     self.log_train(interval, bar)
                     interval = Interval(self.device)
                 bar.update(1)
                 state.elapsed = policy.elapsed()
-                if state.step % t.valid_every == 0:
+                if state.step % train.valid_every == 0:
                     started = time.monotonic()
                     last_metrics, validated_at = self.validate_and_save(), state.step
                     interval.pause(time.monotonic() - started)
-                elif t.save_every and state.step % t.save_every == 0:
+                elif train.save_every and state.step % train.save_every == 0:
                     started = time.monotonic()
                     self.save_and_prune()
                     interval.pause(time.monotonic() - started)
@@ -125,7 +125,7 @@ class TrainingLoop:
                 if policy.finished():
                     break
             else:
-                if batches_since_update >= len(batches) + t.accumulate - 1:
+                if batches_since_update >= len(batches) + train.accumulate - 1:
                     raise UserError(
                         f"epoch {state.epoch + 1} ended without a single update ({state.oom_dropped} "
                         f"dropped for lack of memory, {state.skipped} non-finite); see the warnings above"

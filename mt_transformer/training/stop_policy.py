@@ -48,9 +48,9 @@ class StopPolicy:
         return self.train.patience > 0 and self.state.since_best >= self.train.patience
 
     def finished(self) -> bool:
-        t, state = self.train, self.state
-        epochs_done = bool(t.max_epochs and state.epoch >= t.max_epochs)
-        return state.step >= t.max_steps or self.time_up or epochs_done or self.out_of_patience()
+        train, state = self.train, self.state
+        epochs_done = bool(train.max_epochs and state.epoch >= train.max_epochs)
+        return state.step >= train.max_steps or self.time_up or epochs_done or self.out_of_patience()
 
     def local_view(self) -> tuple[bool, bool]:
         """What this process knows at an update: whether its time is up, and whether it received a
@@ -70,17 +70,17 @@ class StopPolicy:
 
     def check_divergence(self, bad_in_a_row: int, last_checkpoint: str) -> None:
         """End the run once train.max_bad_updates updates in a row had a non-finite gradient."""
-        t = self.train
-        if not t.max_bad_updates or bad_in_a_row < t.max_bad_updates:
+        train = self.train
+        if not train.max_bad_updates or bad_in_a_row < train.max_bad_updates:
             return
         cause = (
             "fp16 overflowed although the loss scale was lowered (try train.precision: bf16) or "
-            if t.precision == "fp16"
+            if train.precision == "fp16"
             else ""
         )
         raise UserError(
             f"training diverged: {bad_in_a_row} updates in a row had a non-finite loss or gradient "
-            f"(train.max_bad_updates: {t.max_bad_updates}); likely cause: {cause}a learning rate too high for "
+            f"(train.max_bad_updates: {train.max_bad_updates}); likely cause: {cause}a learning rate too high for "
             f"this model (try a lower train.lr_scale, a longer train.warmup or train.clip_norm: 1.0); "
             f"last good checkpoint: {last_checkpoint}"
         )

@@ -18,7 +18,7 @@ import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, check_data_files, to_yaml
+from mt_transformer.config import Config, TrainConfig, check_data_files, to_yaml
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
@@ -110,45 +110,48 @@ def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distr
 
 
 def _train(config: Config, processes: distributed.Processes, device: torch.device, parent: str | None) -> dict:
-    t, run_dir = config.train, config.train.output_dir
+    settings, run_dir = config.train, config.train.output_dir
     if processes.is_main:
         check_output_dir(run_dir)
     distributed.barrier()
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
     use_fast_matmul(device)
-    random.seed(t.seed)
-    np.random.seed(t.seed)
-    torch.manual_seed(t.seed)
+    random.seed(settings.seed)
+    np.random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
 
     found = checkpoint.list_checkpoints(run_dir)
     if found:
         checkpoint.check_compatible(found[-1][1], config)
     if parent and processes.is_main:
         finetune.adopt_tokenizer(parent, run_dir)
-    tokenizer, data, corpus_sizes = prepare_for_all_ranks(config.data, run_dir, t.seed, processes)
+    tokenizer, data, corpus_sizes = prepare_for_all_ranks(config.data, run_dir, settings.seed, processes)
     if processes.is_main:
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
     model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).to(device)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
-        torch.manual_seed(t.seed + processes.rank)
+        torch.manual_seed(settings.seed + processes.rank)
     config = with_precision(config, model, device, processes, data["train"])
-    t = config.train
-    log_setup(model, t, device, processes)
+    settings = config.train
+    log_setup(model, settings, device, processes)
     if processes.is_main:
-        checkpoint_every = min(t.valid_every, t.save_every or t.valid_every)
+        checkpoint_every = min(settings.valid_every, settings.save_every or settings.valid_every)
         check_disk_space(
-            run_dir, count_parameters(model), t.keep_last, saves=math.ceil(t.max_steps / checkpoint_every) + 1
+            run_dir,
+            count_parameters(model),
+            settings.keep_last,
+            saves=math.ceil(settings.max_steps / checkpoint_every) + 1,
         )
-    forward, ddp = wrap_for_processes(model, device, processes, t.compile)
-    optimizer, scheduler, scaler = optimizer_for(model, t, config.model.d_model, device)
+    forward, ddp = wrap_for_processes(model, device, processes, settings.compile)
+    optimizer, scheduler, scaler = optimizer_for(model, settings, config.model.d_model, device)
     state = TrainerState(world_size=processes.world_size)
-    step = TrainingStep(model, optimizer, scheduler, scaler, t, state, device, forward, ddp, processes)
+    step = TrainingStep(model, optimizer, scheduler, scaler, settings, state, device, forward, ddp, processes)
     if found:
-        resume(step, found[-1][1], processes, t.seed)
+        resume(step, found[-1][1], processes, settings.seed)
     elif parent:
-        finetune.start_from(step, parent, t.init_from_reset)
+        finetune.start_from(step, parent, settings.init_from_reset)
     loop = TrainingLoop(config, step, tokenizer, data, processes, corpus_sizes)
     with logging_redirect_tqdm():
         return loop.run()
@@ -157,9 +160,9 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
 def with_precision(config: Config, model, device: torch.device, processes: distributed.Processes, train_set) -> Config:
     """The config with train.precision settled: auto chooses for this machine, calibrating on the
     first batches of `train_set` where it must (under torchrun rank 0's choice holds for every rank)."""
-    t = config.train
+    settings = config.train
     precision, why = choose_precision(
-        t.precision, device, model, lambda: first_batches(train_set, t.max_tokens, t.seed)
+        settings.precision, device, model, lambda: first_batches(train_set, settings.max_tokens, settings.seed)
     )
     precision = distributed.all_gather(precision)[0]
     if precision != config.train.precision:
@@ -170,19 +173,19 @@ def with_precision(config: Config, model, device: torch.device, processes: distr
     return dataclasses.replace(config, train=dataclasses.replace(config.train, precision=precision))
 
 
-def log_setup(model, t, device: torch.device, processes: distributed.Processes) -> None:
+def log_setup(model, settings: TrainConfig, device: torch.device, processes: distributed.Processes) -> None:
     log.info(
         "model: %d parameters, %s on %s%s",
         count_parameters(model),
-        t.precision,
+        settings.precision,
         device,
         f" x {processes.world_size} processes" if processes.enabled else "",
     )
     log.info(
         "tokens per update: up to %s (train.max_tokens %s x train.accumulate %d x %d process(es))",
-        f"{t.max_tokens * t.accumulate * processes.world_size:,}",
-        f"{t.max_tokens:,}",
-        t.accumulate,
+        f"{settings.max_tokens * settings.accumulate * processes.world_size:,}",
+        f"{settings.max_tokens:,}",
+        settings.accumulate,
         processes.world_size,
     )
 

@@ -20,8 +20,10 @@ log = logging.getLogger(__name__)
 
 def validate(model, tokenizer, dataset, config: Config, device) -> dict:
     """Valid loss, perplexity and greedy BLEU; the model is left in training mode."""
-    t = config.train
-    metrics = validation_loss(model, dataset, t.max_tokens, config.data.max_len, t.label_smoothing, device, t.precision)
+    train = config.train
+    metrics = validation_loss(
+        model, dataset, train.max_tokens, config.data.max_len, train.label_smoothing, device, train.precision
+    )
     metrics |= validation_bleu(model, tokenizer, dataset, config, device)
     model.train()
     return metrics
@@ -84,7 +86,7 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[s
     scores = {}
     for language, rows in groups.items():
         pairs = dataset.select(rows)
-        hypotheses = [t[0].text for t in translate(list(pairs["src"]))]
+        hypotheses = [found[0].text for found in translate(list(pairs["src"]))]
         scores[language] = score(hypotheses, list(pairs["tgt"]), metrics=("bleu",), tgt_lang=language)["bleu"]
     if len(scores) == 1:
         return {"valid_bleu": next(iter(scores.values()))}
