@@ -270,11 +270,12 @@ def write_export_settings(directory: str, settings: dict) -> None:
     write_text(os.path.join(directory, EXPORT_SETTINGS_FILE), json.dumps(settings, indent=2))
 
 
-def read_config(directory: str) -> Config:
-    """The config a checkpoint directory's model was trained with."""
+def read_config(directory: str, metadata: dict | None = None) -> Config:
+    """The config a checkpoint directory's model was trained with (from its `metadata` when the
+    caller has read them already)."""
     where = os.path.join(directory, CONFIG_FILE)
     try:
-        return config_from_dict(read_metadata(directory)["config"])
+        return config_from_dict((metadata if metadata is not None else read_metadata(directory))["config"])
     except (KeyError, TypeError):
         raise UserError(f"{where}: not an mt_transformer checkpoint config") from None
     except ConfigError as error:
@@ -286,7 +287,7 @@ def load(path: str, device: torch.device) -> LoadedModel:
     checkpoint (else its newest)."""
     directory = resolve(path)
     metadata = read_metadata(directory)
-    config = read_config(directory)
+    config = read_config(directory, metadata)
     try:
         vocab_sizes = metadata["src_vocab_size"], metadata["tgt_vocab_size"]
         joint = metadata["joint_vocab"]

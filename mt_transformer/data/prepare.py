@@ -197,8 +197,9 @@ def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split:
         "langs": [corpus.src_lang, corpus.tgt_lang],
         "tags": tags,
     }
-    if corpus.format == "hub" and hub_copy_stamp(corpus.hub_name) is not None:
-        source["copy"] = hub_copy_stamp(corpus.hub_name)
+    stamp = hub_copy_stamp(corpus.hub_name) if corpus.format == "hub" else None
+    if stamp is not None:
+        source["copy"] = stamp
     keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
     dataset, stats = encode_split(

@@ -61,7 +61,7 @@ class TrainingLoop:
         self.state, self.device, self.run_dir = step.state, step.device, config.train.output_dir
         files = [os.path.join(self.run_dir, name) for name in tokenizer.files]
         # corpus_sizes: the training pairs of each corpus, laid end to end in data["train"]
-        self.batches = TrainingBatches(config, data["train"], files, list(corpus_sizes), processes)
+        self.batches = TrainingBatches(config, data["train"], files, corpus_sizes, processes)
         self.policy = StopPolicy(config.train, self.state, processes)
         self.log = RunLog(self.run_dir, self.state.step, processes.is_main, config.train.tensorboard)
         self.metadata = checkpoint.checkpoint_metadata(config, tokenizer)
