@@ -33,7 +33,7 @@ def lines(path: str, n: int) -> list[str]:
 def separate_tokenizer(corpus, tmp_path_factory) -> Tokenizer:
     directory = tmp_path_factory.mktemp("separate")
     src, tgt = lines(f"{corpus}/train.en", 2000), lines(f"{corpus}/train.de", 2000)
-    return train_tokenizer(str(directory), src, tgt, False, 150, "bpe", 1.0, 10_000, 1)
+    return train_tokenizer(str(directory), src, tgt, False, 150, "bpe", 1.0, 10_000, 1, False)
 
 
 def random_model(loaded, tokenizer, **model_settings) -> checkpoint.LoadedModel:
@@ -118,7 +118,9 @@ def test_greedy_generate_translates_like_mt_translate(trained_run, corpus, tmp_p
 
 def test_target_language_tags_become_the_codes_the_tokenizer_splits_off(corpus, tmp_path):
     src, tgt = lines(f"{corpus}/train.en", 500), lines(f"{corpus}/train.de", 500)
-    tokenizer = train_tokenizer(str(tmp_path / "tok"), src, tgt, True, 150, "bpe", 1.0, 10_000, 1, ["<2de>", "<2en>"])
+    tokenizer = train_tokenizer(
+        str(tmp_path / "tok"), src, tgt, True, 150, "bpe", 1.0, 10_000, 1, False, ["<2de>", "<2en>"]
+    )
     config = config_from_dict({"data": {"src_lang": "en", "tgt_lang": "de"}})
     out = tmp_path / "hf"
     out.mkdir()

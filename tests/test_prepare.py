@@ -29,6 +29,7 @@ def test_encoding_is_cached_and_filters_training_data(tmp_path):
         1.0,
         100,
         seed=1,
+        byte_fallback=False,
     )
     model = os.path.join(str(tmp_path), tokenizer.files[0])
     calls = []
@@ -53,7 +54,7 @@ def test_encoding_in_two_processes_matches_one(tmp_path):
     lines = [f"Satz Nummer {i} ist hier" for i in range(400)]
     (tmp_path / "p.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "p.en").write_text("\n".join(s.replace("Satz", "sentence") for s in lines) + "\n", encoding="utf-8")
-    tokenizer = train_tokenizer(str(tmp_path), lines, lines, True, 40, "bpe", 1.0, 1000, seed=1)
+    tokenizer = train_tokenizer(str(tmp_path), lines, lines, True, 40, "bpe", 1.0, 1000, seed=1, byte_fallback=False)
     model = os.path.join(str(tmp_path), tokenizer.files[0])
 
     def load():
@@ -106,7 +107,7 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
 
     model = str(tmp_path / "spm.model")
     lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
-    train_sentencepiece(lines, model, 150, model_type, 1.0, 10_000, seed=1)
+    train_sentencepiece(lines, model, 150, model_type, 1.0, 10_000, seed=1, byte_fallback=False)
     text = {"src": ["The red apples were sold on March fifth."], "tgt": ["Tom bought twenty green shirts."]}
     fixed = SubwordEncoder(model, model)(text)
     assert all(SubwordEncoder(model, model)(text) == fixed for _ in range(3))  # no alpha: one way
@@ -127,7 +128,7 @@ def test_a_batch_draws_the_same_segmentations_with_any_number_of_workers(corpus,
 
     model = str(tmp_path / "spm.model")
     lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
-    train_sentencepiece(lines, model, 150, "unigram", 1.0, 10_000, seed=1)
+    train_sentencepiece(lines, model, 150, "unigram", 1.0, 10_000, seed=1, byte_fallback=False)
     encoder = SubwordEncoder(model, model, alpha=0.3)
     usual = SubwordEncoder(model, model)({"src": lines[:40], "tgt": lines[:40]})
     rows = Dataset.from_dict({"src": lines[:40], "tgt": lines[:40], **usual})

@@ -18,7 +18,7 @@ TGT = [f"the house number {i} is red" for i in range(200)]
 
 @pytest.mark.parametrize("joint, model_type", [(True, "unigram"), (False, "bpe")])
 def test_train_and_round_trip(tmp_path, joint, model_type):
-    tokenizer = train_tokenizer(str(tmp_path), SRC, TGT, joint, 50, model_type, 1.0, 1000, seed=1)
+    tokenizer = train_tokenizer(str(tmp_path), SRC, TGT, joint, 50, model_type, 1.0, 1000, seed=1, byte_fallback=False)
     assert tokenizer.joint == joint
     reloaded = Tokenizer(str(tmp_path))
     for processor in (reloaded.src, reloaded.tgt):
@@ -36,7 +36,7 @@ def test_train_and_round_trip(tmp_path, joint, model_type):
 
 def test_vocabulary_too_large_for_the_data(tmp_path):
     with pytest.raises(UserError, match=r"data.vocab_size: 5000 is too large for this data; at most \d+"):
-        train_tokenizer(str(tmp_path), SRC, TGT, True, 5000, "unigram", 1.0, 1000, seed=1)
+        train_tokenizer(str(tmp_path), SRC, TGT, True, 5000, "unigram", 1.0, 1000, seed=1, byte_fallback=False)
 
 
 def test_coverage_is_chosen_from_the_script():
@@ -55,7 +55,9 @@ def test_auto_coverage_trains_on_text_without_spaces(tmp_path, caplog):
     chinese = ["".join(words[(i * k) % len(words)] for k in range(1, 6)) + "。" for i in range(300)]
     english = [f"sentence number {i}" for i in range(300)]
     with caplog.at_level("INFO"):
-        tokenizer = train_tokenizer(str(tmp_path), english, chinese, True, 60, "unigram", 0.0, 1000, seed=1)
+        tokenizer = train_tokenizer(
+            str(tmp_path), english, chinese, True, 60, "unigram", 0.0, 1000, seed=1, byte_fallback=False
+        )
     assert "character coverage 0.9995" in caplog.text
     ids = tokenizer.tgt.encode(chinese[:3])
     assert tokenizer.decode_tgt(ids) == chinese[:3]
@@ -63,9 +65,43 @@ def test_auto_coverage_trains_on_text_without_spaces(tmp_path, caplog):
 
 
 def test_source_tags_are_pieces_of_their_own(tmp_path):
-    tokenizer = train_tokenizer(str(tmp_path), SRC, TGT, False, 50, "bpe", 1.0, 1000, seed=1, tags=["<2en>", "<bt>"])
+    tokenizer = train_tokenizer(
+        str(tmp_path), SRC, TGT, False, 50, "bpe", 1.0, 1000, seed=1, byte_fallback=False, tags=["<2en>", "<bt>"]
+    )
     assert tokenizer.tags == {"<2en>": 4, "<bt>": 5}
     assert Tokenizer(str(tmp_path)).tags == tokenizer.tags
     plain = tokenizer.encode_src(["das Haus"])[0]
     assert tokenizer.encode_src(["<2en> <bt> das Haus", "<2en> das Haus"]) == [[4, 5, *plain], [4, *plain]]
     assert tokenizer.tgt.piece_to_id("<2en>") == UNK_ID  # the target side never holds them
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_byte_fallback_spells_unseen_characters(tmp_path, model_type):
+    tokenizer = train_tokenizer(str(tmp_path), SRC, TGT, True, 300, model_type, 1.0, 1000, seed=1, byte_fallback=True)
+    line = "the house 😀 is 中 red, Zoë"
+    ids = tokenizer.encode_src([line])[0]
+    assert UNK_ID not in ids
+    assert any(tokenizer.tgt.is_byte(i) for i in ids)
+    assert tokenizer.decode_tgt([ids]) == [line]
+    assert tokenizer.detokenize(ids, []) == (line, 0)
+    assert Tokenizer(str(tmp_path)).tgt.piece_to_id("<0xF0>") != UNK_ID
+
+
+def test_broken_bytes_are_left_out_and_counted(tmp_path):
+    tokenizer = train_tokenizer(str(tmp_path), SRC, TGT, True, 300, "bpe", 1.0, 1000, seed=1, byte_fallback=True)
+    house, red = tokenizer.tgt.encode(["the house", "is red"])
+    smile = tokenizer.tgt.encode("😀")[-4:]  # its four UTF-8 bytes
+    assert tokenizer.detokenize(house + smile[:2] + red, []) == ("the house is red", 1)
+    assert tokenizer.detokenize(house + smile + red, []) == ("the house😀 is red", 0)
+
+
+def test_unknowns_are_filled_or_left_out_never_printed(tmp_path):
+    tokenizer = train_tokenizer(str(tmp_path), SRC, TGT, True, 50, "unigram", 1.0, 1000, seed=1, byte_fallback=False)
+    source = tokenizer.encode_src(["das 😀 Haus 中"])[0]
+    positions = [i for i, piece in enumerate(source) if piece == UNK_ID]
+    assert tokenizer.src_unknowns("das 😀 Haus 中") == list(zip(positions, ["😀", "中"]))
+    ids = tokenizer.tgt.encode("the house 😀 is red 中")
+    assert ids.count(UNK_ID) == 2 and "⁇" in tokenizer.decode_tgt([ids])[0]
+    assert tokenizer.detokenize(ids, ["😀", "中"]) == ("the house 😀 is red 中", 2)
+    assert tokenizer.detokenize(ids, ["😀"]) == ("the house 😀 is red", 2)
+    assert tokenizer.detokenize(ids, []) == ("the house is red", 2)

@@ -74,6 +74,9 @@ class DataConfig(CorpusConfig):
     joint_vocab: bool = True
     spm_type: Literal["unigram", "bpe"] = "unigram"
     character_coverage: float = 0.0  # 0: 0.9995 for Chinese/Japanese/Korean text, else 1.0 (tokenizer.auto_coverage)
+    # characters outside the vocabulary become their UTF-8 bytes (256 byte pieces of the
+    # vocabulary) instead of <unk>, so the model can copy what training never showed it
+    byte_fallback: bool = False
     spm_max_sentences: int = 2_000_000
     # cleaning (training data only), in subword tokens
     max_len: int = 256
@@ -105,8 +108,8 @@ class DataConfig(CorpusConfig):
 
     def tokenizer_settings(self) -> dict:
         """The settings that decide the tokenizer: a run's tokenizer is reused only while they hold."""
-        names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage", "tags")
-        return {name: getattr(self, name) for name in names}
+        names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
+        return {name: getattr(self, name) for name in names + ("byte_fallback", "tags")}
 
     def tokenizer_conflict(self, saved: dict) -> tuple[str, object, object] | None:
         """The first tokenizer setting in which this config differs from `saved` (the
@@ -115,7 +118,7 @@ class DataConfig(CorpusConfig):
         for name, value in self.tokenizer_settings().items():
             if name == "character_coverage" and value == 0:
                 continue
-            if saved.get(name) != value:
+            if saved.get(name, False if name == "byte_fallback" else None) != value:  # absent: no byte pieces
                 key = "data.target_tags/tag (source tags)" if name == "tags" else f"data.{name}"
                 return key, value, saved.get(name)
         return None

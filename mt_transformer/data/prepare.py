@@ -283,6 +283,7 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
         data.character_coverage,
         data.spm_max_sentences,
         seed,
+        data.byte_fallback,
         data.tags,
     )
     write_text(settings_path, json.dumps(settings, indent=2))

@@ -19,6 +19,7 @@ from mt_transformer.errors import UserError
 from mt_transformer.files import write_bytes
 
 JOINT_FILE = "spm.model"
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"
 
 # sentencepiece's advice for character_coverage: 1.0 for languages with a small character set,
@@ -54,10 +55,12 @@ def train_sentencepiece(
     character_coverage: float,
     max_sentences: int,
     seed: int,
+    byte_fallback: bool,
     tags: Iterable[str] = (),
 ) -> None:
     """Train a sentencepiece model on `sentences` and write it atomically to `path`; each of
-    `tags` becomes one piece (ids 4, 5, ... in order) that the text around it never merges into."""
+    `tags` becomes one piece (ids 4, 5, ... in order) that the text around it never merges into;
+    with `byte_fallback` the 256 byte pieces <0x00>..<0xFF> spell what the other pieces cannot."""
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)
     try:
@@ -75,6 +78,7 @@ def train_sentencepiece(
             eos_id=EOS_ID,
             max_sentence_length=1 << 16,
             user_defined_symbols=list(tags),
+            byte_fallback=byte_fallback,
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
         )
@@ -189,6 +193,41 @@ class Tokenizer:
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         return self.tgt.decode(ids)
 
+    def src_unknowns(self, text: str) -> list[tuple[int, str]]:
+        """The pieces of the encoded source `text` that are <unk>: (position, the text it stands
+        for). Source tags a line begins with are left out of the text and the positions alike."""
+        head = 0
+        words = text.split(" ")
+        while head < len(words) and words[head] in self.tags:
+            head += 1
+        rest = " ".join(words[head:])
+        pieces = self.src.encode(rest, out_type="proto").pieces if rest else []
+        return [(head + i, p.surface.strip()) for i, p in enumerate(pieces) if p.id == UNK_ID]
+
+    def detokenize(self, ids: list[int], fills: list[str]) -> tuple[str, int]:
+        """Target text of `ids` without sentencepiece's "⁇": the k-th <unk> becomes fills[k] (or
+        nothing, past the end of `fills`), and byte pieces that spell no valid UTF-8 are left out.
+        Returns the text and how many unknowns (an <unk>, or a run of broken bytes) it had."""
+        if UNK_ID not in ids and not any(self.tgt.is_byte(i) for i in ids):
+            return self.tgt.decode(ids), 0
+        pieces, unknowns, run = [], 0, bytearray()
+        for i in [*ids, None]:  # None closes a last run of bytes
+            if i is not None and self.tgt.is_byte(i):
+                run.append(int(self.tgt.id_to_piece(i)[1:-1], 16))  # "<0xC3>" -> 0xC3
+                continue
+            if run:
+                text = run.decode("utf-8", errors="ignore")
+                unknowns += text.encode("utf-8") != run
+                pieces.append(text.replace(" ", WORD_START))
+                run = bytearray()
+            if i == UNK_ID:
+                pieces.append(fills[unknowns] if unknowns < len(fills) else "")
+                unknowns += 1
+            elif i is not None:
+                pieces.append(self.tgt.id_to_piece(i))
+        text = self.tgt.decode_pieces([p for p in pieces if p])
+        return " ".join(text.split()), unknowns
+
 
 def train_tokenizer(
     directory: str,
@@ -200,12 +239,13 @@ def train_tokenizer(
     character_coverage: float,
     max_sentences: int,
     seed: int,
+    byte_fallback: bool,
     tags: Iterable[str] = (),
 ) -> Tokenizer:
     """Train the joint model, or one per side, into `directory`; source `tags` are pieces of the
     source model. `character_coverage` 0 means choose it from the text (`auto_coverage`); the
     lines are then read twice, so they must be sequences, not one-shot iterators."""
-    options = dict(vocab_size=vocab_size, model_type=model_type, seed=seed)
+    options = dict(vocab_size=vocab_size, model_type=model_type, seed=seed, byte_fallback=byte_fallback)
 
     def train(lines, name, limit, tags=()):
         coverage = character_coverage or auto_coverage(lines)
