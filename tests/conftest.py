@@ -109,6 +109,7 @@ COMMANDS = {
     "mt-prepare": "prepare_main",
     "mt-translate": "translate_main",
     "mt-eval": "eval_main",
+    "mt-score": "score_main",
     "mt-export": "export_main",
     "mt-average": "average_main",
     "mt-plot": "plot_main",
@@ -197,6 +198,18 @@ def load_model(path: str, device: torch.device):
 
     loaded = checkpoint.load(path, device)
     return loaded.model, loaded.tokenizer
+
+
+def token_log_probs(model, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
+    """log p of each target token and of the EOS after them given the source, from one
+    teacher-forced pass of one unpadded pair: (len(tgt_ids) + 1,)."""
+    from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
+
+    src = torch.tensor([src_ids + [EOS_ID]])
+    tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
+    with torch.no_grad():
+        log_probs = model.logits(model(src, tgt_in)).float().log_softmax(-1)[0]  # (tgt_len + 1, vocab)
+    return log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None])[:, 0]
 
 
 def translator(path: str, **decode):

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, run_cli, subprocess_env, tiny_config, translator, write_config
+from conftest import ROOT, run_cli, subprocess_env, tiny_config, token_log_probs, translator, write_config
 
 
 def test_translate_keeps_one_line_per_input_line(trained_run, corpus, tmp_path):
@@ -42,9 +42,7 @@ def test_translate_stdin_stdout_and_nbest(trained_run):
 
 
 def test_translate_scores_are_the_models_log_probabilities(trained_run):
-    import torch
 
-    from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
     from mt_transformer.decoding.search import length_penalty
 
     lines = ["I bought a red apple yesterday.", "Tom will sell 5 old cups tomorrow."]
@@ -70,16 +68,11 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
     for row, translation in zip(rows, [t for sentence in found for t in sentence]):
         assert row[3] == translation.text
         # teacher-forcing the hypothesis gives the printed log-probability (its EOS included) ...
-        src = torch.tensor([tokenizer.encode_src([lines[int(row[0])]])[0] + [EOS_ID]])
-        tgt = translation.tokens + [EOS_ID]
-        with torch.no_grad():
-            log_probs = model.logits(model(src, torch.tensor([[BOS_ID] + tgt[:-1]]))).log_softmax(-1)[
-                0
-            ]  # (tgt_len, vocab)
-        forced = float(log_probs.gather(1, torch.tensor(tgt)[:, None]).sum())
+        src_ids = tokenizer.encode_src([lines[int(row[0])]])[0]
+        forced = float(token_log_probs(model, src_ids, translation.tokens).sum())
         assert float(row[2]) == pytest.approx(forced, abs=2e-3)
         # ... and the score is it over the GNMT length penalty, EOS counted in the length
-        assert float(row[1]) == pytest.approx(forced / length_penalty(len(tgt), 0.6), abs=2e-3)
+        assert float(row[1]) == pytest.approx(forced / length_penalty(len(translation.tokens) + 1, 0.6), abs=2e-3)
     single = run_cli("mt-translate", "--checkpoint", trained_run, "--scores", input=lines[0] + "\n")
     assert len(single.stdout.splitlines()[0].split("\t")) == 3
 

@@ -7,9 +7,8 @@ import os
 import pytest
 import torch
 
-from conftest import run_cli, translator
+from conftest import run_cli, token_log_probs, translator
 from mt_transformer import checkpoint
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
@@ -17,15 +16,6 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from mt_transformer.decoding import ctranslate2_engine  # noqa: E402
 
 CPU = torch.device("cpu")
-
-
-def torch_token_log_probs(model, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
-    """log p of each target token and EOS given the source, from our model: (len(tgt_ids) + 1,)."""
-    src = torch.tensor([src_ids + [EOS_ID]])
-    tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
-    with torch.no_grad():
-        log_probs = model.logits(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len, vocab)
-    return log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None])[:, 0]
 
 
 def ct2_token_log_probs(translator, tokenizer, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
@@ -53,7 +43,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
     lines = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:5]
     refs = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()[:5]
     for src_ids, tgt_ids in zip(tokenizer.encode_src(lines), tokenizer.tgt.encode(refs)):
-        ours = torch_token_log_probs(model, src_ids, tgt_ids)
+        ours = token_log_probs(model, src_ids, tgt_ids)
         theirs = ct2_token_log_probs(translator, tokenizer, src_ids, tgt_ids)
         assert theirs.shape == ours.shape
         assert torch.allclose(theirs, ours, atol=1e-4), (theirs - ours).abs().max()
@@ -154,3 +144,17 @@ def test_forced_prefixes_reach_ctranslate2(trained_run, corpus, tmp_path):
     theirs = load_translator(str(out), "ctranslate2", "cpu", beam_size=2)(lines, prefixes=["Tom"] * 5)
     assert all(r[0].text.startswith("Tom") for r in theirs)
     assert [r[0].text for r in theirs] == [r[0].text for r in ours]
+
+
+def test_mt_score_with_ctranslate2_scores_as_pytorch(trained_run, corpus, tmp_path):
+    out = tmp_path / "ct2"
+    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    common = ["--src", f"{corpus}/valid.en", "--tgt", f"{corpus}/valid.de", "--per-subword"]
+    ours = run_cli("mt-score", "--checkpoint", trained_run, *common)
+    theirs = run_cli("mt-score", "--checkpoint", str(out), "--engine", "ctranslate2", *common)
+    assert ours.returncode == 0 and theirs.returncode == 0, theirs.stderr
+    rows = [[line.split("\t") for line in r.stdout.splitlines()] for r in (ours, theirs)]
+    assert len(rows[0]) == len(rows[1]) == len(open(f"{corpus}/valid.en").read().splitlines())
+    for a, b in zip(*rows):
+        assert len(a[2].split()) == len(b[2].split())
+        assert float(a[0]) == pytest.approx(float(b[0]), abs=2e-3)

@@ -7,9 +7,8 @@ import os
 import pytest
 import torch
 
-from conftest import load_model, run_cli, translator
+from conftest import load_model, run_cli, token_log_probs, translator
 from mt_transformer import devices
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.decoding.translator import TorchSearch, load_translator, source_batches
 
 CPU = torch.device("cpu")
@@ -78,15 +77,6 @@ def test_out_of_memory_while_decoding_halves_the_batch_then_the_input(trained_ru
             assert got[i][0].tokens
 
 
-def teacher_forced_log_prob(model, src_ids: list[int], tgt_ids: list[int]) -> float:
-    """log p(tgt_ids, then EOS | source) summed, from one teacher-forced pass."""
-    src = torch.tensor([src_ids + [EOS_ID]])
-    tgt_in = torch.tensor([[BOS_ID] + tgt_ids])
-    with torch.no_grad():
-        log_probs = model.logits(model(src, tgt_in)).log_softmax(-1)[0]  # (tgt_len + 1, vocab)
-    return float(log_probs.gather(1, torch.tensor(tgt_ids + [EOS_ID])[:, None]).sum())
-
-
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_forced_prefix_scores_as_teacher_forcing_and_the_search_continues_after_it(trained_run, corpus, beam):
     model, tokenizer = load_model(trained_run, torch.device("cpu"))
@@ -96,7 +86,7 @@ def test_a_forced_prefix_scores_as_teacher_forcing_and_the_search_continues_afte
     forced = translator(trained_run, beam_size=beam, max_len_a=0, max_len_b=0)(lines, prefixes=references)
     for line, reference, result in zip(tokenizer.encode_src(lines), tokenizer.tgt.encode(references), forced):
         assert result[0].tokens == reference
-        assert result[0].log_prob == pytest.approx(teacher_forced_log_prob(model, line, reference), abs=1e-4)
+        assert result[0].log_prob == pytest.approx(float(token_log_probs(model, line, reference).sum()), abs=1e-4)
     # forcing the start a free search chose changes nothing; forcing another start is followed
     free = translator(trained_run, beam_size=1)(lines)
     starts = [tokenizer.tgt.decode(r[0].tokens[:2]) for r in free]

@@ -1,12 +1,23 @@
-"""Command-line entry points: mt-train, mt-prepare, mt-translate, mt-eval, mt-export, mt-average, mt-plot.
+"""Command-line entry points: mt-train, mt-prepare, mt-translate, mt-eval, mt-score, mt-export, mt-average,
+mt-plot.
 
 Each parses its arguments, calls into the package, and turns a UserError into one line on
 stderr and exit code 2.
 """
 
 from mt_transformer.cli.evaluate import eval_main
+from mt_transformer.cli.score import score_main
 from mt_transformer.cli.tools import average_main, export_main, plot_main
 from mt_transformer.cli.train import prepare_main, train_main
 from mt_transformer.cli.translate import translate_main
 
-__all__ = ["average_main", "eval_main", "export_main", "plot_main", "prepare_main", "train_main", "translate_main"]
+__all__ = [
+    "average_main",
+    "eval_main",
+    "export_main",
+    "plot_main",
+    "prepare_main",
+    "score_main",
+    "train_main",
+    "translate_main",
+]

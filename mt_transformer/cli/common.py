@@ -84,12 +84,12 @@ def read_input(path: str | None) -> list[str]:
 
 def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = True) -> None:
     """The options of every command that translates: the model(s), the search, where it runs."""
-    _model_options(parser, checkpoint_required)
+    model_options(parser, checkpoint_required)
     _search_options(parser)
-    _runtime_options(parser)
+    runtime_options(parser)
 
 
-def _model_options(parser: argparse.ArgumentParser, checkpoint_required: bool) -> None:
+def model_options(parser: argparse.ArgumentParser, checkpoint_required: bool) -> None:
     parser.add_argument(
         "--checkpoint",
         nargs="+",
@@ -139,7 +139,7 @@ def _search_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _runtime_options(parser: argparse.ArgumentParser) -> None:
+def runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     parser.add_argument(
         "--precision",

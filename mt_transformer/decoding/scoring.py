@@ -1,0 +1,107 @@
+"""The model's score of given translations: log P(target | source) by teacher forcing, the sum
+over the target's subwords and its EOS, as fairseq's --score-reference and marian-scorer give it.
+
+Data filtering, quality estimation and contrastive evaluation score with it (mt-score). The
+translator's settings apply as in translation: its engine, ensemble, precision, token budget and
+target-language tag.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from mt_transformer.data.batching import budget_batches, collate
+from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.data.text import normalize
+from mt_transformer.devices import autocast, is_out_of_memory, release_memory
+from mt_transformer.errors import UserError
+from mt_transformer.model.masks import padding_mask
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LineScore:
+    token_log_probs: list[float]  # one per target subword, then EOS
+
+    @property
+    def log_prob(self) -> float:
+        return sum(self.token_log_probs)
+
+    @property
+    def per_token(self) -> float:
+        """The log-probability per token (EOS counted): comparable across lengths."""
+        return self.log_prob / len(self.token_log_probs)
+
+
+def score_lines(translator, sources: list[str], targets: list[str]) -> list[LineScore]:
+    """The score of each target line as the translation of its source line, in input order."""
+    if len(sources) != len(targets):
+        raise ValueError("one target per source")
+    texts = [normalize(line) for line in sources]
+    if translator.target_tag:
+        texts = [f"{translator.target_tag} {text}" for text in texts]
+    src_ids = translator.tokenizer.encode_src(texts)
+    tgt_ids = translator.tokenizer.tgt.encode([normalize(line) for line in targets])
+    limit = getattr(translator.search, "max_positions", None)
+    for line, (s, t) in enumerate(zip(src_ids, tgt_ids), start=1):
+        if limit is not None and max(len(s), len(t)) + 1 > limit:
+            raise UserError(
+                f"line {line}: {max(len(s), len(t))} subwords, more than the model's {limit - 1} positions hold"
+            )
+    if translator.model is None:
+        return [LineScore(scores) for scores in _ctranslate2_scores(translator, src_ids, tgt_ids)]
+    order = sorted(range(len(src_ids)), key=lambda i: -max(len(src_ids[i]), len(tgt_ids[i])))
+    sizes = [max(len(src_ids[i]), len(tgt_ids[i])) + 1 for i in order]
+    found: list[list[float]] = [[] for _ in src_ids]
+    for batch in budget_batches(order, sizes, translator.decode.max_tokens):
+        scores = _scores_surviving_oom(translator, [src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+        for i, row in zip(batch, scores):
+            found[i] = row
+    return [LineScore(scores) for scores in found]
+
+
+def _scores_surviving_oom(translator, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+    """teacher_forced_log_probs of a batch, halved for as long as it does not fit in memory."""
+    try:
+        with autocast(translator.device, translator.decode.precision):
+            return teacher_forced_log_probs(translator.model, sources, targets, translator.device)
+    except RuntimeError as error:  # torch.OutOfMemoryError is one
+        if not is_out_of_memory(error) or len(sources) == 1:
+            raise
+    release_memory(translator.device)
+    log.warning("out of memory scoring %d sentence pairs: halving the batch", len(sources))
+    half = len(sources) // 2
+    return _scores_surviving_oom(translator, sources[:half], targets[:half]) + _scores_surviving_oom(
+        translator, sources[half:], targets[half:]
+    )
+
+
+@torch.inference_mode()
+def teacher_forced_log_probs(
+    model, sources: list[list[int]], targets: list[list[int]], device: torch.device
+) -> list[list[float]]:
+    """log P(y_t | y_<t, x) of every target subword and of the EOS after it, per pair, in one
+    batched pass (a model, or an Ensemble: its combined distribution, normalised as the searches
+    normalise it)."""
+    batch = collate(sources, targets)
+    src, tgt_in, tgt_out = batch.src.to(device), batch.tgt_in.to(device), batch.tgt_out.to(device)
+    src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
+    states, _ = model.decode(tgt_in, model.encode(src, src_mask), src_mask)  # (batch, tgt_len, d_model)
+    log_probs = model.logits(states).float().log_softmax(dim=-1)  # (batch, tgt_len, vocab)
+    picked = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).cpu()  # (batch, tgt_len)
+    return [picked[row, : len(target) + 1].tolist() for row, target in enumerate(targets)]
+
+
+def _ctranslate2_scores(translator, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+    tokenizer = translator.tokenizer
+    results = translator.search.translator.score_batch(
+        [tokenizer.src_pieces(s) for s in sources],
+        [tokenizer.tgt_pieces(t) for t in targets],
+        max_batch_size=translator.decode.max_tokens,
+        batch_type="tokens",
+    )
+    return [list(result.log_probs) for result in results]
