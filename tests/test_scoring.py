@@ -72,6 +72,7 @@ def test_mt_score_prints_total_per_token_and_per_subword_scores(trained_run, cor
         r[:2] for r in rows
     ]
 
+
 def test_mt_score_refuses_files_of_different_lengths_and_writes_nothing(trained_run, tmp_path):
     (tmp_path / "src").write_text("a\nb\nc\n", encoding="utf-8")
     (tmp_path / "tgt").write_text("a\nb\n", encoding="utf-8")

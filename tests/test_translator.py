@@ -9,7 +9,8 @@ import torch
 
 from conftest import load_model, run_cli, token_log_probs, translator
 from mt_transformer import devices
-from mt_transformer.decoding.translator import TorchSearch, load_translator, source_batches
+from mt_transformer.decoding.torch_search import TorchSearch
+from mt_transformer.decoding.translator import load_translator, source_batches
 
 CPU = torch.device("cpu")
 
@@ -57,10 +58,10 @@ def test_out_of_memory_while_decoding_halves_the_batch_then_the_input(trained_ru
     expected = translate(lines)
     real_search = TorchSearch.search
 
-    def search(self, sources, prefixes=None):
+    def search(self, sources, prefixes=None, constraints=None):
         if len(sources) > 2 or max(map(len, sources)) > 22:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_search(self, sources, prefixes)
+        return real_search(self, sources, prefixes, constraints)
 
     monkeypatch.setattr(TorchSearch, "search", search)
     with caplog.at_level(logging.WARNING, logger="mt_transformer"):

@@ -32,6 +32,17 @@ def _parser() -> argparse.ArgumentParser:
         "search continues after it",
     )
     parser.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="one line per input line: target phrases, tab-separated, that its translation must contain "
+        "(in any order; an empty line: none), met by beam search with dynamic beam allocation",
+    )
+    parser.add_argument(
+        "--avoid",
+        metavar="FILE",
+        help="one line per input line: target phrases, tab-separated, that its translation must not contain",
+    )
+    parser.add_argument(
         "--alignment",
         action="store_true",
         help="add TAB + hard word alignments from the cross-attention to each line, as "
@@ -66,15 +77,26 @@ def translate_main(argv=None):
     if inspect and len(args.checkpoint) > 1:
         raise UserError("--attention and --alignment need one --checkpoint, not an ensemble")
     if args.input in (None, "-") and args.output in (None, "-") and sys.stdin.isatty():
-        if args.prefix:
-            raise UserError("--prefix: needs the input from -i FILE or a pipe, one prefix per input line")
+        for flag, value in (("--prefix", args.prefix), ("--constraints", args.constraints), ("--avoid", args.avoid)):
+            if value:
+                raise UserError(f"{flag}: needs the input from -i FILE or a pipe, one line per input line")
         return _translate_interactively(args)
     lines = read_input(args.input)
-    prefixes = read_input(args.prefix) if args.prefix else None
-    if prefixes is not None and len(prefixes) != len(lines):
-        raise UserError(f"--prefix: {args.prefix} has {len(prefixes)} lines, the input {len(lines)}")
+    per_line = {}
+    for flag, path in (("--prefix", args.prefix), ("--constraints", args.constraints), ("--avoid", args.avoid)):
+        if path:
+            per_line[flag] = read_input(path)
+            if len(per_line[flag]) != len(lines):
+                raise UserError(f"{flag}: {path} has {len(per_line[flag])} lines, the input {len(lines)}")
+    constraints = None
+    if args.constraints or args.avoid:
+        phrases = {
+            flag: [line.split("\t") for line in per_line.get(flag, [""] * len(lines))]
+            for flag in ("--constraints", "--avoid")
+        }
+        constraints = (phrases["--constraints"], phrases["--avoid"])
     translator = translator_from_args(args, n_best=args.nbest)
-    results = translator(lines, progress=True, prefixes=prefixes)
+    results = translator(lines, progress=True, prefixes=per_line.get("--prefix"), constraints=constraints)
     alignments = _inspect(args, translator, lines, results) if inspect else None
     write_output(args.output, "".join(_format_translations(results, args, alignments)))
 

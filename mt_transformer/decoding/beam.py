@@ -7,12 +7,17 @@ top 2*beam candidates over (width, vocab): an EOS among the first `beam` ends a
 hypothesis, and the best `beam` others continue. A sentence is done once it has `beam`
 finished hypotheses (fairseq's rule) or reaches its length limit, where EOS is forced; done
 sentences leave the batch so later steps run on fewer rows.
+
+With lexical constraints (decoding/constraints.py) the same loop restricts each step's
+log-probabilities and chooses the continuing rows by dynamic beam allocation; hypotheses that
+end holding every phrase to include rank before those that do not.
 """
 
 from __future__ import annotations
 
 import torch
 
+from mt_transformer.decoding.constraints import Constraints, LexicalBeam
 from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs, output_projection
 
 
@@ -30,10 +35,12 @@ def beam_search(
     n_best: int,
     no_repeat_ngram: int = 0,
     prefix: torch.Tensor | None = None,
+    constraints: list[Constraints] | None = None,
 ) -> list[list[Hypothesis]]:
     """Return the n_best hypotheses of each sentence, best first; with `no_repeat_ngram` N > 0 no
     hypothesis holds an n-gram of N tokens twice; `prefix` (batch, prefix_len), -1 past each
-    row's end, forces the first tokens.
+    row's end, forces the first tokens; `constraints`, one per sentence, are met by dynamic beam
+    allocation (each hypothesis's `unmet` counts the phrases to include that it lacks).
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
@@ -47,6 +54,7 @@ def beam_search(
     scores = torch.zeros(batch, 1, device=device)  # (live, width): cumulative log-probs
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     shortest_limit = int(max_len.min())
+    lexical = LexicalBeam(constraints, eos_id) if constraints is not None else None
 
     for step in range(int(max_len.max()) + 1):
         live, owners = sentence.numel(), sentence.tolist()
@@ -57,16 +65,23 @@ def beam_search(
         at_limit = (max_len <= step).repeat_interleave(width) if step >= shortest_limit else None
         row_prefix = None if prefix is None else prefix[sentence].repeat_interleave(width, dim=0)
         log_probs = next_token_log_probs(project, states, step, eos_id, tokens, no_repeat_ngram, at_limit, row_prefix)
-        top_scores, top_beam, top_token = _best_candidates(log_probs, scores, beam)  # (live, 2*beam)
+        if lexical is not None:
+            lexical.restrict(log_probs, at_limit)
+        top = _best_candidates(log_probs, scores, beam)
+        top_scores, top_beam, top_token = top  # (live, 2*beam)
         is_eos = top_token == eos_id
 
-        _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, width, step, alpha)
+        unmet = None if lexical is None else lexical.constraints
+        _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, width, step, alpha, unmet)
 
-        # the best `beam` non-EOS candidates continue
-        scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, top_scores.size(1)), dim=1)
-        rows = (torch.arange(live, device=device) * width)[:, None] + top_beam.gather(1, order)  # (live, beam)
+        if lexical is None:  # the best `beam` non-EOS candidates continue
+            scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, top_scores.size(1)), dim=1)
+            next_beam, next_token = top_beam.gather(1, order), top_token.gather(1, order)  # (live, beam)
+        else:
+            scores, next_beam, next_token = lexical.choose(log_probs, scores, top, beam)
+        rows = (torch.arange(live, device=device) * width)[:, None] + next_beam  # (live, beam)
         width = scores.size(1)
-        tokens = torch.cat([tokens[rows.view(-1)], top_token.gather(1, order).view(-1, 1)], dim=1)
+        tokens = torch.cat([tokens[rows.view(-1)], next_token.view(-1, 1)], dim=1)
 
         done = torch.tensor([len(finished[s]) >= beam for s in owners], device=device) | (max_len <= step)
         if bool(done.all()):
@@ -77,9 +92,11 @@ def beam_search(
             rows, sentence, max_len, scores, src_mask = (t[keep] for t in (rows, sentence, max_len, scores, src_mask))
             tokens = tokens.view(-1, width, tokens.size(1))[keep].flatten(0, 1)  # (still_live*width, step+2)
             shortest_limit = int(max_len.min())
+            if lexical is not None:
+                lexical.keep(keep.tolist())
         cache.select(rows.view(-1), sentences=keep)
 
-    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
+    return [sorted(hyps, key=lambda h: (h.unmet == 0, h.score), reverse=True)[:n_best] for hyps in finished]
 
 
 def _best_candidates(
@@ -101,10 +118,11 @@ def _best_candidates(
 
 
 def _finish_hypotheses(
-    finished, owners, tokens, top_scores, top_beam, is_eos, beam: int, width: int, step: int, alpha: float
+    finished, owners, tokens, top_scores, top_beam, is_eos, beam: int, width: int, step: int, alpha: float, unmet
 ) -> None:
     """EOS among the first `beam` candidates of a sentence finishes a hypothesis, until the
-    sentence has `beam` of them (one host sync per step).
+    sentence has `beam` of them (one host sync per step). `unmet`: None, or each live sentence's
+    Constraints, which count the phrases a finished hypothesis lacks.
 
     tokens: (live*width, step+1); top_scores, top_beam, is_eos: (live, 2*beam).
     """
@@ -113,7 +131,6 @@ def _finish_hypotheses(
         owner = owners[i]
         if len(finished[owner]) < beam:
             row = i * width + int(top_beam[i, j])
-            log_prob = float(top_scores[i, j])
-            finished[owner].append(
-                Hypothesis(tokens[row, 1:].tolist(), log_prob / length_penalty(step + 1, alpha), log_prob)
-            )
+            log_prob, found = float(top_scores[i, j]), tokens[row, 1:].tolist()
+            lacking = unmet[i].unmet(found) if unmet is not None else 0
+            finished[owner].append(Hypothesis(found, log_prob / length_penalty(step + 1, alpha), log_prob, lacking))

@@ -31,6 +31,7 @@ import torch
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE, write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
@@ -178,12 +179,36 @@ def load(directory: str, device: torch.device, compute_type: str = "default", th
 
 class Ct2Search:
     """Search over batches of source subword ids with a CTranslate2 translator, the same interface
-    as translator.TorchSearch."""
+    as torch_search.TorchSearch."""
 
     def __init__(self, translator, tokenizer: Tokenizer, decode, max_positions: int):
         self.translator, self.tokenizer, self.decode, self.max_positions = translator, tokenizer, decode, max_positions
 
-    def __call__(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+    def __call__(
+        self,
+        sources: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """Hypotheses for `sources`. CTranslate2 can suppress phrases (for a whole batch: inputs are
+        grouped by their phrases to avoid) but not require them."""
+        if constraints and any(c.include for c in constraints):
+            raise UserError("--constraints: needs --engine torch (CTranslate2 cannot require phrases; --avoid works)")
+        groups: dict[tuple, list[int]] = {}
+        for i in range(len(sources)):
+            groups.setdefault(constraints[i].avoid if constraints else (), []).append(i)
+        found: list[list[Hypothesis]] = [[] for _ in sources]
+        for avoid, members in groups.items():
+            hypotheses = self._translate(
+                [sources[i] for i in members], None if prefixes is None else [prefixes[i] for i in members], avoid
+            )
+            for i, h in zip(members, hypotheses):
+                found[i] = h
+        return found
+
+    def _translate(
+        self, sources: list[list[int]], prefixes: list[list[int]] | None, avoid: tuple[tuple[int, ...], ...]
+    ) -> list[list[Hypothesis]]:
         limits = output_limits(sources, self.decode, self.max_positions, prefixes)
         try:
             results = self.translator.translate_batch(
@@ -193,6 +218,7 @@ class Ct2Search:
                 num_hypotheses=self.decode.n_best,
                 no_repeat_ngram_size=self.decode.no_repeat_ngram,
                 target_prefix=None if prefixes is None else [self.tokenizer.tgt_pieces(p) for p in prefixes],
+                suppress_sequences=[self.tokenizer.tgt_pieces(list(p)) for p in avoid] or None,
                 max_decoding_length=max(limits),
                 max_input_length=0,
                 return_scores=True,

@@ -18,6 +18,7 @@ class Hypothesis:
     tokens: list[int]  # without BOS and EOS
     score: float  # log_prob / length_penalty
     log_prob: float  # sum of token log-probabilities, EOS included
+    unmet: int = 0  # lexical constraints: the phrases to include that it lacks
 
 
 def length_penalty(length: int, alpha: float) -> float:

@@ -1,6 +1,6 @@
 """The translator: lines of text in, translations out. It tokenizes, batches by tokens (longest
-first), runs one engine's search (PyTorch here, or CTranslate2), detokenizes, and puts the
-results back in input order. Exactly one result per input line; an empty line gives an empty
+first), runs one engine's search (PyTorch, torch_search.py, or CTranslate2), detokenizes, and
+puts the results back in input order. Exactly one result per input line; an empty line gives an empty
 translation, and a line too long for the model (or for memory) is translated in parts.
 
 mt-translate, mt-eval, validation during training and the benchmark all translate through it.
@@ -17,18 +17,15 @@ import torch
 from tqdm import tqdm
 
 from mt_transformer.config import Config, DecodeConfig, config_from_dict, language_tag, tag_language, validate
-from mt_transformer.data.batching import budget_batches, pad
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.decoding.beam import beam_search
-from mt_transformer.decoding.greedy import greedy_search
-from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at, split_input
-from mt_transformer.decoding.sampling import Sampler, sample
-from mt_transformer.decoding.search import Hypothesis, output_limits
-from mt_transformer.devices import autocast, decode_precision, is_out_of_memory, release_memory, slow_precision
+from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
+from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
+from mt_transformer.decoding.search import Hypothesis, output_limit
+from mt_transformer.decoding.torch_search import TorchSearch
+from mt_transformer.devices import decode_precision, slow_precision
 from mt_transformer.errors import UserError
-from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)
 
@@ -48,71 +45,10 @@ def source_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return budget_batches(order, [lengths[i] + 1 for i in order], max_tokens)
 
 
-class TorchSearch:
-    """Greedy or beam search with the PyTorch model over batches of subword sequences, surviving
-    out-of-memory errors: a batch that does not fit is halved, and a single input that does not
-    fit is translated in two parts."""
-
-    def __init__(
-        self, model, tokenizer: Tokenizer, device: torch.device, decode: DecodeConfig, max_positions: int | None
-    ):
-        self.model, self.tokenizer, self.device = model, tokenizer, device
-        self.decode, self.max_positions = decode, max_positions
-        self.sampler = (
-            Sampler(decode.topk, decode.topp, decode.temperature, decode.seed, device) if decode.sampling else None
-        )
-
-    def search(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
-        src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
-        src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
-        max_len = torch.tensor(output_limits(sources, self.decode, self.max_positions, prefixes))  # (batch,)
-        prefix = None
-        if prefixes is not None and any(prefixes):  # (batch, longest prefix), -1 past each one's end
-            prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
-        d = self.decode
-        common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
-        with autocast(self.device, d.precision):  # the searches take log-probabilities in float32
-            if self.sampler is not None:
-                return sample(
-                    self.model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common
-                )
-            if d.beam_size == 1:
-                return [[h] for h in greedy_search(self.model, src, src_mask, max_len, **common)]
-            return beam_search(
-                self.model, src, src_mask, max_len, beam_size=d.beam_size, alpha=d.alpha, n_best=d.n_best, **common
-            )
-
-    def __call__(self, sources: list[list[int]], prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
-        try:
-            return self.search(sources, prefixes)
-        except RuntimeError as error:  # torch.OutOfMemoryError is one
-            if not is_out_of_memory(error):
-                raise
-        release_memory(self.device)
-        if len(sources) > 1:
-            log.warning(
-                "out of memory translating %d sentences of up to %d subwords: halving the batch",
-                len(sources),
-                max(map(len, sources)),
-            )
-            half = len(sources) // 2
-            if prefixes is None:
-                return self(sources[:half]) + self(sources[half:])
-            return self(sources[:half], prefixes[:half]) + self(sources[half:], prefixes[half:])
-        source = sources[0]
-        if len(source) < 2:
-            log.warning("out of memory translating a single subword: its translation is left empty")
-            return [[Hypothesis([], 0.0, 0.0)]]
-        log.warning("out of memory translating one input of %d subwords: translating it in two parts", len(source))
-        parts = split_at(source, cut_points(self.tokenizer.src_pieces(source), (len(source) + 1) // 2))
-        first = self([parts[0]], prefixes)[0]  # a forced prefix begins the first part
-        return [join_hypotheses([first] + [self([part])[0] for part in parts[1:]])]
-
-
 @dataclass
 class Translator:
-    # (subword ids, forced target prefixes or None) -> hypotheses, best first
-    search: Callable[[list[list[int]], list[list[int]] | None], list[list[Hypothesis]]]
+    # (subword ids, forced target prefixes or None, constraints or None) -> hypotheses, best first
+    search: Callable[[list[list[int]], list[list[int]] | None, list[Constraints] | None], list[list[Hypothesis]]]
     tokenizer: Tokenizer
     decode: DecodeConfig  # the settings in effect
     max_input_len: int | None  # longer inputs are cut into parts; None: no limit
@@ -129,16 +65,23 @@ class Translator:
         return self.config.data.target_language if self.config else None
 
     def __call__(
-        self, lines: list[str], progress: bool = False, prefixes: list[str] | None = None
+        self,
+        lines: list[str],
+        progress: bool = False,
+        prefixes: list[str] | None = None,
+        constraints: tuple[list[list[str]], list[list[str]]] | None = None,
     ) -> list[list[Translation]]:
         """Per line, up to decode.n_best translations, best first; each begins with its line's
-        prefix when `prefixes` are given (one per line, "" for none)."""
+        prefix when `prefixes` are given (one per line, "" for none). `constraints`: per line, the
+        phrases every translation must contain and those none may contain."""
         texts = [normalize(line) for line in lines]
         if self.target_tag:  # empty lines stay empty
             texts = [f"{self.target_tag} {text}" if text else text for text in texts]
         ids = self.tokenizer.encode_src(texts)
         forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
+        lexical = self._encode_constraints(*constraints) if constraints is not None else None
         segments, owners, segment_prefixes = [], [], []  # the parts to translate, their lines and prefixes
+        segment_constraints: list[Constraints] = []
         for line, sequence in enumerate(ids):
             parts = [sequence]
             if self.max_input_len and len(sequence) > self.max_input_len:
@@ -153,13 +96,18 @@ class Translator:
             segments += parts
             owners += [line] * len(parts)
             segment_prefixes += [forced[line] if forced else []] + [[]] * (len(parts) - 1)
+            if lexical:
+                segment_constraints += self._constraints_of_parts(line, lexical[line], parts)
 
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
         batches = source_batches([len(s) for s in segments], self.decode.max_tokens)
         with tqdm(total=sum(map(len, batches)), unit="sent", disable=not progress, leave=False) as bar:
             for batch in batches:
                 batch_prefixes = [segment_prefixes[i] for i in batch] if forced else None
-                for i, hypotheses in zip(batch, self.search([segments[i] for i in batch], batch_prefixes)):
+                batch_constraints = [segment_constraints[i] for i in batch] if lexical else None
+                for i, hypotheses in zip(
+                    batch, self.search([segments[i] for i in batch], batch_prefixes, batch_constraints)
+                ):
                     found[i] = hypotheses
                 bar.update(len(batch))
 
@@ -167,11 +115,40 @@ class Translator:
         for line, hypotheses in zip(owners, found):
             per_line[line].append(hypotheses)
         results = []
-        for parts in per_line:
+        for line, parts in enumerate(per_line):
             hypotheses = parts[0] if len(parts) == 1 else join_hypotheses(parts)
+            if lexical and any(lexical[line].unmet(h.tokens) for h in hypotheses):
+                log.warning(
+                    "line %d: no translation within the length limit holds every phrase of --constraints; "
+                    "printed without them",
+                    line + 1,
+                )
             texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
             results.append([Translation(t, h.tokens, h.score, h.log_prob) for t, h in zip(texts, hypotheses)])
         return results
+
+    def _encode_constraints(self, include: list[list[str]], avoid: list[list[str]]) -> list[Constraints] | None:
+        """Each line's Constraints, or None when no line has any."""
+        lexical = encode_constraints(self.tokenizer, include, avoid)
+        if not any(lexical):
+            return None
+        if self.decode.sampling:
+            raise UserError("--constraints and --avoid: for beam search, not with --sampling")
+        if self.decode.beam_size == 1 and any(c.include for c in lexical):
+            raise UserError("--constraints: needs beam search (--beam 2 or more); greedy search cannot plan for them")
+        return lexical
+
+    def _constraints_of_parts(self, line: int, c: Constraints, parts: list[list[int]]) -> list[Constraints]:
+        """The line's constraints spread over the parts it is translated in; phrases to include
+        that more than its translation may hold are a one-line error."""
+        max_positions = getattr(self.search, "max_positions", None)
+        capacities = [output_limit(len(part), self.decode, max_positions) for part in parts]
+        if c.subwords > sum(capacities):
+            raise UserError(
+                f"--constraints: line {line + 1}: its phrases take {c.subwords} subwords, more than the "
+                f"{sum(capacities)} its translation may have (decode.max_len_a, decode.max_len_b)"
+            )
+        return split_constraints(c, capacities)
 
 
 def input_limit(config: Config, max_positions: int | None) -> int:

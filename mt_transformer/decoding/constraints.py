@@ -1,0 +1,238 @@
+"""Lexical constraints: target phrases a translation must contain (in any order) and phrases it
+must not contain, each a contiguous run of subwords.
+
+The beam search meets them by dynamic beam allocation (Post & Vilar, 2018, "Fast Lexically
+Constrained Decoding with Dynamic Beam Allocation for Neural Machine Translation", section 3):
+
+- candidates (their Algorithm 1): the best 2*beam continuations over the sentence's rows, plus
+  for every row the tokens that advance one of its unmet phrases, plus every row's own best token;
+- banks: a candidate's bank is the number of constraint subwords its hypothesis has produced,
+  0..C for C constraint subwords in all. The beam's slots are split evenly over the C + 1 banks,
+  and each bank keeps its best candidates by score, so hypotheses that met more constraints
+  never push out all the good ones that met fewer (and the reverse). Slots a bank cannot fill go
+  to the other banks, those with more progress first;
+- a hypothesis may end (EOS) only once it holds every phrase, except at its length limit.
+
+A token that would complete a phrase to avoid is never chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mt_transformer.errors import UserError
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """One input's constraints as target subword ids."""
+
+    include: tuple[tuple[int, ...], ...] = ()  # each must appear
+    avoid: tuple[tuple[int, ...], ...] = ()  # none may appear
+
+    def __bool__(self) -> bool:
+        return bool(self.include or self.avoid)
+
+    @property
+    def subwords(self) -> int:
+        """C: the subwords of all the phrases to include."""
+        return sum(map(len, self.include))
+
+    def unmet(self, tokens: list[int]) -> int:
+        """How many phrases to include `tokens` lacks."""
+        return sum(not _contains(tokens, phrase) for phrase in self.include)
+
+    def met_by(self, tokens: list[int]) -> bool:
+        return self.unmet(tokens) == 0 and not any(_contains(tokens, phrase) for phrase in self.avoid)
+
+
+def _contains(tokens: list[int], phrase: tuple[int, ...]) -> bool:
+    n = len(phrase)
+    return any(tuple(tokens[i : i + n]) == phrase for i in range(len(tokens) - n + 1))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A hypothesis's way through its constraints."""
+
+    met: frozenset[int] = frozenset()  # the phrases to include that it has produced
+    partial: tuple[int, int] | None = None  # (phrase, subwords of it produced) of a phrase under way
+    recent: tuple[int, ...] = ()  # its last tokens, as many as the longest phrase to avoid less one
+
+    def bank(self, c: Constraints) -> int:
+        """Constraint subwords produced: those of met phrases and of the one under way."""
+        return sum(len(c.include[p]) for p in self.met) + (self.partial[1] if self.partial else 0)
+
+    def complete(self, c: Constraints) -> bool:
+        return len(self.met) == len(c.include)
+
+    def wanted(self, c: Constraints) -> list[int]:
+        """The tokens that advance: the next subword of the phrase under way, else the first of every unmet one."""
+        if self.partial:
+            phrase, done = self.partial
+            return [c.include[phrase][done]]
+        return list({c.include[p][0] for p in range(len(c.include)) if p not in self.met})
+
+    def banned(self, c: Constraints) -> list[int]:
+        """The tokens that would complete a phrase to avoid."""
+        return [p[-1] for p in c.avoid if len(p) == 1 or self.recent[len(self.recent) - len(p) + 1 :] == p[:-1]]
+
+    def advance(self, token: int, c: Constraints) -> Progress:
+        keep = max(map(len, c.avoid), default=1) - 1
+        recent = (self.recent + (token,))[-keep:] if keep else ()
+        met, partial = self.met, self.partial
+        if partial:
+            phrase, done = partial
+            if c.include[phrase][done] == token:
+                done += 1
+                if done == len(c.include[phrase]):
+                    return Progress(met | {phrase}, None, recent)
+                return Progress(met, (phrase, done), recent)
+            partial = None  # broken off: its subwords so far count no more; the token may start another
+        for p, phrase in enumerate(c.include):
+            if p not in met and phrase[0] == token:
+                if len(phrase) == 1:
+                    return Progress(met | {p}, None, recent)
+                return Progress(met, (p, 1), recent)
+        return Progress(met, partial, recent)
+
+
+def allocate(banks: list[int], beam: int, top_bank: int) -> list[int]:
+    """Which candidates continue: `banks[j]` is candidate j's bank (candidates best first). Each
+    of the banks 0..top_bank gets beam // (top_bank + 1) slots, the remainder going to the highest
+    banks; slots a bank cannot fill pass to the banks with the most progress that have
+    candidates left. Returns up to `beam` candidate indices, best first."""
+    count = top_bank + 1
+    slots = [beam // count + (b >= count - beam % count) for b in range(count)]
+    by_bank: list[list[int]] = [[] for _ in range(count)]
+    for j, bank in enumerate(banks):
+        by_bank[bank].append(j)
+    chosen = [j for b in range(count) for j in by_bank[b][: slots[b]]]
+    spare = beam - len(chosen)
+    for b in reversed(range(count)):
+        extra = by_bank[b][slots[b] : slots[b] + spare]
+        chosen += extra
+        spare -= len(extra)
+    return sorted(chosen)
+
+
+class LexicalBeam:
+    """The constraint progress of every row of a beam search over sentences that all have
+    constraints, the masks that enforce them, and the choice of each step's rows."""
+
+    def __init__(self, constraints: list[Constraints], eos_id: int):
+        self.constraints, self.eos_id = list(constraints), eos_id
+        self.progress: list[list[Progress]] = [[Progress()] for _ in constraints]  # per sentence, per row
+
+    def restrict(self, log_probs: torch.Tensor, at_limit: torch.Tensor | None) -> None:
+        """In log_probs (live*width, vocab): no token completes a phrase to avoid, and no row
+        ends before it holds every phrase to include unless it is at its length limit."""
+        width = len(self.progress[0])
+        limited = at_limit.tolist() if at_limit is not None else None
+        rows, tokens = [], []
+        for s, (c, states) in enumerate(zip(self.constraints, self.progress)):
+            for w, state in enumerate(states):
+                row = s * width + w
+                banned = state.banned(c)
+                if not state.complete(c) and not (limited and limited[row]):
+                    banned.append(self.eos_id)
+                rows += [row] * len(banned)
+                tokens += banned
+        if rows:
+            log_probs[rows, tokens] = float("-inf")
+
+    def choose(
+        self,
+        log_probs: torch.Tensor,
+        scores: torch.Tensor,
+        top: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        beam: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The `beam` hypotheses of each sentence that continue, by dynamic beam allocation, as
+        (cumulative log-probs, row within the sentence, token), each (live, beam), best first;
+        the rows' progress follows them.
+
+        log_probs: (live*width, vocab), restricted; scores: (live, width) cumulative log-probs so far;
+        top: the best 2*beam candidates of each sentence (scores, row within the sentence, token).
+        """
+        live, width = scores.shape
+        rows, tokens = [], []  # every row's advancing tokens, scored in one gather
+        for s, (c, states) in enumerate(zip(self.constraints, self.progress)):
+            for w, state in enumerate(states):
+                wanted = state.wanted(c)
+                rows += [s * width + w] * len(wanted)
+                tokens += wanted
+        gathered = log_probs[rows, tokens].tolist() if rows else []
+        best_scores, best_tokens = (t.tolist() for t in log_probs.max(dim=-1))
+        previous = scores.tolist()
+        top_scores, top_rows, top_tokens = (t.tolist() for t in top)
+
+        candidates: list[dict[tuple[int, int], float]] = [{} for _ in range(live)]
+        for s in range(live):
+            for score, w, token in zip(top_scores[s], top_rows[s], top_tokens[s]):
+                candidates[s][(w, token)] = score
+            for w in range(width):
+                candidates[s][(w, best_tokens[s * width + w])] = previous[s][w] + best_scores[s * width + w]
+        for row, token, log_prob in zip(rows, tokens, gathered):
+            candidates[row // width][(row % width, token)] = previous[row // width][row % width] + log_prob
+
+        chosen_scores, chosen_rows, chosen_tokens = [], [], []
+        for s, (c, states) in enumerate(zip(self.constraints, self.progress)):
+            found = sorted(
+                ((score, w, token) for (w, token), score in candidates[s].items() if token != self.eos_id),
+                key=lambda x: -x[0],
+            )
+            found = [f for f in found if f[0] > float("-inf")]
+            advanced = [states[w].advance(token, c) for _, w, token in found]
+            picked = allocate([p.bank(c) for p in advanced], beam, c.subwords)
+            # too few candidates (a vocabulary of almost only banned tokens): the rest are dead rows
+            dead = beam - len(picked)
+            self.progress[s] = [advanced[j] for j in picked] + [states[0]] * dead
+            chosen_scores.append([found[j][0] for j in picked] + [float("-inf")] * dead)
+            chosen_rows.append([found[j][1] for j in picked] + [0] * dead)
+            chosen_tokens.append([found[j][2] for j in picked] + [self.eos_id] * dead)
+        device = scores.device
+        return (
+            torch.tensor(chosen_scores, device=device),
+            torch.tensor(chosen_rows, device=device),
+            torch.tensor(chosen_tokens, device=device),
+        )
+
+    def keep(self, sentences: list[int]) -> None:
+        """Only these (live indices) go on."""
+        self.constraints = [self.constraints[s] for s in sentences]
+        self.progress = [self.progress[s] for s in sentences]
+
+
+def encode_constraints(tokenizer, include: list[list[str]], avoid: list[list[str]]) -> list[Constraints]:
+    """Each line's phrases (text) as target subwords; a phrase with characters the target
+    vocabulary cannot spell is a one-line error naming its line."""
+    from mt_transformer.data.special_tokens import UNK_ID
+    from mt_transformer.data.text import normalize
+
+    def encode(phrases: list[str], flag: str, line: int) -> tuple[tuple[int, ...], ...]:
+        texts = [normalize(p) for p in phrases if normalize(p)]
+        encoded = tokenizer.tgt.encode(texts) if texts else []
+        for text, ids in zip(texts, encoded):
+            if UNK_ID in ids:
+                raise UserError(f"{flag}: line {line}: {text!r} has characters the target vocabulary lacks")
+        return tuple(tuple(ids) for ids in encoded)
+
+    return [
+        Constraints(encode(i, "--constraints", n), encode(a, "--avoid", n))
+        for n, (i, a) in enumerate(zip(include, avoid), start=1)
+    ]
+
+
+def split_constraints(c: Constraints, capacities: list[int]) -> list[Constraints]:
+    """One input's constraints over the parts it is translated in (`capacities`: the most
+    subwords each part's translation may have): each phrase to include goes to the first part
+    that still has room for it, and the phrases to avoid go to every part."""
+    room, parts = list(capacities), [[] for _ in capacities]
+    for phrase in c.include:
+        part = next((k for k, free in enumerate(room) if free >= len(phrase)), len(room) - 1)
+        parts[part].append(phrase)
+        room[part] -= len(phrase)
+    return [Constraints(tuple(p), c.avoid) for p in parts]

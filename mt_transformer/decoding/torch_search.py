@@ -1,0 +1,132 @@
+"""The PyTorch engine of the translator: greedy, beam or sampling search over batches of subword
+sequences, lexical constraints met in a second search where the first misses them, and
+out-of-memory errors survived by halving the batch, then the input."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+
+from mt_transformer.config import DecodeConfig
+from mt_transformer.data.batching import pad
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding.beam import beam_search
+from mt_transformer.decoding.constraints import Constraints
+from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at
+from mt_transformer.decoding.sampling import Sampler, sample
+from mt_transformer.decoding.search import Hypothesis, output_limits
+from mt_transformer.devices import autocast, is_out_of_memory, release_memory
+from mt_transformer.model.masks import padding_mask
+
+log = logging.getLogger(__name__)
+
+
+class TorchSearch:
+    """Greedy or beam search with the PyTorch model over batches of subword sequences, surviving
+    out-of-memory errors: a batch that does not fit is halved, and a single input that does not
+    fit is translated in two parts."""
+
+    def __init__(
+        self, model, tokenizer: Tokenizer, device: torch.device, decode: DecodeConfig, max_positions: int | None
+    ):
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.decode, self.max_positions = decode, max_positions
+        self.sampler = (
+            Sampler(decode.topk, decode.topp, decode.temperature, decode.seed, device) if decode.sampling else None
+        )
+
+    def search(
+        self,
+        sources: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The search's hypotheses. Inputs with constraints whose unconstrained translations
+        (every one of the n best) do not already meet them are searched again with them; where
+        that finds no translation holding every phrase within the length limit, the unconstrained
+        ones stay, their `unmet` counting the phrases they lack."""
+        found = self._search(sources, prefixes)
+        redo = [i for i, c in enumerate(constraints or []) if c and not all(c.met_by(h.tokens) for h in found[i])]
+        if not redo:
+            return found
+        again = self._search(
+            [sources[i] for i in redo],
+            None if prefixes is None else [prefixes[i] for i in redo],
+            [constraints[i] for i in redo],
+        )
+        for i, hypotheses in zip(redo, again):
+            complete = [h for h in hypotheses if h.unmet == 0]
+            found[i] = complete or [dataclasses.replace(h, unmet=constraints[i].unmet(h.tokens)) for h in found[i]]
+        return found
+
+    def _search(
+        self,
+        sources: list[list[int]],
+        prefixes: list[list[int]] | None,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
+        src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
+        src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
+        max_len = torch.tensor(output_limits(sources, self.decode, self.max_positions, prefixes))  # (batch,)
+        prefix = None
+        if prefixes is not None and any(prefixes):  # (batch, longest prefix), -1 past each one's end
+            prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
+        d = self.decode
+        common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
+        with autocast(self.device, d.precision):  # the searches take log-probabilities in float32
+            if self.sampler is not None:
+                return sample(
+                    self.model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common
+                )
+            if d.beam_size == 1 and constraints is None:
+                return [[h] for h in greedy_search(self.model, src, src_mask, max_len, **common)]
+            return beam_search(
+                self.model,
+                src,
+                src_mask,
+                max_len,
+                beam_size=d.beam_size,
+                alpha=d.alpha,
+                n_best=d.n_best,
+                constraints=constraints,
+                **common,
+            )
+
+    def __call__(
+        self,
+        sources: list[list[int]],
+        prefixes: list[list[int]] | None = None,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
+        try:
+            return self.search(sources, prefixes, constraints)
+        except RuntimeError as error:  # torch.OutOfMemoryError is one
+            if not is_out_of_memory(error):
+                raise
+        release_memory(self.device)
+        if len(sources) > 1:
+            log.warning(
+                "out of memory translating %d sentences of up to %d subwords: halving the batch",
+                len(sources),
+                max(map(len, sources)),
+            )
+            half = len(sources) // 2
+            first, second = (
+                [None if x is None else x[part] for x in (sources, prefixes, constraints)]
+                for part in (slice(None, half), slice(half, None))
+            )
+            return self(*first) + self(*second)
+        source = sources[0]
+        if len(source) < 2:
+            log.warning("out of memory translating a single subword: its translation is left empty")
+            return [[Hypothesis([], 0.0, 0.0)]]
+        log.warning("out of memory translating one input of %d subwords: translating it in two parts", len(source))
+        parts = split_at(source, cut_points(self.tokenizer.src_pieces(source), (len(source) + 1) // 2))
+        # a forced prefix and the phrases to include go to the first part, phrases to avoid to every part
+        first = self([parts[0]], prefixes, constraints)[0]
+        rest = None if not constraints else [dataclasses.replace(constraints[0], include=())]
+        return [join_hypotheses([first] + [self([part], None, rest)[0] for part in parts[1:]])]
