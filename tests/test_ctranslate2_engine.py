@@ -158,3 +158,33 @@ def test_mt_score_with_ctranslate2_scores_as_pytorch(trained_run, corpus, tmp_pa
     for a, b in zip(*rows):
         assert len(a[2].split()) == len(b[2].split())
         assert float(a[0]) == pytest.approx(float(b[0]), abs=2e-3)
+
+
+def test_phrases_to_avoid_reach_ctranslate2_grouped_and_required_ones_are_refused(trained_run, corpus, tmp_path):
+    """CTranslate2 suppresses a phrase as the tokenizer splits it, for a whole batch: inputs are
+    grouped by their phrases to avoid (our own search avoids a phrase however it is split)."""
+    from mt_transformer.decoding.translator import load_translator
+
+    out = tmp_path / "ct2"
+    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:6]
+    translate = load_translator(str(out), "ctranslate2", "cpu", beam_size=2)
+    plain = translate(lines)
+    calls = []
+    real = translate.search.translator
+
+    class Spy:
+        device = real.device
+
+        def translate_batch(self, sources, **options):
+            calls.append((len(sources), options["suppress_sequences"]))
+            return real.translate_batch(sources, **options)
+
+    translate.search.translator = Spy()
+    avoid = [["rotes Haus"] if i % 2 else [] for i in range(6)]
+    got = translate(lines, constraints=([[]] * 6, avoid))
+    split = translate.tokenizer.tgt.encode(["rotes Haus"], out_type=str)
+    assert sorted(calls, key=str) == sorted([(3, None), (3, split)], key=str)
+    assert [r[0].text for r in got[::2]] == [r[0].text for r in plain[::2]]
+    with pytest.raises(UserError, match="--constraints: needs --engine torch"):
+        translate(lines, constraints=([["Tom"]] * 6, [[]] * 6))

@@ -86,7 +86,7 @@ def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, 
     translator = load_translator(out, "ctranslate2", "cpu", tgt_lang="de", beam_size=1)
     seen = []
     search = translator.search
-    translator.search = lambda sources, prefixes=None: seen.extend(sources) or search(sources, prefixes)
+    translator.search = lambda sources, *rest: seen.extend(sources) or search(sources, *rest)
     [[translation]] = translator(["the red house"])
     assert seen[0][0] == translator.tokenizer.tags["<2de>"] and translation.text is not None
     with pytest.raises(UserError, match=r"^--tgt-lang: required"):
@@ -109,3 +109,11 @@ def test_validation_scores_each_target_language_and_averages_them(two_way_run, c
     translate = load_translator(run, "torch", "cpu", tgt_lang="de", beam_size=1)
     hypotheses = [results[0].text for results in translate(sources)]
     assert score(hypotheses, references, metrics=("bleu",), tgt_lang="de")["bleu"] == last["valid_bleu_de"]
+
+
+def test_constraints_hold_in_the_target_language_asked_for(two_way_run):
+    lines = ["the red house", "Tom sold a blue bottle"]
+    for language, phrases in (("de", [["Haus"], ["Flasche", "Tom"]]), ("en", [["house"], ["bottle"]])):
+        translate = load_translator(two_way_run, "torch", "cpu", tgt_lang=language, beam_size=3)
+        for words, result in zip(phrases, translate(lines, constraints=(phrases, [[], []]))):
+            assert all(w in result[0].text for w in words)

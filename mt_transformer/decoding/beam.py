@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.constraints import Constraints, LexicalBeam
+from mt_transformer.decoding.constraints import LexicalBeam
 from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs, output_projection
 
 
@@ -35,12 +35,12 @@ def beam_search(
     n_best: int,
     no_repeat_ngram: int = 0,
     prefix: torch.Tensor | None = None,
-    constraints: list[Constraints] | None = None,
+    lexical: LexicalBeam | None = None,
 ) -> list[list[Hypothesis]]:
     """Return the n_best hypotheses of each sentence, best first; with `no_repeat_ngram` N > 0 no
     hypothesis holds an n-gram of N tokens twice; `prefix` (batch, prefix_len), -1 past each
-    row's end, forces the first tokens; `constraints`, one per sentence, are met by dynamic beam
-    allocation (each hypothesis's `unmet` counts the phrases to include that it lacks).
+    row's end, forces the first tokens; `lexical` holds each sentence's constraints, met by
+    dynamic beam allocation (each hypothesis's `unmet` counts the phrases to include it lacks).
 
     src: (batch, src_len); src_mask: (batch, 1, 1, src_len); max_len: (batch,) output-length limits.
     """
@@ -54,7 +54,6 @@ def beam_search(
     scores = torch.zeros(batch, 1, device=device)  # (live, width): cumulative log-probs
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     shortest_limit = int(max_len.min())
-    lexical = LexicalBeam(constraints, eos_id) if constraints is not None else None
 
     for step in range(int(max_len.max()) + 1):
         live, owners = sentence.numel(), sentence.tolist()

@@ -18,19 +18,25 @@ A token that would complete a phrase to avoid is never chosen.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import torch
 
 from mt_transformer.errors import UserError
 
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
+
 
 @dataclass(frozen=True)
 class Constraints:
-    """One input's constraints as target subword ids."""
+    """One input's constraints: phrases to include as target subword ids, phrases to avoid as
+    text in sentencepiece's spelling ("▁red▁apple"). A phrase to avoid is matched in the text of
+    the output, however it is split into subwords, wherever a word starts with it: avoiding "dog"
+    also avoids "dogs", not "hotdog"."""
 
     include: tuple[tuple[int, ...], ...] = ()  # each must appear
-    avoid: tuple[tuple[int, ...], ...] = ()  # none may appear
+    avoid: tuple[str, ...] = ()  # none may appear
 
     def __bool__(self) -> bool:
         return bool(self.include or self.avoid)
@@ -44,13 +50,48 @@ class Constraints:
         """How many phrases to include `tokens` lacks."""
         return sum(not _contains(tokens, phrase) for phrase in self.include)
 
-    def met_by(self, tokens: list[int]) -> bool:
-        return self.unmet(tokens) == 0 and not any(_contains(tokens, phrase) for phrase in self.avoid)
+    def met_by(self, tokens: list[int], pieces: list[str]) -> bool:
+        """Whether the output `tokens` (`pieces`: their text) holds every phrase to include and none to avoid."""
+        text = WORD_START + "".join(pieces)  # the text begins a word, whether its first piece says so or not
+        return self.unmet(tokens) == 0 and not any(phrase in text for phrase in self.avoid)
 
 
 def _contains(tokens: list[int], phrase: tuple[int, ...]) -> bool:
     n = len(phrase)
     return any(tuple(tokens[i : i + n]) == phrase for i in range(len(tokens) - n + 1))
+
+
+class PieceIndex:
+    """The target vocabulary's pieces as text, to find the tokens that would complete a phrase
+    to avoid. Control pieces, <unk> and byte pieces spell no text and are left out."""
+
+    def __init__(self, processor):
+        spelled = [
+            (processor.id_to_piece(i), i)
+            for i in range(processor.get_piece_size())
+            if not (processor.is_control(i) or processor.is_unknown(i) or processor.is_byte(i))
+        ]
+        self.pieces = {i: piece for piece, i in spelled}
+        self.sorted = sorted(spelled)
+        self.keys = [piece for piece, _ in self.sorted]
+        self._banned: dict[str, list[tuple[str, list[int]]]] = {}
+
+    def piece(self, token: int) -> str:
+        return self.pieces.get(token, "")
+
+    def starting_with(self, text: str) -> list[int]:
+        first = bisect.bisect_left(self.keys, text)
+        last = bisect.bisect_left(self.keys, text + "\U0010ffff")
+        return [i for _, i in self.sorted[first:last]]
+
+    def completions(self, phrase: str) -> list[tuple[str, list[int]]]:
+        """(text before, tokens): after text ending in `text before`, these tokens complete `phrase`."""
+        if phrase not in self._banned:
+            inside = [i for piece, i in self.sorted if phrase in piece[1:]]
+            ways = [("", self.starting_with(phrase) + inside)]
+            ways += [(phrase[:k], self.starting_with(phrase[k:])) for k in range(1, len(phrase))]
+            self._banned[phrase] = [(before, tokens) for before, tokens in ways if tokens]
+        return self._banned[phrase]
 
 
 @dataclass(frozen=True)
@@ -59,7 +100,8 @@ class Progress:
 
     met: frozenset[int] = frozenset()  # the phrases to include that it has produced
     partial: tuple[int, int] | None = None  # (phrase, subwords of it produced) of a phrase under way
-    recent: tuple[int, ...] = ()  # its last tokens, as many as the longest phrase to avoid less one
+    # the end of its text, as long as the longest phrase to avoid less one; the text begins a word
+    recent: str = WORD_START
 
     def bank(self, c: Constraints) -> int:
         """Constraint subwords produced: those of met phrases and of the one under way."""
@@ -75,13 +117,20 @@ class Progress:
             return [c.include[phrase][done]]
         return list({c.include[p][0] for p in range(len(c.include)) if p not in self.met})
 
-    def banned(self, c: Constraints) -> list[int]:
+    def banned(self, c: Constraints, index: PieceIndex) -> list[int]:
         """The tokens that would complete a phrase to avoid."""
-        return [p[-1] for p in c.avoid if len(p) == 1 or self.recent[len(self.recent) - len(p) + 1 :] == p[:-1]]
+        return [
+            token
+            for phrase in c.avoid
+            for before, tokens in index.completions(phrase)
+            if self.recent.endswith(before)
+            for token in tokens
+        ]
 
-    def advance(self, token: int, c: Constraints) -> Progress:
+    def advance(self, token: int, piece: str, c: Constraints) -> Progress:
+        """The progress after `token`, whose text is `piece`."""
         keep = max(map(len, c.avoid), default=1) - 1
-        recent = (self.recent + (token,))[-keep:] if keep else ()
+        recent = (self.recent + piece)[-keep:] if keep else ""
         met, partial = self.met, self.partial
         if partial:
             phrase, done = partial
@@ -122,8 +171,8 @@ class LexicalBeam:
     """The constraint progress of every row of a beam search over sentences that all have
     constraints, the masks that enforce them, and the choice of each step's rows."""
 
-    def __init__(self, constraints: list[Constraints], eos_id: int):
-        self.constraints, self.eos_id = list(constraints), eos_id
+    def __init__(self, constraints: list[Constraints], eos_id: int, index: PieceIndex):
+        self.constraints, self.eos_id, self.index = list(constraints), eos_id, index
         self.progress: list[list[Progress]] = [[Progress()] for _ in constraints]  # per sentence, per row
 
     def restrict(self, log_probs: torch.Tensor, at_limit: torch.Tensor | None) -> None:
@@ -135,7 +184,7 @@ class LexicalBeam:
         for s, (c, states) in enumerate(zip(self.constraints, self.progress)):
             for w, state in enumerate(states):
                 row = s * width + w
-                banned = state.banned(c)
+                banned = state.banned(c, self.index)
                 if not state.complete(c) and not (limited and limited[row]):
                     banned.append(self.eos_id)
                 rows += [row] * len(banned)
@@ -185,7 +234,7 @@ class LexicalBeam:
                 key=lambda x: -x[0],
             )
             found = [f for f in found if f[0] > float("-inf")]
-            advanced = [states[w].advance(token, c) for _, w, token in found]
+            advanced = [states[w].advance(token, self.index.piece(token), c) for _, w, token in found]
             picked = allocate([p.bank(c) for p in advanced], beam, c.subwords)
             # too few candidates (a vocabulary of almost only banned tokens): the rest are dead rows
             dead = beam - len(picked)
@@ -207,23 +256,23 @@ class LexicalBeam:
 
 
 def encode_constraints(tokenizer, include: list[list[str]], avoid: list[list[str]]) -> list[Constraints]:
-    """Each line's phrases (text) as target subwords; a phrase with characters the target
-    vocabulary cannot spell is a one-line error naming its line."""
+    """Each line's constraints: phrases to include as target subwords (one with characters the
+    target vocabulary cannot spell is a one-line error naming its line), phrases to avoid as text."""
     from mt_transformer.data.special_tokens import UNK_ID
     from mt_transformer.data.text import normalize
 
-    def encode(phrases: list[str], flag: str, line: int) -> tuple[tuple[int, ...], ...]:
+    def encode(phrases: list[str], line: int) -> tuple[tuple[int, ...], ...]:
         texts = [normalize(p) for p in phrases if normalize(p)]
         encoded = tokenizer.tgt.encode(texts) if texts else []
         for text, ids in zip(texts, encoded):
             if UNK_ID in ids:
-                raise UserError(f"{flag}: line {line}: {text!r} has characters the target vocabulary lacks")
+                raise UserError(f"--constraints: line {line}: {text!r} has characters the target vocabulary lacks")
         return tuple(tuple(ids) for ids in encoded)
 
-    return [
-        Constraints(encode(i, "--constraints", n), encode(a, "--avoid", n))
-        for n, (i, a) in enumerate(zip(include, avoid), start=1)
-    ]
+    def spell(phrases: list[str]) -> tuple[str, ...]:  # "red apple" -> "▁red▁apple"
+        return tuple(WORD_START + WORD_START.join(normalize(p).split()) for p in phrases if normalize(p))
+
+    return [Constraints(encode(i, n), spell(a)) for n, (i, a) in enumerate(zip(include, avoid), start=1)]
 
 
 def split_constraints(c: Constraints, capacities: list[int]) -> list[Constraints]:

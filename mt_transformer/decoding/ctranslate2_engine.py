@@ -31,7 +31,7 @@ import torch
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE, write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.decoding.constraints import Constraints
+from mt_transformer.decoding.constraints import WORD_START, Constraints
 from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
@@ -207,9 +207,11 @@ class Ct2Search:
         return found
 
     def _translate(
-        self, sources: list[list[int]], prefixes: list[list[int]] | None, avoid: tuple[tuple[int, ...], ...]
+        self, sources: list[list[int]], prefixes: list[list[int]] | None, avoid: tuple[str, ...]
     ) -> list[list[Hypothesis]]:
         limits = output_limits(sources, self.decode, self.max_positions, prefixes)
+        # the phrases as the tokenizer splits them: CTranslate2 suppresses subword sequences
+        suppress = self.tokenizer.tgt.encode([p.replace(WORD_START, " ").strip() for p in avoid], out_type=str)
         try:
             results = self.translator.translate_batch(
                 [self.tokenizer.src_pieces(s) for s in sources],
@@ -218,7 +220,7 @@ class Ct2Search:
                 num_hypotheses=self.decode.n_best,
                 no_repeat_ngram_size=self.decode.no_repeat_ngram,
                 target_prefix=None if prefixes is None else [self.tokenizer.tgt_pieces(p) for p in prefixes],
-                suppress_sequences=[self.tokenizer.tgt_pieces(list(p)) for p in avoid] or None,
+                suppress_sequences=suppress or None,
                 max_decoding_length=max(limits),
                 max_input_length=0,
                 return_scores=True,

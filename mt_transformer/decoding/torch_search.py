@@ -14,7 +14,7 @@ from mt_transformer.data.batching import pad
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
-from mt_transformer.decoding.constraints import Constraints
+from mt_transformer.decoding.constraints import Constraints, LexicalBeam, PieceIndex
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at
 from mt_transformer.decoding.sampling import Sampler, sample
@@ -35,6 +35,7 @@ class TorchSearch:
     ):
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.decode, self.max_positions = decode, max_positions
+        self._piece_index: PieceIndex | None = None  # built for the first phrases to avoid
         self.sampler = (
             Sampler(decode.topk, decode.topp, decode.temperature, decode.seed, device) if decode.sampling else None
         )
@@ -50,7 +51,12 @@ class TorchSearch:
         that finds no translation holding every phrase within the length limit, the unconstrained
         ones stay, their `unmet` counting the phrases they lack."""
         found = self._search(sources, prefixes)
-        redo = [i for i, c in enumerate(constraints or []) if c and not all(c.met_by(h.tokens) for h in found[i])]
+        pieces = self.tokenizer.tgt_pieces
+        redo = [
+            i
+            for i, c in enumerate(constraints or [])
+            if c and not all(c.met_by(h.tokens, pieces(h.tokens)) for h in found[i])
+        ]
         if not redo:
             return found
         again = self._search(
@@ -62,6 +68,11 @@ class TorchSearch:
             complete = [h for h in hypotheses if h.unmet == 0]
             found[i] = complete or [dataclasses.replace(h, unmet=constraints[i].unmet(h.tokens)) for h in found[i]]
         return found
+
+    def piece_index(self) -> PieceIndex:
+        if self._piece_index is None:
+            self._piece_index = PieceIndex(self.tokenizer.tgt)
+        return self._piece_index
 
     def _search(
         self,
@@ -92,7 +103,7 @@ class TorchSearch:
                 beam_size=d.beam_size,
                 alpha=d.alpha,
                 n_best=d.n_best,
-                constraints=constraints,
+                lexical=None if constraints is None else LexicalBeam(constraints, EOS_ID, self.piece_index()),
                 **common,
             )
 
