@@ -112,8 +112,9 @@ def test_validation_scores_each_target_language_and_averages_them(two_way_run, c
 
 
 def test_constraints_hold_in_the_target_language_asked_for(two_way_run):
+    run, _ = two_way_run
     lines = ["the red house", "Tom sold a blue bottle"]
     for language, phrases in (("de", [["Haus"], ["Flasche", "Tom"]]), ("en", [["house"], ["bottle"]])):
-        translate = load_translator(two_way_run, "torch", "cpu", tgt_lang=language, beam_size=3)
+        translate = load_translator(run, "torch", "cpu", tgt_lang=language, beam_size=3)
         for words, result in zip(phrases, translate(lines, constraints=(phrases, [[], []]))):
             assert all(w in result[0].text for w in words)
