@@ -66,18 +66,19 @@ def beam_search(
         log_probs = next_token_log_probs(project, states, step, eos_id, tokens, no_repeat_ngram, at_limit, row_prefix)
         if lexical is not None:
             lexical.restrict(log_probs, at_limit)
-        top = _best_candidates(log_probs, scores, beam)
-        top_scores, top_beam, top_token = top  # (live, 2*beam)
-        is_eos = top_token == eos_id
-
-        unmet = None if lexical is None else lexical.constraints
-        _finish_hypotheses(finished, owners, tokens, top_scores, top_beam, is_eos, beam, width, step, alpha, unmet)
-
-        if lexical is None:  # the best `beam` non-EOS candidates continue
+        top = _best_candidates(log_probs, scores, beam)  # each (live, 2*beam)
+        if lexical is None:
+            top_scores, top_beam, top_token = top
+            is_eos = top_token == eos_id
+            # EOS among the first `beam` candidates ends a hypothesis (one host sync per step)
+            ending = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()
+            ends = [(i, int(top_beam[i, j]), float(top_scores[i, j])) for i, j in ending]
+            # the best `beam` non-EOS candidates continue
             scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, top_scores.size(1)), dim=1)
             next_beam, next_token = top_beam.gather(1, order), top_token.gather(1, order)  # (live, beam)
         else:
-            scores, next_beam, next_token = lexical.choose(log_probs, scores, top, beam)
+            ends, (scores, next_beam, next_token) = lexical.choose(log_probs, scores, top, beam)
+        _finish_hypotheses(finished, owners, tokens, ends, beam, width, step, alpha, lexical)
         rows = (torch.arange(live, device=device) * width)[:, None] + next_beam  # (live, beam)
         width = scores.size(1)
         tokens = torch.cat([tokens[rows.view(-1)], next_token.view(-1, 1)], dim=1)
@@ -116,20 +117,15 @@ def _best_candidates(
     return top_scores, top_index // per_row, row_tokens.view(live, -1).gather(1, top_index)
 
 
-def _finish_hypotheses(
-    finished, owners, tokens, top_scores, top_beam, is_eos, beam: int, width: int, step: int, alpha: float, unmet
-) -> None:
-    """EOS among the first `beam` candidates of a sentence finishes a hypothesis, until the
-    sentence has `beam` of them (one host sync per step). `unmet`: None, or each live sentence's
-    Constraints, which count the phrases a finished hypothesis lacks.
+def _finish_hypotheses(finished, owners, tokens, ends, beam: int, width: int, step: int, alpha: float, lexical):
+    """Record the hypotheses that end at this step, until each sentence has `beam` of them.
 
-    tokens: (live*width, step+1); top_scores, top_beam, is_eos: (live, 2*beam).
+    tokens: (live*width, step+1); ends: (live sentence, row within it, cumulative log-prob);
+    lexical: None, or the LexicalBeam whose constraints count the phrases a hypothesis lacks.
     """
-    ends = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()
-    for i, j in ends:
+    for i, w, log_prob in ends:
         owner = owners[i]
         if len(finished[owner]) < beam:
-            row = i * width + int(top_beam[i, j])
-            log_prob, found = float(top_scores[i, j]), tokens[row, 1:].tolist()
-            lacking = unmet[i].unmet(found) if unmet is not None else 0
-            finished[owner].append(Hypothesis(found, log_prob / length_penalty(step + 1, alpha), log_prob, lacking))
+            found = tokens[i * width + w, 1:].tolist()
+            unmet = lexical.constraints[i].unmet(found) if lexical is not None else 0
+            finished[owner].append(Hypothesis(found, log_prob / length_penalty(step + 1, alpha), log_prob, unmet))

@@ -198,14 +198,55 @@ class LexicalBeam:
         scores: torch.Tensor,
         top: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         beam: int,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The `beam` hypotheses of each sentence that continue, by dynamic beam allocation, as
+    ) -> tuple[list[tuple[int, int, float]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The hypotheses that end now, as (sentence, row within it, cumulative log-prob), and
+        the `beam` of each sentence that continue, chosen by dynamic beam allocation, as
         (cumulative log-probs, row within the sentence, token), each (live, beam), best first;
-        the rows' progress follows them.
+        the rows' progress follows them. A hypothesis ends where the allocation over every
+        candidate, EOS included, chooses its EOS (EOS is possible only for hypotheses that hold
+        every phrase to include, or at the length limit); the continuing rows are allocated
+        among the other candidates, so ends never shrink the beam.
 
         log_probs: (live*width, vocab), restricted; scores: (live, width) cumulative log-probs so far;
         top: the best 2*beam candidates of each sentence (scores, row within the sentence, token).
         """
+        candidates = self._candidates(log_probs, scores, top)
+        eos = (scores.view(-1) + log_probs[:, self.eos_id]).view(scores.shape).tolist()  # (live, width)
+        ends, chosen_scores, chosen_rows, chosen_tokens = [], [], [], []
+        for s, (c, states) in enumerate(zip(self.constraints, self.progress)):
+            found = sorted(
+                ((score, w, token) for (w, token), score in candidates[s].items() if score > float("-inf")),
+                key=lambda x: -x[0],
+            )
+            advanced = [states[w].advance(token, self.index.piece(token), c) for _, w, token in found]
+            # EOS candidates take part in the allocation, in their hypotheses' banks: those chosen end
+            ending = [(score, w) for w, score in enumerate(eos[s]) if score > float("-inf")]
+            every = sorted(
+                [(score, states[w].bank(c), w) for score, w in ending]
+                + [(f[0], p.bank(c), None) for f, p in zip(found, advanced)],
+                key=lambda x: -x[0],
+            )
+            for j in allocate([bank for _, bank, _ in every], beam, c.subwords):
+                if every[j][2] is not None:
+                    ends.append((s, every[j][2], every[j][0]))
+            picked = allocate([p.bank(c) for p in advanced], beam, c.subwords)
+            # too few candidates (a vocabulary of almost only banned tokens): the rest are dead rows
+            dead = beam - len(picked)
+            self.progress[s] = [advanced[j] for j in picked] + [states[0]] * dead
+            chosen_scores.append([found[j][0] for j in picked] + [float("-inf")] * dead)
+            chosen_rows.append([found[j][1] for j in picked] + [0] * dead)
+            chosen_tokens.append([found[j][2] for j in picked] + [self.eos_id] * dead)
+        device = scores.device
+        chosen = (
+            torch.tensor(chosen_scores, device=device),
+            torch.tensor(chosen_rows, device=device),
+            torch.tensor(chosen_tokens, device=device),
+        )
+        return ends, chosen
+
+    def _candidates(self, log_probs, scores, top) -> list[dict[tuple[int, int], float]]:
+        """Per sentence, {(row within it, token): cumulative log-prob} of the non-EOS candidates:
+        its best 2*beam, every row's best token and every row's tokens that advance a phrase."""
         live, width = scores.shape
         rows, tokens = [], []  # every row's advancing tokens, scored in one gather
         for s, (c, states) in enumerate(zip(self.constraints, self.progress)):
@@ -217,7 +258,6 @@ class LexicalBeam:
         best_scores, best_tokens = (t.tolist() for t in log_probs.max(dim=-1))
         previous = scores.tolist()
         top_scores, top_rows, top_tokens = (t.tolist() for t in top)
-
         candidates: list[dict[tuple[int, int], float]] = [{} for _ in range(live)]
         for s in range(live):
             for score, w, token in zip(top_scores[s], top_rows[s], top_tokens[s]):
@@ -226,28 +266,10 @@ class LexicalBeam:
                 candidates[s][(w, best_tokens[s * width + w])] = previous[s][w] + best_scores[s * width + w]
         for row, token, log_prob in zip(rows, tokens, gathered):
             candidates[row // width][(row % width, token)] = previous[row // width][row % width] + log_prob
-
-        chosen_scores, chosen_rows, chosen_tokens = [], [], []
-        for s, (c, states) in enumerate(zip(self.constraints, self.progress)):
-            found = sorted(
-                ((score, w, token) for (w, token), score in candidates[s].items() if token != self.eos_id),
-                key=lambda x: -x[0],
-            )
-            found = [f for f in found if f[0] > float("-inf")]
-            advanced = [states[w].advance(token, self.index.piece(token), c) for _, w, token in found]
-            picked = allocate([p.bank(c) for p in advanced], beam, c.subwords)
-            # too few candidates (a vocabulary of almost only banned tokens): the rest are dead rows
-            dead = beam - len(picked)
-            self.progress[s] = [advanced[j] for j in picked] + [states[0]] * dead
-            chosen_scores.append([found[j][0] for j in picked] + [float("-inf")] * dead)
-            chosen_rows.append([found[j][1] for j in picked] + [0] * dead)
-            chosen_tokens.append([found[j][2] for j in picked] + [self.eos_id] * dead)
-        device = scores.device
-        return (
-            torch.tensor(chosen_scores, device=device),
-            torch.tensor(chosen_rows, device=device),
-            torch.tensor(chosen_tokens, device=device),
-        )
+        for found in candidates:
+            for key in [k for k in found if k[1] == self.eos_id]:
+                del found[key]
+        return candidates
 
     def keep(self, sentences: list[int]) -> None:
         """Only these (live indices) go on."""
