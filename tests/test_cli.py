@@ -61,12 +61,12 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
     )
     assert result.returncode == 0, result.stderr
     rows = [line.split("\t") for line in result.stdout.splitlines()]
-    assert [(r[0], len(r)) for r in rows] == [("0", 4), ("0", 4), ("1", 4), ("1", 4)]
+    assert [(r[0], len(r)) for r in rows] == [("0", 5), ("0", 5), ("1", 5), ("1", 5)]
     translate = translator(trained_run, beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=10, n_best=2)
     model, tokenizer = translate.model, translate.tokenizer
     found = translate(lines)
     for row, translation in zip(rows, [t for sentence in found for t in sentence]):
-        assert row[3] == translation.text
+        assert row[4] == translation.text and row[3] == "0"
         # teacher-forcing the hypothesis gives the printed log-probability (its EOS included) ...
         src_ids = tokenizer.encode_src([lines[int(row[0])]])[0]
         forced = float(token_log_probs(model, src_ids, translation.tokens).sum())
@@ -74,7 +74,7 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
         # ... and the score is it over the GNMT length penalty, EOS counted in the length
         assert float(row[1]) == pytest.approx(forced / length_penalty(len(translation.tokens) + 1, 0.6), abs=2e-3)
     single = run_cli("mt-translate", "--checkpoint", trained_run, "--scores", input=lines[0] + "\n")
-    assert len(single.stdout.splitlines()[0].split("\t")) == 3
+    assert len(single.stdout.splitlines()[0].split("\t")) == 4
 
 
 def test_translate_on_a_terminal_answers_each_line_as_it_is_entered(trained_run):

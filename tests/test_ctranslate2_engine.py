@@ -188,3 +188,27 @@ def test_phrases_to_avoid_reach_ctranslate2_grouped_and_required_ones_are_refuse
     assert [r[0].text for r in got[::2]] == [r[0].text for r in plain[::2]]
     with pytest.raises(UserError, match="--constraints: needs --engine torch"):
         translate(lines, constraints=([["Tom"]] * 6, [[]] * 6))
+
+
+def test_a_byte_fallback_vocabulary_translates_the_same_through_ctranslate2(trained_run, corpus, tmp_path):
+    from mt_transformer.data.tokenizer import train_tokenizer
+    from mt_transformer.decoding.translator import load_translator, torch_translator
+
+    lines = [open(f"{corpus}/train.{side}", encoding="utf-8").read().splitlines()[:2000] for side in ("en", "de")]
+    tokenizer = train_tokenizer(str(tmp_path / "tok"), *lines, True, 400, "bpe", 1.0, 10_000, 1, True)
+    loaded = checkpoint.load(trained_run, CPU)
+    torch.manual_seed(0)
+    model = Transformer(loaded.config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()
+    loaded = dataclasses.replace(loaded, model=model, tokenizer=tokenizer)
+    ctranslate2_engine.export(loaded, str(tmp_path / "ct2"))
+    marks = ["Łódź 😀", "北京 ©", "Þórður"]
+    test = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:12]
+    unseen = [f"{line} {marks[i % 3]}" for i, line in enumerate(test)]
+    config = dataclasses.replace(loaded.config, decode=dataclasses.replace(loaded.config.decode, beam_size=1))
+    ours = torch_translator(model, tokenizer, config, CPU)(unseen)
+    theirs = load_translator(str(tmp_path / "ct2"), "ctranslate2", "cpu", beam_size=1)(unseen)
+    assert any(tokenizer.tgt.is_byte(i) for r in ours for i in r[0].tokens)
+    # (CTranslate2 never ends a translation at its first step: outputs that our search left empty differ)
+    pairs = [(a[0], b[0]) for a, b in zip(ours, theirs) if a[0].tokens]
+    assert len(pairs) >= 2
+    assert [(b.tokens, b.text) for _, b in pairs] == [(a.tokens, a.text) for a, _ in pairs]

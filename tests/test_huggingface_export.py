@@ -209,3 +209,27 @@ def test_the_translation_pipeline_of_transformers_4_translates_greedily_like_us(
     ours = translator(trained_run, beam_size=1, max_len_a=0.0, max_len_b=30)(sources)
     theirs = translate(sources, num_beams=1, max_new_tokens=31)
     assert [row["translation_text"] for row in theirs] == [r[0].text for r in ours]
+
+
+def test_a_byte_fallback_vocabulary_exports_with_the_same_ids_texts_and_translations(trained_run, corpus, tmp_path):
+    from mt_transformer.decoding.translator import torch_translator
+
+    src, tgt = lines(f"{corpus}/train.en", 2000), lines(f"{corpus}/train.de", 2000)
+    tokenizer = train_tokenizer(str(tmp_path / "tok"), src, tgt, True, 400, "bpe", 1.0, 10_000, 1, True)
+    loaded = random_model(checkpoint.load(trained_run, CPU), tokenizer)
+    out = tmp_path / "hf"
+    huggingface_export.export(loaded, str(out))
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(out)).eval()
+    unseen = ["Grüße aus Łódź 😀", "the red house 北京 ©", "Þórður sold it"]
+    for line, ids in zip(unseen, tokenizer.encode_src(unseen)):
+        assert any(tokenizer.src.is_byte(i) for i in ids)
+        assert hf_tokenizer(line).input_ids == ids + [EOS_ID]
+        assert hf_tokenizer.decode(ids, skip_special_tokens=True) == line == tokenizer.detokenize(ids, [])[0]
+    config = dataclasses.replace(loaded.config, decode=dataclasses.replace(loaded.config.decode, beam_size=1))
+    ours = torch_translator(loaded.model, tokenizer, config, CPU)(unseen)
+    for line, result in zip(unseen, ours):
+        inputs = hf_tokenizer([line], return_tensors="pt")
+        limit = output_limit(inputs.input_ids.size(1) - 1, config.decode, hf_model.config.max_position_embeddings)
+        output = hf_model.generate(**inputs, num_beams=1, max_new_tokens=limit + 1)[0].tolist()
+        assert [i for i in output[1:] if i not in (PAD_ID, EOS_ID)] == result[0].tokens  # after the start token

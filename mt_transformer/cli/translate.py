@@ -21,9 +21,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scores",
         action="store_true",
-        help="print each translation as SCORE<TAB>LOG_PROB<TAB>TEXT (with --nbest: "
-        "INDEX<TAB>SCORE<TAB>LOG_PROB<TAB>TEXT): the length-normalised score the beam ranks by "
-        "and the summed token log-probability",
+        help="print each translation as SCORE<TAB>LOG_PROB<TAB>UNKNOWNS<TAB>TEXT (with --nbest: "
+        "INDEX<TAB>SCORE<TAB>LOG_PROB<TAB>UNKNOWNS<TAB>TEXT): the length-normalised score the beam ranks by, "
+        "the summed token log-probability, and how many subwords spelled nothing the vocabulary has "
+        "(<unk>, copied from the source's unknown text or left out, and broken byte sequences)",
     )
     parser.add_argument(
         "--prefix",
@@ -140,7 +141,7 @@ def _translate_interactively(args) -> None:
 
 
 def _format_translations(results, args, alignments=None, first_index: int = 0):
-    """Output lines: the text; with --scores SCORE, LOG_PROB before it; with --nbest the input's 0-based
+    """Output lines: the text; with --scores SCORE, LOG_PROB, UNKNOWNS before it; with --nbest the input's 0-based
     index first and every hypothesis a line; with --alignment the alignment after it. Tab-separated."""
     nbest = args.nbest > 1
     for index, translations in enumerate(results):
@@ -149,7 +150,7 @@ def _format_translations(results, args, alignments=None, first_index: int = 0):
             if nbest or args.scores:
                 fields.append(f"{translation.score:.4f}")
             if args.scores:
-                fields.append(f"{translation.log_prob:.4f}")
+                fields += [f"{translation.log_prob:.4f}", str(translation.unknowns)]
             fields.append(translation.text)
             if alignments is not None:
                 fields.append(alignments[index][k])

@@ -24,6 +24,7 @@ from mt_transformer.decoding.constraints import Constraints, encode_constraints,
 from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
 from mt_transformer.decoding.search import Hypothesis, output_limit
 from mt_transformer.decoding.torch_search import TorchSearch
+from mt_transformer.decoding.unknowns import unknown_fills
 from mt_transformer.devices import decode_precision, slow_precision
 from mt_transformer.errors import UserError
 
@@ -36,6 +37,7 @@ class Translation:
     tokens: list[int]
     score: float
     log_prob: float
+    unknowns: int = 0  # subwords that spelled nothing: <unk> (filled from the source or left out) or broken bytes
 
 
 def source_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -123,8 +125,15 @@ class Translator:
                     "printed without them",
                     line + 1,
                 )
-            texts = self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
-            results.append([Translation(t, h.tokens, h.score, h.log_prob) for t, h in zip(texts, hypotheses)])
+            whole = ids[line] if len(parts) == 1 else None  # alignment needs the input translated whole
+            fills = unknown_fills(
+                self.model, self.tokenizer, self.device, texts[line], whole, [h.tokens for h in hypotheses]
+            )
+            translations = []
+            for h, f in zip(hypotheses, fills):
+                text, unknowns = self.tokenizer.detokenize(h.tokens, f)
+                translations.append(Translation(text, h.tokens, h.score, h.log_prob, unknowns))
+            results.append(translations)
         return results
 
     def _encode_constraints(self, include: list[list[str]], avoid: list[list[str]]) -> list[Constraints] | None:
