@@ -1,3 +1,4 @@
+import json
 import logging
 import os
 
@@ -96,6 +97,16 @@ def test_a_run_keeps_its_tokenizer_settings(corpus, tmp_path):
     tags_differ = r"data.target_tags/tag \(source tags\): \['<2de>'\] differs from the tokenizer already in .*\(\[\]\)"
     with pytest.raises(UserError, match=tags_differ):
         prepare_data(data(target_tags=True), run, seed=1)
+    with pytest.raises(UserError, match=r"data.byte_fallback: True differs from the tokenizer already in .*\(False\)"):
+        prepare_data(data(byte_fallback=True), run, seed=1)
+    # a tokenizer whose settings predate byte pieces has none
+    settings = os.path.join(run, "tokenizer.json")
+    with open(settings, encoding="utf-8") as f:
+        saved = json.load(f)
+    del saved["byte_fallback"]
+    with open(settings, "w", encoding="utf-8") as f:
+        json.dump(saved, f)
+    assert prepare_data(data(), run, seed=1)[0].src_vocab_size == 200
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])

@@ -118,9 +118,10 @@ class DataConfig(CorpusConfig):
         for name, value in self.tokenizer_settings().items():
             if name == "character_coverage" and value == 0:
                 continue
-            if saved.get(name, False if name == "byte_fallback" else None) != value:  # absent: no byte pieces
+            before = saved.get(name, False if name == "byte_fallback" else None)  # absent: no byte pieces
+            if before != value:
                 key = "data.target_tags/tag (source tags)" if name == "tags" else f"data.{name}"
-                return key, value, saved.get(name)
+                return key, value, before
         return None
 
 
