@@ -4,14 +4,15 @@ must not contain, each a contiguous run of subwords.
 The beam search meets them by dynamic beam allocation (Post & Vilar, 2018, "Fast Lexically
 Constrained Decoding with Dynamic Beam Allocation for Neural Machine Translation", section 3):
 
-- candidates (their Algorithm 1): the best 2*beam continuations over the sentence's rows, plus
-  for every row the tokens that advance one of its unmet phrases, plus every row's own best token;
+- candidates: the best 2*beam continuations over the sentence's rows, plus for every row the
+  tokens that advance one of its unmet phrases, plus every row's own best token;
 - banks: a candidate's bank is the number of constraint subwords its hypothesis has produced,
   0..C for C constraint subwords in all. The beam's slots are split evenly over the C + 1 banks,
   and each bank keeps its best candidates by score, so hypotheses that met more constraints
   never push out all the good ones that met fewer (and the reverse). Slots a bank cannot fill go
   to the other banks, those with more progress first;
-- a hypothesis may end (EOS) only once it holds every phrase, except at its length limit.
+- ends: EOS is possible only for a hypothesis that holds every phrase (or at its length limit);
+  EOS candidates take part in the allocation in their hypotheses' banks, and those it chooses end.
 
 A token that would complete a phrase to avoid is never chosen.
 """
