@@ -39,6 +39,13 @@ def test_vocabulary_too_large_for_the_data(tmp_path):
         train_tokenizer(str(tmp_path), SRC, TGT, True, 5000, "unigram", 1.0, 1000, seed=1, byte_fallback=False)
 
 
+def test_a_vocabulary_too_small_for_the_byte_pieces(tmp_path):
+    with pytest.raises(
+        UserError, match=r"^data.vocab_size: 100 is too small .* at least \d+ pieces .*256 byte pieces\)$"
+    ):
+        train_tokenizer(str(tmp_path), SRC, TGT, True, 100, "bpe", 1.0, 1000, seed=1, byte_fallback=True)
+
+
 def test_coverage_is_chosen_from_the_script():
     assert auto_coverage(SRC + TGT) == 1.0
     assert auto_coverage(["Grüße aus Köln, sagte Zoë."] * 10) == 1.0

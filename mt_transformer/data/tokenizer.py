@@ -84,6 +84,12 @@ def train_sentencepiece(
         )
     except RuntimeError as error:
         message = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
+        needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+        if needed:
+            raise UserError(
+                f"data.vocab_size: {vocab_size} is too small for this data; it needs at least {needed.group(1)} "
+                f"pieces (its characters, the special pieces{' and 256 byte pieces' if byte_fallback else ''})"
+            ) from None
         limit = re.search(r"<= (\d+)", message)
         if "Vocabulary size" in message and limit:
             raise UserError(
