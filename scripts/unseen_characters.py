@@ -5,9 +5,9 @@ each checkpoint; the share of lines whose inserted characters all come out in th
     python3 scripts/unseen_characters.py --train corpus/train.de corpus/train.en --src corpus/test.de \
         --checkpoints runs/no_bytes runs/bytes
 
-Each line gets one mark (in turn from the list below) after a word chosen with a fixed seed. Only
-marks none of whose characters (after sentencepiece's NFKC normalization) occur in the training
-files are used; the characters that count are those the training data lacks.
+Each line gets one mark (in turn from the list below) after a word chosen with a fixed seed.
+Only marks with characters (after sentencepiece's NFKC normalization) that the training files
+lack are used, and those characters are the ones that must come out.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main() -> None:
     for path in args.train:
         for line in read_lines(path):
             seen.update(unicodedata.normalize("NFKC", line))
-    marks = [m for m in MARKS if unseen(m, seen) == unicodedata.normalize("NFKC", m).replace(" ", "")]
+    marks = [m for m in MARKS if unseen(m, seen)]
     rng = random.Random(args.seed)
     lines, wanted = [], []
     for i, line in enumerate(read_lines(args.src)):
@@ -53,10 +53,8 @@ def main() -> None:
         at = rng.randrange(len(words) + 1)
         lines.append(" ".join(words[:at] + [mark] + words[at:]))
         wanted.append(unseen(mark, seen))
-    print(
-        f"# {cpu_model()}; marks used: {' '.join(marks)}; left out (seen in training): "
-        f"{' '.join(m for m in MARKS if m not in marks) or 'none'}"
-    )
+    shown = ", ".join(f"{m} ({unseen(m, seen)})" for m in marks)
+    print(f"# {cpu_model()}; the marks and the characters of each that training lacks: {shown}")
     for checkpoint in args.checkpoints:
         translate = load_translator(checkpoint, "torch", "cpu", beam_size=args.beam)
         results = translate(lines)
