@@ -75,7 +75,8 @@ class DataConfig(CorpusConfig):
     spm_type: Literal["unigram", "bpe"] = "unigram"
     character_coverage: float = 0.0  # 0: 0.9995 for Chinese/Japanese/Korean text, else 1.0 (tokenizer.auto_coverage)
     # characters outside the vocabulary become their UTF-8 bytes (256 byte pieces of the
-    # vocabulary) instead of <unk>, so the model can copy what training never showed it
+    # vocabulary) instead of <unk>, for a model to copy; off: on Multi30k it cost 2.9 valid BLEU
+    # (docs/recipes.md, "Characters the training data never had")
     byte_fallback: bool = False
     spm_max_sentences: int = 2_000_000
     # cleaning (training data only), in subword tokens
