@@ -1,7 +1,7 @@
 """The translator: lines of text in, translations out. It tokenizes, batches by tokens (longest
 first), runs one engine's search (PyTorch, torch_search.py, or CTranslate2), detokenizes, and
-puts the results back in input order. Exactly one result per input line; an empty line gives an empty
-translation, and a line too long for the model (or for memory) is translated in parts.
+puts the results back in input order. Exactly one result per input line; an empty line gives an
+empty translation, and a line too long for the model (or for memory) is translated in parts.
 
 mt-translate, mt-eval, validation during training and the benchmark all translate through it.
 """
