@@ -100,6 +100,8 @@ def test_broken_bytes_are_left_out_and_counted(tmp_path):
     smile = tokenizer.tgt.encode("😀")[-4:]  # its four UTF-8 bytes
     assert tokenizer.detokenize(house + smile[:2] + red, []) == ("the house is red", 1)
     assert tokenizer.detokenize(house + smile + red, []) == ("the house😀 is red", 0)
+    # fills go to the <unk> pieces in order, whatever broken bytes come before them
+    assert tokenizer.detokenize(house + smile[:2] + [UNK_ID] + red, ["X"]) == ("the houseX is red", 2)
 
 
 def test_unknowns_are_filled_or_left_out_never_printed(tmp_path):

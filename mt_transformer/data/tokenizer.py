@@ -216,7 +216,7 @@ class Tokenizer:
         Returns the text and how many unknowns (an <unk>, or a run of broken bytes) it had."""
         if UNK_ID not in ids and not any(self.tgt.is_byte(i) for i in ids):
             return self.tgt.decode(ids), 0
-        pieces, unknowns, run = [], 0, bytearray()
+        pieces, unknowns, holes, run = [], 0, 0, bytearray()
         for i in [*ids, None]:  # None closes a last run of bytes
             if i is not None and self.tgt.is_byte(i):
                 run.append(int(self.tgt.id_to_piece(i)[1:-1], 16))  # "<0xC3>" -> 0xC3
@@ -227,7 +227,8 @@ class Tokenizer:
                 pieces.append(text.replace(" ", WORD_START))
                 run = bytearray()
             if i == UNK_ID:
-                pieces.append(fills[unknowns] if unknowns < len(fills) else "")
+                pieces.append(fills[holes] if holes < len(fills) else "")
+                holes += 1
                 unknowns += 1
             elif i is not None:
                 pieces.append(self.tgt.id_to_piece(i))

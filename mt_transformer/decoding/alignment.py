@@ -14,10 +14,9 @@ import os
 import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.tokenizer import WORD_START
 from mt_transformer.files import save_png
 from mt_transformer.model.masks import padding_mask
-
-WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 
 
 @torch.no_grad()

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mt_transformer.data.tokenizer import WORD_START
 from mt_transformer.errors import UserError
-
-WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 
 
 @dataclass(frozen=True)

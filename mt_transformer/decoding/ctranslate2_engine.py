@@ -30,8 +30,8 @@ import torch
 
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE, write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
-from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.decoding.constraints import WORD_START, Constraints
+from mt_transformer.data.tokenizer import WORD_START, Tokenizer
+from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
