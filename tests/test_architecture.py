@@ -22,7 +22,7 @@ LAYERS = [
     {"checkpoint"},
     {"evaluation"},
     {"decoding"},
-    {"training"},
+    {"training", "serve"},
     {"cli"},
 ]
 

@@ -1,0 +1,1 @@
+"""The translation server: dynamic batching of concurrent requests."""

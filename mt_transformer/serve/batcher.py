@@ -1,0 +1,124 @@
+"""Dynamic batching for a translation server: the lines of concurrent requests, gathered for a
+few milliseconds, go to the translator in one call, so many small requests cost about what one
+batch of their lines costs.
+
+Requests with the same options (target language, beam, ...: their `key`) share a call. Calls run
+one at a time in a worker thread (the model already uses every core) while the event loop keeps
+accepting requests. A call that fails is retried request by request, so a failure (a line the
+model cannot take, memory) fails only the request it belongs to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    key: Hashable
+    lines: list[str]
+    done: asyncio.Future = field(repr=False)
+
+
+class DynamicBatcher:
+    """`translate(key, lines) -> one result per line`, called with the gathered lines of every
+    waiting request of one key; a request waits at most `wait` seconds for others to join it, and
+    a call takes at most `max_lines` lines (a larger request is a call of its own)."""
+
+    def __init__(self, translate: Callable[[Hashable, list[str]], list], wait: float, max_lines: int):
+        self.translate, self.wait, self.max_lines = translate, wait, max_lines
+        self._queue: asyncio.Queue[_Request | None] = asyncio.Queue()
+        self._worker: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._worker = asyncio.get_running_loop().create_task(self._run())
+
+    async def submit(self, key: Hashable, lines: list[str]) -> list:
+        """The results of `lines`, in order; the exception of their call if it failed."""
+        request = _Request(key, lines, asyncio.get_running_loop().create_future())
+        await self._queue.put(request)
+        return await request.done
+
+    async def close(self) -> None:
+        """Finish every request already submitted, then stop."""
+        await self._queue.put(None)
+        if self._worker is not None:
+            await self._worker
+
+    async def _run(self) -> None:
+        while True:
+            first = await self._queue.get()
+            if first is None:
+                return
+            group, stopping = await self._gather(first)
+            await self._serve(group)
+            if stopping:
+                return
+
+    async def _gather(self, first: _Request) -> tuple[list[_Request], bool]:
+        """`first` and the requests that arrive within `wait` seconds of it, up to `max_lines` lines."""
+        group, lines = [first], len(first.lines)
+        deadline = time.monotonic() + self.wait
+        while lines < self.max_lines:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                request = await asyncio.wait_for(self._queue.get(), remaining)
+            except asyncio.TimeoutError:
+                break
+            if request is None:
+                return group, True
+            group.append(request)
+            lines += len(request.lines)
+        return group, False
+
+    async def _serve(self, group: list[_Request]) -> None:
+        """One call per key and per `max_lines` lines, each request's results handed back."""
+        calls: list[list[_Request]] = []
+        by_key: dict[Hashable, list[_Request]] = {}
+        for request in group:
+            by_key.setdefault(request.key, []).append(request)
+        for requests in by_key.values():
+            call, size = [], 0
+            for request in requests:
+                if call and size + len(request.lines) > self.max_lines:
+                    calls.append(call)
+                    call, size = [], 0
+                call.append(request)
+                size += len(request.lines)
+            calls.append(call)
+        for call in calls:
+            await self._call(call)
+
+    async def _call(self, requests: list[_Request]) -> None:
+        lines = [line for request in requests for line in request.lines]
+        try:
+            results = await asyncio.to_thread(self.translate, requests[0].key, lines)
+        except Exception as error:  # any failure belongs to the requests, not to the server
+            if len(requests) == 1:
+                _settle(requests[0], error=error)
+                return
+            log.warning("a call of %d requests failed (%s): each is tried alone", len(requests), error)
+            for request in requests:
+                await self._call([request])
+            return
+        start = 0
+        for request in requests:
+            _settle(request, results[start : start + len(request.lines)])
+            start += len(request.lines)
+
+
+def _settle(request: _Request, results: list | None = None, error: BaseException | None = None) -> None:
+    if request.done.cancelled():  # the client went away
+        return
+    if error is not None:
+        request.done.set_exception(error)
+    else:
+        request.done.set_result(results)
