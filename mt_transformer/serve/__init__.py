@@ -1,1 +1,1 @@
-"""The translation server: dynamic batching of concurrent requests."""
+"""The translation server: LibreTranslate's API and dynamic batching of concurrent requests."""
