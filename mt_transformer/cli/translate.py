@@ -83,23 +83,26 @@ def translate_main(argv=None):
                 raise UserError(f"{flag}: needs the input from -i FILE or a pipe, one line per input line")
         return _translate_interactively(args)
     lines = read_input(args.input)
-    per_line = {}
-    for flag, path in (("--prefix", args.prefix), ("--constraints", args.constraints), ("--avoid", args.avoid)):
-        if path:
-            per_line[flag] = read_input(path)
-            if len(per_line[flag]) != len(lines):
-                raise UserError(f"{flag}: {path} has {len(per_line[flag])} lines, the input {len(lines)}")
+    prefixes = _per_input_line("--prefix", args.prefix, len(lines))
+    include = _per_input_line("--constraints", args.constraints, len(lines))
+    avoid = _per_input_line("--avoid", args.avoid, len(lines))
     constraints = None
-    if args.constraints or args.avoid:
-        phrases = {
-            flag: [line.split("\t") for line in per_line.get(flag, [""] * len(lines))]
-            for flag in ("--constraints", "--avoid")
-        }
-        constraints = (phrases["--constraints"], phrases["--avoid"])
+    if include is not None or avoid is not None:  # tab-separated phrases, an empty line none
+        constraints = tuple([line.split("\t") for line in given or [""] * len(lines)] for given in (include, avoid))
     translator = translator_from_args(args, n_best=args.nbest)
-    results = translator(lines, progress=True, prefixes=per_line.get("--prefix"), constraints=constraints)
+    results = translator(lines, progress=True, prefixes=prefixes, constraints=constraints)
     alignments = _inspect(args, translator, lines, results) if inspect else None
     write_output(args.output, "".join(_format_translations(results, args, alignments)))
+
+
+def _per_input_line(flag: str, path: str | None, count: int) -> list[str] | None:
+    """The lines of the file a flag names, one per input line (None: no file)."""
+    if not path:
+        return None
+    lines = read_input(path)
+    if len(lines) != count:
+        raise UserError(f"{flag}: {path} has {len(lines)} lines, the input {count}")
+    return lines
 
 
 def _inspect(args, translator, lines: list[str], results, first_index: int = 0):

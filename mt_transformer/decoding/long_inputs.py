@@ -3,7 +3,7 @@ sentences, then starts of words) and how the parts' hypotheses are joined."""
 
 from __future__ import annotations
 
-from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.search import Hypothesis
 
 SENTENCE_ENDS = (".", "!", "?", ";", ":", "。", "！", "？", "؟", "।")
@@ -20,7 +20,7 @@ def cut_points(pieces: list[str], limit: int) -> list[int]:
         window = range(start + limit, start + limit // 2, -1)  # a cut at j ends the part before piece j
         cut = (
             next((j for j in window if pieces[j - 1].endswith(SENTENCE_ENDS)), None)
-            or next((j for j in window if pieces[j].startswith("▁")), None)
+            or next((j for j in window if pieces[j].startswith(WORD_START)), None)
             or start + limit
         )
         cuts.append(cut)

@@ -41,12 +41,9 @@ def score_lines(translator, sources: list[str], targets: list[str]) -> list[Line
     """The score of each target line as the translation of its source line, in input order."""
     if len(sources) != len(targets):
         raise ValueError("one target per source")
-    texts = [normalize(line) for line in sources]
-    if translator.target_tag:
-        texts = [f"{translator.target_tag} {text}" for text in texts]
-    src_ids = translator.tokenizer.encode_src(texts)
+    src_ids = translator.tokenizer.encode_src(translator.source_texts(sources))
     tgt_ids = translator.tokenizer.tgt.encode([normalize(line) for line in targets])
-    limit = getattr(translator.search, "max_positions", None)
+    limit = translator.max_positions
     for line, (s, t) in enumerate(zip(src_ids, tgt_ids), start=1):
         if limit is not None and max(len(s), len(t)) + 1 > limit:
             raise UserError(

@@ -66,6 +66,18 @@ class Translator:
             return tag_language(self.target_tag)
         return self.config.data.target_language if self.config else None
 
+    @property
+    def max_positions(self) -> int | None:
+        """The most positions the engine's model holds; None: no limit (sinusoids extend to any length)."""
+        return getattr(self.search, "max_positions", None)
+
+    def source_texts(self, lines: list[str]) -> list[str]:
+        """The lines as the model reads them: normalized, each after the target tag (empty lines stay empty)."""
+        texts = [normalize(line) for line in lines]
+        if self.target_tag:
+            texts = [f"{self.target_tag} {text}" if text else text for text in texts]
+        return texts
+
     def __call__(
         self,
         lines: list[str],
@@ -76,9 +88,7 @@ class Translator:
         """Per line, up to decode.n_best translations, best first; each begins with its line's
         prefix when `prefixes` are given (one per line, "" for none). `constraints`: per line, the
         phrases every translation must contain and those none may contain."""
-        texts = [normalize(line) for line in lines]
-        if self.target_tag:  # empty lines stay empty
-            texts = [f"{self.target_tag} {text}" if text else text for text in texts]
+        texts = self.source_texts(lines)
         ids = self.tokenizer.encode_src(texts)
         forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
         lexical = self._encode_constraints(*constraints) if constraints is not None else None
@@ -150,8 +160,7 @@ class Translator:
     def _constraints_of_parts(self, line: int, c: Constraints, parts: list[list[int]]) -> list[Constraints]:
         """The line's constraints spread over the parts it is translated in; phrases to include
         that more than its translation may hold are a one-line error."""
-        max_positions = getattr(self.search, "max_positions", None)
-        capacities = [output_limit(len(part), self.decode, max_positions) for part in parts]
+        capacities = [output_limit(len(part), self.decode, self.max_positions) for part in parts]
         if c.subwords > sum(capacities):
             raise UserError(
                 f"--constraints: line {line + 1}: its phrases take {c.subwords} subwords, more than the "
