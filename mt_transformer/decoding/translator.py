@@ -8,6 +8,7 @@ mt-translate, mt-eval, validation during training and the benchmark all translat
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -70,6 +71,14 @@ class Translator:
     def max_positions(self) -> int | None:
         """The most positions the engine's model holds; None: no limit (sinusoids extend to any length)."""
         return getattr(self.search, "max_positions", None)
+
+    def with_settings(self, **changes) -> Translator:
+        """The same model(s) searching with other decode settings (beam_size, n_best, alpha, ...),
+        checked as a config file's are; the model is shared, not copied."""
+        config = with_decode(self.config, **changes)
+        search = copy.copy(self.search)
+        search.decode = config.decode
+        return dataclasses.replace(self, search=search, decode=config.decode, config=config)
 
     def source_texts(self, lines: list[str]) -> list[str]:
         """The lines as the model reads them: normalized, each after the target tag (empty lines stay empty)."""
@@ -209,7 +218,7 @@ def load_translator(
     ensemble, decoding.ensemble), or of an mt-export directory (engine ctranslate2), with the
     decode settings given overriding the (first) checkpoint's, into `tgt_lang` for a model
     trained with target tags."""
-    translator = _load_translator(path, engine, device, compute_type, threads, ensemble_mode, **decode)
+    translator = load_untagged(path, engine, device, compute_type, threads, ensemble_mode, **decode)
     translator.target_tag = target_tag(translator.config, tgt_lang)
     return translator
 
@@ -227,9 +236,16 @@ def target_tag(config: Config, tgt_lang: str | None) -> str:
     return language_tag(tgt_lang or languages[0])
 
 
-def _load_translator(
-    path: str | list[str], engine: str, device: str, compute_type: str, threads: int, ensemble_mode: str, **decode
+def load_untagged(
+    path: str | list[str],
+    engine: str = "torch",
+    device: str = "auto",
+    compute_type: str = "default",
+    threads: int = 0,
+    ensemble_mode: str = "logprob",
+    **decode,
 ) -> Translator:
+    """load_translator's translator before a target tag is chosen (a server sets one per language)."""
     from mt_transformer.devices import limit_kernel_cache, select_device
 
     paths = [path] if isinstance(path, str) else list(path)

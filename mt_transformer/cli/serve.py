@@ -1,0 +1,137 @@
+"""mt-serve: trained models behind an HTTP API that LibreTranslate's clients speak, with a page to
+try them (docs/serving.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from mt_transformer.cli.common import entry_point, runtime_options
+from mt_transformer.errors import UserError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mt-serve",
+        description="Serve trained models over HTTP: LibreTranslate's API, POST /v1/translate, a page at /.",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        nargs="+",
+        action="extend",
+        required=True,
+        help="run directories or checkpoints (with --engine ctranslate2: export directories), one per language "
+        "pair; a model trained with target tags serves each of its pairs",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=5000)
+    runtime_options(parser)
+    parser.add_argument("--max-lines", type=int, default=1000, help="lines (items of q) per request; more: 413")
+    parser.add_argument("--max-chars", type=int, default=5000, help="characters per line; more: 413")
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=5.0,
+        help="how long a request waits for others to share its translator call (0: it goes alone)",
+    )
+    parser.add_argument(
+        "--batch-lines", type=int, default=256, help="the most lines in one translator call (1: no batching)"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a request may take; longer: 504")
+    parser.add_argument(
+        "--api-keys", metavar="FILE", help="require LibreTranslate's api_key: one key per line (# comments)"
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM or Ctrl-C: stop accepting, finish the requests in flight for up to this long, exit",
+    )
+    return parser
+
+
+@entry_point
+def serve_main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        import uvicorn
+
+        from mt_transformer.serve.app import ServerSettings, create_app
+    except ImportError as error:
+        missing = f"{error.name} is missing"
+        raise UserError(f"mt-serve needs the serve extra: pip install 'mt_transformer[serve]' ({missing})") from None
+    from mt_transformer.serve.api import Limits
+    from mt_transformer.serve.middleware import access_log
+    from mt_transformer.serve.models import load_models
+
+    for name, value in (
+        ("--max-lines", args.max_lines),
+        ("--max-chars", args.max_chars),
+        ("--batch-lines", args.batch_lines),
+    ):
+        if value < 1:
+            raise UserError(f"{name}: must be at least 1, got {value}")
+    for name, value in (
+        ("--batch-wait-ms", args.batch_wait_ms),
+        ("--timeout", args.timeout),
+        ("--drain-seconds", args.drain_seconds),
+    ):
+        if not value >= 0:
+            raise UserError(f"{name}: must be 0 or more, got {value}")
+    for path in args.checkpoint:
+        if not os.path.exists(path):
+            raise UserError(f"--checkpoint: {path}: no such file or directory")
+    settings = ServerSettings(
+        Limits(args.max_lines, args.max_chars),
+        args.batch_wait_ms / 1000,
+        args.batch_lines,
+        args.timeout,
+        _api_keys(args.api_keys),
+    )
+    failure: list[str] = []
+
+    def stop(message: str) -> None:
+        failure.append(message)
+        server.should_exit = True
+
+    def load():
+        return load_models(args.checkpoint, args.engine, args.device, args.compute_type, args.threads)
+
+    app = create_app(load, settings, on_load_error=stop)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access_log.addHandler(handler)
+    access_log.propagate = False
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=None,  # uvicorn's lines go through the commands' logging, in its format
+        access_log=False,  # the app writes its own, one JSON line per request
+        timeout_graceful_shutdown=args.drain_seconds,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn drains on SIGTERM and then sends the signal again: a handler that does nothing lets
+    # the command end normally, with exit code 0, once the requests in flight are answered
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    server.run()
+    if failure:
+        raise UserError(failure[0])
+    if not server.started:
+        raise UserError(f"--host/--port: could not listen on {args.host}:{args.port}")
+
+
+def _api_keys(path: str | None) -> frozenset[str] | None:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            keys = frozenset(line.strip() for line in f if line.strip() and not line.lstrip().startswith("#"))
+    except OSError as error:
+        raise UserError(f"--api-keys: {path}: {error.strerror}") from None
+    if not keys:
+        raise UserError(f"--api-keys: {path} holds no key")
+    return keys

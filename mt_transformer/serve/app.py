@@ -1,0 +1,261 @@
+"""The translation server's ASGI app (FastAPI): LibreTranslate's API (`POST /translate`,
+`GET /languages`, `POST /detect`, `GET /frontend/settings`), our own `POST /v1/translate`, the
+operations endpoints (`GET /health`, `GET /ready`), a page to try it at `/`, and the OpenAPI
+schema at `/openapi.json` (browsable at `/docs`).
+
+The models load in a worker thread after start-up, so the server answers `/health` at once and
+`/ready` turns true when they are loaded. Every translation goes through one DynamicBatcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import resources
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from mt_transformer.errors import UserError
+from mt_transformer.serve.api import ApiError, Limits, languages, parse_translate
+from mt_transformer.serve.batcher import DynamicBatcher
+from mt_transformer.serve.html_text import HtmlFragment
+from mt_transformer.serve.middleware import AccessLog, BodyLimit
+from mt_transformer.serve.models import Item, Models, Options, Result
+from mt_transformer.serve.v1 import V1Request, V1Response, parse_v1, v1_response
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    limits: Limits = Limits()
+    batch_wait: float = 0.005  # seconds a request waits for others to share its call
+    batch_lines: int = 256  # most lines in one call (1: no batching)
+    timeout: float = 60.0  # seconds a request may take before it is answered 504
+    api_keys: frozenset[str] | None = None  # None: no key needed
+
+    @property
+    def max_body(self) -> int:
+        """The largest body a request within the limits can have: UTF-8 (4 bytes a character at most)."""
+        return 4 * self.limits.max_lines * (self.limits.max_chars + 16) + 65536
+
+
+class _Server:
+    """What the endpoints share: the models once loaded, the batcher, the settings."""
+
+    def __init__(self, settings: ServerSettings):
+        self.settings = settings
+        self.models: Models | None = None
+        self.load_error: str | None = None
+        self.batcher = DynamicBatcher(self._run, settings.batch_wait, settings.batch_lines)
+
+    def _run(self, options: Options, items: list[Item]) -> list[Result]:
+        return self.models.run(options, items)
+
+    @property
+    def pairs(self) -> set[tuple[str, str]]:
+        if self.models is None:
+            raise ApiError(503, self.load_error or "the models are still loading (GET /ready says when they are)")
+        return self.models.pairs
+
+    def check_key(self, api_key: str | None) -> None:
+        keys = self.settings.api_keys
+        if keys is not None and api_key not in keys:
+            raise ApiError(403, "Invalid API key")
+
+    async def translate(self, options: Options, items: list[Item]) -> list[Result]:
+        """The results of the items, through the batcher; failures as ApiErrors."""
+        try:
+            return await asyncio.wait_for(self.batcher.submit(options, items), self.settings.timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise ApiError(504, f"the translation took more than {self.settings.timeout:g} s") from None
+        except UserError as error:  # a phrase the vocabulary cannot spell, settings out of range
+            raise ApiError(400, str(error)) from None
+        except Exception as error:  # out of memory, a fault of the engine: this request only
+            first = (str(error).strip().splitlines() or [""])[0]
+            log.error("translation failed: %s: %s", type(error).__name__, first)
+            raise ApiError(500, f"the translation failed: {type(error).__name__}: {first}") from None
+
+
+def create_app(
+    load: Callable[[], Models], settings: ServerSettings, on_load_error: Callable[[str], None] | None = None
+) -> FastAPI:
+    """The app; `load` runs in a worker thread after start-up. A failure to load (a UserError) is
+    kept for /ready and handed to `on_load_error` (mt-serve then stops with its message)."""
+    server = _Server(settings)
+
+    async def load_models():
+        try:
+            server.models = await asyncio.to_thread(load)
+            log.info("ready: %s", ", ".join(f"{s} -> {t}" for s, t in sorted(server.models.pairs)))
+        except UserError as error:
+            server.load_error = str(error)
+            if on_load_error is not None:
+                on_load_error(str(error))
+
+    @asynccontextmanager
+    async def lifespan(app):
+        server.batcher.start()
+        loading = asyncio.create_task(load_models())
+        yield
+        await server.batcher.close()  # in-flight requests are finished before the server stops
+        loading.cancel()
+
+    app = FastAPI(title="mt-serve", summary="Machine translation with mt_transformer models", lifespan=lifespan)
+    app.state.server = server
+    _error_handlers(app)
+    _operations(app, server)
+    _libretranslate(app, server)
+
+    @app.post("/v1/translate", response_model=V1Response, response_model_exclude_none=True)
+    async def v1_translate(body: V1Request, request: Request):
+        server.check_key(body.api_key)
+        options, items = parse_v1(body, server.pairs, settings.limits)
+        request.state.lines = len(items)
+        return v1_response(body, options, await server.translate(options, items))
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    app.add_middleware(AccessLog)  # the last added is the outermost: it sees the 413s too
+    return app
+
+
+def _error_handlers(app: FastAPI) -> None:
+    """Every error a client gets is `{"error": "one line"}` with its status, as LibreTranslate answers."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError):
+        request.state.error = error.message
+        return JSONResponse({"error": error.message}, status_code=error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError):
+        first = error.errors()[0]
+        loc = [part for part in first.get("loc", ()) if part != "body"]
+        # the field, then list positions: not the names of the union's members pydantic tried
+        where = ".".join(str(part) for k, part in enumerate(loc) if k == 0 or isinstance(part, int))
+        message = f"Invalid request: {where + ': ' if where else ''}{first.get('msg', 'invalid')}"
+        return await api_error(request, ApiError(400, message))
+
+
+def _operations(app: FastAPI, server: _Server) -> None:
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page():
+        return resources.files("mt_transformer.serve").joinpath("page.html").read_text(encoding="utf-8")
+
+    @app.get("/health", summary="Liveness: the server answers")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready", summary="Readiness: the models are loaded")
+    async def ready():
+        if server.models is None:
+            return JSONResponse({"ready": False, "error": server.load_error}, status_code=503)
+        return {"ready": True, "pairs": [f"{s}-{t}" for s, t in sorted(server.models.pairs)]}
+
+
+def _libretranslate(app: FastAPI, server: _Server) -> None:
+    settings = server.settings
+
+    @app.get("/languages", summary="The languages this server translates from, with their targets")
+    async def get_languages():
+        return languages(server.pairs)
+
+    @app.get("/frontend/settings", summary="What a LibreTranslate client asks before it starts")
+    async def frontend_settings():
+        names = languages(server.pairs) if server.models else []
+        return {
+            "charLimit": settings.limits.max_chars,
+            "frontendTimeout": int(1000 * settings.timeout),
+            "keyRequired": settings.api_keys is not None,
+            "suggestions": False,
+            "filesTranslation": False,
+            "supportedFilesFormat": [],
+            "language": {"source": names[0] if names else None, "target": None},
+        }
+
+    @app.post("/translate", summary="LibreTranslate's translate", openapi_extra=_TRANSLATE_BODY)
+    async def translate(request: Request):
+        payload = await _payload(request)
+        server.check_key(payload.get("api_key"))
+        asked = parse_translate(payload, server.pairs, settings.limits)
+        if asked.format == "html" and asked.alternatives:
+            raise ApiError(400, "Invalid request: alternatives are for format text")
+        fragments = [HtmlFragment(line) for line in asked.lines] if asked.format == "html" else None
+        texts = [t for f in fragments for t in f.texts] if fragments else asked.lines
+        request.state.lines = len(texts)
+        options = Options(asked.source, asked.target, n_best=1 + asked.alternatives)
+        results = await server.translate(options, [Item(text) for text in texts]) if texts else []
+        if fragments:
+            translated, start = [], 0
+            for fragment in fragments:
+                end = start + len(fragment.texts)
+                translated.append(fragment.rebuild([r.hypotheses[0].text for r in results[start:end]]))
+                start = end
+        else:
+            translated = [r.hypotheses[0].text for r in results]
+        answer = {"translatedText": translated if asked.as_list else translated[0]}
+        if asked.alternatives:
+            others = [[h.text for h in r.hypotheses[1:]] for r in results]
+            answer["alternatives"] = others if asked.as_list else others[0]
+        if payload.get("source") == "auto":
+            detected = {"confidence": 100.0, "language": asked.source}
+            answer["detectedLanguage"] = [detected] * len(translated) if asked.as_list else detected
+        return answer
+
+    @app.post("/detect", summary="The source language: the one this server translates from", openapi_extra=_DETECT_BODY)
+    async def detect(request: Request):
+        payload = await _payload(request)
+        server.check_key(payload.get("api_key"))
+        if not isinstance(payload.get("q"), str) or not payload["q"].strip():
+            raise ApiError(400, "Invalid request: missing q parameter")
+        sources = sorted({s for s, _ in server.pairs})
+        return [{"confidence": round(100.0 / len(sources), 1), "language": s} for s in sources]
+
+
+async def _payload(request: Request) -> dict:
+    """A LibreTranslate body: JSON, or a form (url-encoded or multipart) where a repeated q is a list."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        try:
+            payload = json.loads(await request.body())
+        except ValueError as error:  # not JSON, or not UTF-8
+            raise ApiError(400, f"Invalid request: the body is not JSON ({type(error).__name__})") from None
+        if not isinstance(payload, dict):
+            raise ApiError(400, "Invalid request: the body must be a JSON object")
+        return payload
+    if kind == "multipart/form-data":
+        form = await request.form()
+        fields = {key: form.getlist(key) for key in form.keys()}
+    else:  # application/x-www-form-urlencoded, or a client that names no type
+        try:
+            fields = parse_qs((await request.body()).decode("utf-8"), keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the form is not UTF-8") from None
+    return {key: values if key == "q" and len(values) > 1 else values[0] for key, values in fields.items()}
+
+
+_FIELDS = {
+    "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+    "source": {"type": "string", "description": "a language code, or auto"},
+    "target": {"type": "string"},
+    "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+    "alternatives": {"type": "integer", "minimum": 0, "maximum": 10, "default": 0},
+    "api_key": {"type": "string"},
+}
+
+
+def _body(fields: list[str], required: list[str]) -> dict:
+    schema = {"type": "object", "properties": {name: _FIELDS[name] for name in fields}, "required": required}
+    content = {kind: {"schema": schema} for kind in ("application/json", "application/x-www-form-urlencoded")}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+_TRANSLATE_BODY = _body(list(_FIELDS), ["q", "source", "target"])
+_DETECT_BODY = _body(["q", "api_key"], ["q"])

@@ -1,0 +1,123 @@
+"""The models a server translates with: each checkpoint (or CTranslate2 export) loaded once, the
+language pairs it serves, and `Models.run`, which the batcher calls with the gathered lines of
+concurrent requests that share their options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from mt_transformer.config import language_tag
+from mt_transformer.decoding.translator import Translation, Translator, load_untagged
+from mt_transformer.errors import UserError
+
+
+@dataclass(frozen=True)
+class Options:
+    """What decides a translator call: requests share a call only when they agree on all of it."""
+
+    source: str
+    target: str
+    beam: int | None = None  # None: the checkpoint's decode settings
+    alpha: float | None = None
+    n_best: int = 1
+    attention: bool = False  # word alignments and the attention of the best translation (PyTorch engine)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One line to translate, with what a /v1 request may add to it."""
+
+    text: str
+    prefix: str = ""
+    include: tuple[str, ...] = ()  # phrases the translations must contain
+    avoid: tuple[str, ...] = ()  # phrases they must not contain
+
+
+@dataclass
+class Result:
+    hypotheses: list[Translation]  # best first
+    alignments: list[str] | None = None  # per hypothesis, Pharaoh format (source-target word pairs)
+    attention: dict | None = None  # the best translation's: source_pieces, target_pieces, weights (rows: target)
+
+
+class Models:
+    """The translators of a server, one per (source, target) language pair."""
+
+    def __init__(self, translators: dict[tuple[str, str], Translator], engine: str = "torch"):
+        self.translators, self.engine = translators, engine
+        self._variants: dict[tuple, Translator] = {}
+
+    @property
+    def pairs(self) -> set[tuple[str, str]]:
+        return set(self.translators)
+
+    def run(self, options: Options, items: list[Item]) -> list[Result]:
+        """One result per item. Runs in the batcher's worker thread, one call at a time."""
+        translator = self._translator(options)
+        texts = [item.text for item in items]
+        prefixes = [item.prefix for item in items] if any(item.prefix for item in items) else None
+        constraints = None
+        if any(item.include or item.avoid for item in items):
+            constraints = ([list(item.include) for item in items], [list(item.avoid) for item in items])
+        found = translator(texts, prefixes=prefixes, constraints=constraints)
+        if not options.attention:
+            return [Result(hypotheses) for hypotheses in found]
+        if translator.model is None:
+            raise UserError("alignments and attention need the PyTorch engine; this server runs CTranslate2")
+        return [_with_attention(translator, text, hypotheses) for text, hypotheses in zip(texts, found)]
+
+    def _translator(self, options: Options) -> Translator:
+        key = (options.source, options.target, options.beam, options.alpha, options.n_best)
+        if key not in self._variants:
+            base = self.translators[options.source, options.target]
+            changes = {"beam_size": options.beam, "alpha": options.alpha, "n_best": options.n_best}
+            self._variants[key] = base.with_settings(**changes)
+        return self._variants[key]
+
+
+def _with_attention(translator: Translator, text: str, hypotheses: list[Translation]) -> Result:
+    """The hypotheses with their word alignments, and the cross-attention of the best one (the last
+    decoder layer, mean of its heads) as mt-translate --alignment and --attention take them."""
+    from mt_transformer.decoding.alignment import cross_attention, format_alignment, select, word_alignment
+
+    tokenizer = translator.tokenizer
+    src_ids = tokenizer.encode_src(translator.source_texts([text]))[0]
+    src_pieces = tokenizer.src_pieces(src_ids)
+    kept = [k for k, h in enumerate(hypotheses) if src_ids and h.tokens]  # nothing to align for empty ones
+    weights = cross_attention(translator.model, src_ids, [hypotheses[k].tokens for k in kept], translator.device)
+    alignments, attention = [""] * len(hypotheses), None
+    for k, weight in zip(kept, weights):
+        matrix = select(weight)  # (tgt + 1, src + 1)
+        tgt_pieces = tokenizer.tgt_pieces(hypotheses[k].tokens)
+        alignments[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
+        if k == 0:
+            rounded = [[round(w, 4) for w in row] for row in matrix.tolist()]
+            attention = {
+                "source_pieces": src_pieces + ["</s>"],
+                "target_pieces": tgt_pieces + ["</s>"],
+                "weights": rounded,
+            }
+    return Result(hypotheses, alignments, attention)
+
+
+def load_models(
+    paths: list[str], engine: str = "torch", device: str = "auto", compute_type: str = "default", threads: int = 0
+) -> Models:
+    """Every checkpoint (run directory, checkpoint file or, with engine ctranslate2, export
+    directory) loaded once, by the language pairs it was trained on; a model trained with target
+    tags serves each of its pairs through its tag. Two checkpoints for one pair are an error."""
+    translators: dict[tuple[str, str], Translator] = {}
+    owners: dict[tuple[str, str], str] = {}
+    for path in paths:
+        translator = load_untagged(path, engine, device, compute_type, threads)
+        data = translator.config.data
+        for corpus in data.corpus_list():
+            pair = (corpus.src_lang, corpus.tgt_lang)
+            if pair in owners and owners[pair] != path:
+                raise UserError(f"--checkpoint: {owners[pair]} and {path} both translate {pair[0]} -> {pair[1]}")
+            owners[pair] = path
+            tag = language_tag(corpus.tgt_lang) if data.target_tags else ""
+            translators[pair] = dataclasses.replace(translator, target_tag=tag)
+    return Models(translators, engine)
