@@ -113,6 +113,7 @@ COMMANDS = {
     "mt-export": "export_main",
     "mt-average": "average_main",
     "mt-plot": "plot_main",
+    "mt-serve": "serve_main",
 }
 
 

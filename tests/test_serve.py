@@ -1,0 +1,93 @@
+"""mt-serve as a user starts it: one-line errors, a real process on 127.0.0.1 that drains its
+requests on SIGTERM, and the page in a headless Chromium."""
+
+import json
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import run_cli, translator
+from serve_page import chromium, open_browser, try_page
+from serve_process import ServerProcess, get, post
+
+
+def test_without_the_serve_extra_a_one_line_error(monkeypatch, trained_run):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
+    result = run_cli("mt-serve", "--checkpoint", trained_run)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: mt-serve needs the serve extra: pip install 'mt_transformer[serve]' (uvicorn is missing)"
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--checkpoint", "no/such/run"], "--checkpoint: no/such/run: no such file or directory"),
+        (["--api-keys", "no/such/keys.txt"], "--api-keys: no/such/keys.txt: No such file or directory"),
+        (["--max-lines", "0"], "--max-lines: must be at least 1, got 0"),
+        (["--timeout", "-1"], "--timeout: must be 0 or more, got -1.0"),
+    ],
+)
+def test_mistakes_are_one_line_errors(trained_run, extra, says):
+    result = run_cli("mt-serve", "--checkpoint", trained_run, *extra)
+    assert result.returncode == 2 and result.stderr.strip() == f"error: {says}", result.stderr
+
+
+@pytest.mark.slow  # about 6 s: a process start and a failed one
+def test_a_real_server_answers_drains_on_sigterm_and_exits_0(trained_run, tmp_path):
+    lines = [f"the dog {n} a red house" for n in range(400)]
+    offline = [t[0].text for t in translator(trained_run)(lines)]
+    with ServerProcess(["--checkpoint", trained_run]) as server:
+        assert get(server.url + "/health") == (200, {"status": "ok"})
+        answers = []
+        sender = threading.Thread(
+            target=lambda: answers.append(post(server.url + "/translate", {"q": lines, "source": "en", "target": "de"}))
+        )
+        sender.start()
+        time.sleep(0.3)  # the request is in flight
+        began = time.monotonic()
+        assert server.stop() == 0
+        stopped_in = time.monotonic() - began
+        sender.join()
+    assert answers == [(200, {"translatedText": offline})]
+    assert stopped_in < 30
+    logged = [line for line in server.stderr.splitlines() if line.startswith("{")]
+    paths = [json.loads(line)["path"] for line in logged]  # /ready as often as the start-up asked
+    assert paths[-2:] == ["/health", "/translate"] and set(paths[:-2]) == {"/ready"}
+    assert "Traceback" not in server.stderr
+    with pytest.raises(OSError):  # nothing listens any more
+        get(server.url + "/health", timeout=2)
+
+    empty = tmp_path / "not_a_run"
+    empty.mkdir()
+    with pytest.raises(RuntimeError, match="(?s)ended with 2: .*\nerror: .*no checkpoint found"):
+        ServerProcess(["--checkpoint", str(empty)]).__enter__()
+
+
+@pytest.mark.browser
+@pytest.mark.slow  # about 5 s: a server and a browser start
+@pytest.mark.skipif(
+    chromium() is None, reason="needs chromium and chromedriver (apt-get install chromium chromium-driver)"
+)
+def test_the_page_translates_in_a_real_browser(trained_run, tmp_path):
+    screenshot = os.environ.get("MT_SERVE_SCREENSHOT") or str(tmp_path / "page.png")
+    with ServerProcess(["--checkpoint", trained_run]) as server:
+        request = {"q": "a red house", "source": "en", "target": "de"}
+        expected = post(server.url + "/translate", request)[1]
+        aligned = post(server.url + "/v1/translate", {**request, "alignment": True})[1]["translations"][0]
+        driver = open_browser()
+        try:
+            plain = try_page(driver, server.url + "/", "a red house")
+            shown = try_page(driver, server.url + "/", "a red house", attention=True, screenshot=screenshot)
+        finally:
+            driver.quit()
+    assert plain["translation"] == expected["translatedText"] and plain["heatmap_rows"] == 0
+    assert shown["translation"] == expected["translatedText"]
+    assert shown["alignment"] == "alignment (source-target words): " + aligned["hypotheses"][0]["alignment"]
+    assert shown["heatmap_rows"] == len(translator(trained_run)(["a red house"])[0][0].tokens) + 1  # and EOS
+    with open(screenshot, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
