@@ -3,7 +3,7 @@
 operations endpoints (`GET /health`, `GET /ready`), a page to try it at `/`, and the OpenAPI
 schema at `/openapi.json` (browsable at `/docs`).
 
-The models load in a worker thread after start-up, so the server answers `/health` at once and
+The models load after start-up on the thread that will translate with them, so the server answers `/health` at once and
 `/ready` turns true when they are loaded. Every translation goes through one DynamicBatcher.
 """
 
@@ -87,13 +87,13 @@ class _Server:
 def create_app(
     load: Callable[[], Models], settings: ServerSettings, on_load_error: Callable[[str], None] | None = None
 ) -> FastAPI:
-    """The app; `load` runs in a worker thread after start-up. A failure to load (a UserError) is
+    """The app; `load` runs on the translation thread after start-up. A failure to load (a UserError) is
     kept for /ready and handed to `on_load_error` (mt-serve then stops with its message)."""
     server = _Server(settings)
 
     async def load_models():
         try:
-            server.models = await asyncio.to_thread(load)
+            server.models = await server.batcher.run_alone(load)
             log.info("ready: %s", ", ".join(f"{s} -> {t}" for s, t in sorted(server.models.pairs)))
         except UserError as error:
             server.load_error = str(error)

@@ -1,0 +1,157 @@
+"""mt-serve under load, on 127.0.0.1: 1, 8 and 32 concurrent clients each sending requests of 1 or
+16 lines, one after another, to a real mt-serve process; requests/s, sentences/s, p50/p99
+latency and the server's peak memory, against an offline translation of the same lines with
+the same model and settings (what mt-translate does, without its start-up).
+
+    python3 scripts/serve_bench.py --checkpoint runs/demo --src test.en --compare-unbatched
+
+Every run is bounded: --max-lines distinct lines, sent in at least --rounds requests per client
+(the lines again where they run out) for at most --seconds seconds per client count and
+request size. --compare-unbatched runs everything again with a server that translates each
+request alone (--batch-lines 1), to show what dynamic batching buys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import time
+
+import torch
+
+from mt_transformer.data.text import read_lines
+from mt_transformer.decoding.translator import load_translator
+from mt_transformer.devices import cpu_model
+from serve_process import ServerProcess, get
+
+
+async def _request(reader, writer, host: str, body: bytes) -> tuple[int, bytes]:
+    """One POST /translate on a kept-alive connection; (status, body)."""
+    writer.write(
+        b"POST /translate HTTP/1.1\r\nHost: " + host.encode() + b"\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return status, await reader.readexactly(length)
+
+
+async def load(port: int, requests: list[list[str]], clients: int, pair: tuple[str, str], seconds: float) -> dict:
+    """`clients` connections send the requests in turn until none are left or `seconds` pass."""
+    queue = list(reversed(requests))
+    latencies, failures, lines_done = [], 0, 0
+    deadline = time.monotonic() + seconds
+
+    async def client():
+        nonlocal failures, lines_done
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while queue and time.monotonic() < deadline:
+                lines = queue.pop()
+                body = json.dumps({"q": lines, "source": pair[0], "target": pair[1]}).encode()
+                began = time.perf_counter()
+                status, answer = await _request(reader, writer, f"127.0.0.1:{port}", body)
+                latencies.append(time.perf_counter() - began)
+                if status != 200 or len(json.loads(answer)["translatedText"]) != len(lines):
+                    failures += 1
+                else:
+                    lines_done += len(lines)
+        finally:
+            writer.close()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "failures": failures,
+        "requests_per_s": len(latencies) / elapsed,
+        "sentences_per_s": lines_done / elapsed,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+    }
+
+
+def offline_speed(checkpoint: str, engine: str, lines: list[str]) -> float:
+    """Sentences/s of the translator on all lines at once, as mt-translate runs it (warmed up first)."""
+    translator = load_translator(checkpoint, engine, "cpu")
+    translator(lines[:32])
+    began = time.perf_counter()
+    translator(lines)
+    return len(lines) / (time.perf_counter() - began)
+
+
+def measure(args, lines: list[str], offline: float, unbatched: bool) -> list[dict]:
+    server_args = ["--checkpoint", args.checkpoint, "--engine", args.engine, "--device", "cpu", "--timeout", "600"]
+    if unbatched:
+        server_args += ["--batch-lines", "1", "--batch-wait-ms", "0"]
+    rows = []
+    with ServerProcess(server_args) as server:
+        languages = get(server.url + "/languages")[1]
+        pair = (languages[0]["code"], languages[0]["targets"][0])
+        warm = [[line] for line in lines[:32]]
+        asyncio.run(load(server.port, warm, 8, pair, 60))
+        for size in args.lines_per_request:
+            requests = [lines[i : i + size] for i in range(0, len(lines), size)]
+            for clients in args.clients:
+                # at least --rounds requests per client, so start and end (clients waiting on
+                # the last few) weigh little: the lines are sent again where they run out
+                rounds = -(-args.rounds * clients // len(requests))
+                result = asyncio.run(load(server.port, requests * rounds, clients, pair, args.seconds))
+                result.update(
+                    clients=clients,
+                    lines_per_request=size,
+                    batching=not unbatched,
+                    vs_offline=result["sentences_per_s"] / offline,
+                    peak_rss_mb=server.peak_rss_mb(),
+                )
+                rows.append(result)
+                print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
+    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
+    parser.add_argument("--src", required=True, help="source lines to send (e.g. a test set)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--lines-per-request", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--max-lines", type=int, default=1000, help="lines sent per measurement, at most")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds per measurement, at most")
+    parser.add_argument("--rounds", type=int, default=8, help="requests per client per measurement, at least")
+    parser.add_argument("--compare-unbatched", action="store_true", help="also a server without batching")
+    parser.add_argument("--json", help="write the rows here as well")
+    args = parser.parse_args()
+    lines = [line for line in read_lines(args.src) if line.strip()][: args.max_lines]
+    offline = offline_speed(args.checkpoint, args.engine, lines)
+    print(f"# {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()}")
+    print(f"# {args.checkpoint}, engine {args.engine}: {len(lines)} lines of {args.src}")
+    print(f"# offline: {offline:.1f} sentences/s")
+    rows = measure(args, lines, offline, unbatched=False)
+    if args.compare_unbatched:
+        rows += measure(args, lines, offline, unbatched=True)
+    print("\n| batching | lines/request | clients | req/s | sent/s | x offline | p50 ms | p99 ms | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {'yes' if r['batching'] else 'no'} | {r['lines_per_request']} | {r['clients']} | "
+            f"{r['requests_per_s']:.1f} | {r['sentences_per_s']:.1f} | {r['vs_offline']:.2f} | "
+            f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['peak_rss_mb']:.0f} |"
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            summary = {"cpu": cpu_model(), "checkpoint": args.checkpoint, "engine": args.engine}
+            json.dump({**summary, "offline_sentences_per_s": offline, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
