@@ -3,13 +3,14 @@ requests on SIGTERM, and the page in a headless Chromium."""
 
 import json
 import os
+import re
 import sys
 import threading
 import time
 
 import pytest
 
-from conftest import run_cli, translator
+from conftest import ROOT, run_cli, translator
 from serve_page import chromium, open_browser, try_page
 from serve_process import ServerProcess, get, post
 
@@ -37,12 +38,24 @@ def test_mistakes_are_one_line_errors(trained_run, extra, says):
     assert result.returncode == 2 and result.stderr.strip() == f"error: {says}", result.stderr
 
 
+def readme_requests() -> list[dict]:
+    """The JSON bodies of the README's `curl ... /translate` commands."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    bodies = [json.loads(body) for body in re.findall(r"/translate [^\n]*\n[^\n]*-d '(\{.*?\})'", text)]
+    assert bodies, "the README shows no curl command for /translate"
+    return bodies
+
+
 @pytest.mark.slow  # about 6 s: a process start and a failed one
 def test_a_real_server_answers_drains_on_sigterm_and_exits_0(trained_run, tmp_path):
     lines = [f"the dog {n} a red house" for n in range(400)]
     offline = [t[0].text for t in translator(trained_run)(lines)]
     with ServerProcess(["--checkpoint", trained_run]) as server:
         assert get(server.url + "/health") == (200, {"status": "ok"})
+        for body in readme_requests():  # the README's curl commands, as a user pastes them
+            status, answer = post(server.url + "/translate", body)
+            assert status == 200 and list(answer) == ["translatedText"] and answer["translatedText"]
         answers = []
         sender = threading.Thread(
             target=lambda: answers.append(post(server.url + "/translate", {"q": lines, "source": "en", "target": "de"}))
