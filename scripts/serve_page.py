@@ -23,7 +23,7 @@ def chromium() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
-def open_browser(width: int = 1100, height: int = 820):
+def open_browser(width: int = 1100, height: int = 900):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
