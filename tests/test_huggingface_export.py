@@ -173,16 +173,16 @@ def test_without_transformers_the_export_is_a_one_line_error(trained_run, tmp_pa
     )
 
 
-def test_the_readme_snippet_translates(trained_run, corpus, tmp_path):
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    snippet = re.search(r"```python\n(from transformers .*?)```", readme, re.S).group(1)
+def test_the_documented_snippet_translates(trained_run, corpus, tmp_path):
+    with open(os.path.join(ROOT, "docs", "exports.md"), encoding="utf-8") as f:
+        doc = f.read()
+    snippet = re.search(r"```python\n(from transformers .*?)```", doc, re.S).group(1)
     out = tmp_path / "demo-hf"
     huggingface_export.export(checkpoint.load(trained_run, CPU), str(out))
     sources = lines(f"{corpus}/test.en", 1)
     code = snippet.replace("runs/demo-hf", str(out)).replace('"I bought 23 red apples on March 5."', repr(sources[0]))
     printed = []
-    exec(code, {"print": printed.append})  # the README's lines as a user runs them
+    exec(code, {"print": printed.append})  # the documented lines as a user runs them
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(out)).eval()
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
     decode = checkpoint.load(trained_run, CPU).config.decode
