@@ -150,6 +150,8 @@ def test_two_nodes_meet_at_a_c10d_rendezvous_and_train_as_one_group(two_processe
     directory, _ = two_processes
     config = config_for(corpus, directory, "nodes")
     endpoint = f"127.0.0.1:{free_port()}"
+    # one node hosts the rendezvous store, the other connects to it: left to torchrun, both
+    # match 127.0.0.1 and race to host it, and under load the loser timed out as a client
     nodes = [
         torchrun(
             "--nnodes",
@@ -162,11 +164,13 @@ def test_two_nodes_meet_at_a_c10d_rendezvous_and_train_as_one_group(two_processe
             endpoint,
             "--rdzv-id",
             "mt-test",
+            "--rdzv-conf",
+            f"is_host={int(host)}",
             mt_train(),
             "--config",
             config,
         )
-        for _ in range(2)
+        for host in (True, False)
     ]
     outputs = [finish(node) for node in nodes]
     assert any("x 2 processes" in output for output in outputs)

@@ -34,8 +34,9 @@ def test_the_score_of_the_greedy_output_is_what_greedy_search_reported(trained_r
     greedy = translator(trained_run, beam_size=1, precision=precision)
     for source, (found,) in zip(greedy.tokenizer.encode_src(sources), greedy(sources)):
         (scored,) = teacher_forced_log_probs(greedy.model, [source], [found.tokens], torch.device("cpu"))
-        if precision == "bf16":  # the search's bf16 products differ from one full pass by their rounding
-            assert sum(scored) == pytest.approx(found.log_prob, abs=0.05)
+        if precision == "bf16":  # the search's bf16 products differ from one full pass by their rounding:
+            # bf16 keeps 8 bits of mantissa, so a long output's sum may differ by that share of itself
+            assert sum(scored) == pytest.approx(found.log_prob, rel=2**-8, abs=0.05)
         else:
             assert sum(scored) == pytest.approx(found.log_prob, abs=1e-4)
 
