@@ -23,12 +23,16 @@ def ct2_token_log_probs(translator, tokenizer, src_ids: list[int], tgt_ids: list
     return torch.tensor(result.log_probs)
 
 
-@pytest.mark.parametrize("norm,positions", [("post", "sinusoidal"), ("pre", "learned")])
-def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, positions):
+@pytest.mark.parametrize(
+    "norm,positions,activation",
+    [("post", "sinusoidal", "relu"), ("pre", "learned", "swish"), ("post", "sinusoidal", "gelu")],
+)
+def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, positions, activation):
     """Per-token log-probabilities agree to 1e-4: every weight, norm and position went to the right place."""
     loaded = checkpoint.load(trained_run, CPU)
     tokenizer, config = loaded.tokenizer, loaded.config
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, norm=norm, positions=positions))
+    layout = dict(norm=norm, positions=positions, activation=activation)
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, **layout))
     torch.manual_seed(0)
     model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()
     with torch.no_grad():  # non-trivial norms and biases, so a misplaced one shows

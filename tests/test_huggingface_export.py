@@ -50,20 +50,20 @@ def random_model(loaded, tokenizer, **model_settings) -> checkpoint.LoadedModel:
 
 
 @pytest.mark.parametrize(
-    "norm, tie, joint, architecture",
+    "norm, tie, joint, activation, architecture",
     [
-        ("post", True, True, "MarianMTModel"),  # one matrix for source, target and output
-        ("post", True, False, "MarianMTModel"),  # separate vocabularies, output tied to the target's
-        ("post", False, True, "MarianMTModel"),  # three matrices
-        ("pre", True, True, "PegasusForConditionalGeneration"),
+        ("post", True, True, "relu", "MarianMTModel"),  # one matrix for source, target and output
+        ("post", True, False, "swish", "MarianMTModel"),  # separate vocabularies, output tied to the target's
+        ("post", False, True, "gelu", "MarianMTModel"),  # three matrices
+        ("pre", True, True, "swish", "PegasusForConditionalGeneration"),
     ],
 )
 def test_exported_model_gives_our_log_probabilities(
-    trained_run, separate_tokenizer, corpus, tmp_path, norm, tie, joint, architecture
+    trained_run, separate_tokenizer, corpus, tmp_path, norm, tie, joint, activation, architecture
 ):
     loaded = checkpoint.load(trained_run, CPU)
     tokenizer = loaded.tokenizer if joint else separate_tokenizer
-    loaded = random_model(loaded, tokenizer, norm=norm, tie_embeddings=tie)
+    loaded = random_model(loaded, tokenizer, norm=norm, tie_embeddings=tie, activation=activation)
     out = tmp_path / "hf"
     settings = huggingface_export.export(loaded, str(out))
     assert settings["architecture"] == architecture

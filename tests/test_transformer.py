@@ -127,3 +127,21 @@ def test_decoder_attention_weights_are_returned():
     assert torch.allclose(states, plain, **FP32_TOLERANCE)
     assert len(weights) == 2 and weights[0].shape == (1, 4, 2, 4)
     assert torch.all(weights[0][..., 3] == 0)
+
+
+def test_the_feed_forward_activation_is_the_one_configured():
+    from mt_transformer.model.layers import FeedForward
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8)
+    outputs = {}
+    for name, function in (("relu", torch.relu), ("swish", lambda h: h * torch.sigmoid(h)), ("gelu", None)):
+        torch.manual_seed(1)
+        ffn = FeedForward(8, 16, name)
+        h = ffn.linear1(x)
+        expected = function(h) if function else 0.5 * h * (1 + torch.erf(h / 2**0.5))  # GELU's exact form
+        assert torch.allclose(ffn(x), ffn.linear2(expected), **FP32_TOLERANCE)
+        outputs[name] = ffn(x)
+    assert not torch.allclose(outputs["relu"], outputs["swish"]) and not torch.allclose(
+        outputs["swish"], outputs["gelu"]
+    )

@@ -137,6 +137,7 @@ class ModelConfig:
     attention_dropout: float = 0.0
     norm: Literal["post", "pre"] = "post"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's: the paper's relu; swish (SiLU) as in OPUS-MT
     max_positions: int = 1024
     tie_embeddings: bool = True
 

@@ -71,12 +71,16 @@ def build_spec(loaded):
     """The CTranslate2 TransformerSpec of a checkpoint.LoadedModel: its weights, in the layout its
     model config names, and its tokenizer's vocabularies."""
     import_ctranslate2()
-    from ctranslate2.specs import transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec
 
     model, tokenizer, settings = loaded.model, loaded.tokenizer, loaded.config.model
     pre_norm, max_positions = settings.norm == "pre", settings.max_positions
+    activation = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}[settings.activation]  # GELU: the erf form
     spec = transformer_spec.TransformerSpec.from_config(
-        (settings.encoder_layers, settings.decoder_layers), settings.n_heads, pre_norm=pre_norm
+        (settings.encoder_layers, settings.decoder_layers),
+        settings.n_heads,
+        pre_norm=pre_norm,
+        activation=getattr(common_spec.Activation, activation),
     )
     for side, embed, positions in (
         (spec.encoder, model.src_embed, model.src_positions),

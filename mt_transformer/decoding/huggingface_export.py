@@ -109,7 +109,7 @@ def hf_config(loaded, arch: str):
         decoder_attention_heads=m.n_heads,
         encoder_ffn_dim=m.d_ff,
         decoder_ffn_dim=m.d_ff,
-        activation_function="relu",
+        activation_function=m.activation,  # transformers knows relu, swish and gelu by these names
         dropout=m.dropout,
         attention_dropout=m.attention_dropout,
         activation_dropout=0.0,

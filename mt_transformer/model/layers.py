@@ -15,19 +15,24 @@ from torch import nn
 from mt_transformer.model.attention import MultiHeadAttention
 from mt_transformer.model.dropout import Dropout
 
+# model.activation: the paper's max(0, x), or x * sigmoid(x) (swish, as OPUS-MT's Marian models), or GELU
+ACTIVATIONS = {"relu": torch.relu, "swish": nn.functional.silu, "gelu": nn.functional.gelu}
+
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3)."""
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3), with swish or GELU in place of max(0, .)
+    as model.activation says."""
 
-    def __init__(self, d_model: int, d_ff: int):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu"):
         super().__init__()
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.activation = ACTIVATIONS[activation]
         for linear in (self.linear1, self.linear2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(torch.relu(self.linear1(x)))  # (batch, len, d_model)
+        return self.linear2(self.activation(self.linear1(x)))  # (batch, len, d_model)
 
 
 class _ResidualLayer(nn.Module):
@@ -46,10 +51,19 @@ class _ResidualLayer(nn.Module):
 
 
 class EncoderLayer(_ResidualLayer):
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float, pre_norm: bool):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        pre_norm: bool,
+        activation: str = "relu",
+    ):
         super().__init__(d_model, dropout, pre_norm, n_sublayers=2)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff)
+        self.ffn = FeedForward(d_model, d_ff, activation)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """x: (batch, src_len, d_model); src_mask: (batch, 1, 1, src_len)."""
@@ -70,11 +84,20 @@ class LayerCache:
 
 
 class DecoderLayer(_ResidualLayer):
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float, pre_norm: bool):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        pre_norm: bool,
+        activation: str = "relu",
+    ):
         super().__init__(d_model, dropout, pre_norm, n_sublayers=3)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff)
+        self.ffn = FeedForward(d_model, d_ff, activation)
 
     def forward(
         self,

@@ -60,7 +60,7 @@ class Transformer(nn.Module):
         sinusoidal = c.positions == "sinusoidal"
         self.tgt_positions = self.src_positions if sinusoidal else position_class(c.d_model, c.max_positions)
         self.dropout = Dropout(c.dropout)
-        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout, pre_norm)
+        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout, pre_norm, c.activation)
         self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(c.decoder_layers))
         # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
