@@ -197,7 +197,7 @@ def translator_from_args(args, n_best: int = 1):
             args.compute_type,
             args.threads,
             args.ensemble_mode,
-            args.tgt_lang,
+            tgt_lang=args.tgt_lang,
             **decode,
         )
     except ConfigError as error:  # name the flag, not the config key it overrides

@@ -204,21 +204,13 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, device: torch.
     return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), model, device, config)
 
 
-def load_translator(
-    path: str | list[str],
-    engine: str = "torch",
-    device: str = "auto",
-    compute_type: str = "default",
-    threads: int = 0,
-    ensemble_mode: str = "logprob",
-    tgt_lang: str | None = None,
-    **decode,
-) -> Translator:
+def load_translator(path: str | list[str], *settings, tgt_lang: str | None = None, **decode) -> Translator:
     """The translator of a checkpoint or run directory (engine torch; several paths: their
     ensemble, decoding.ensemble), or of an mt-export directory (engine ctranslate2), with the
     decode settings given overriding the (first) checkpoint's, into `tgt_lang` for a model
-    trained with target tags."""
-    translator = load_untagged(path, engine, device, compute_type, threads, ensemble_mode, **decode)
+    trained with target tags. `settings`: engine, device, compute_type, threads and
+    ensemble_mode, as load_untagged takes them."""
+    translator = load_untagged(path, *settings, **decode)
     translator.target_tag = target_tag(translator.config, tgt_lang)
     return translator
 
