@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from mt_transformer.config import ModelConfig
 from mt_transformer.model.attention import MultiHeadAttention
 from mt_transformer.model.dropout import Dropout
 
@@ -36,11 +37,11 @@ class FeedForward(nn.Module):
 
 
 class _ResidualLayer(nn.Module):
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool, n_sublayers: int):
+    def __init__(self, c: ModelConfig, n_sublayers: int):
         super().__init__()
-        self.pre_norm = pre_norm
-        self.dropout = Dropout(dropout)
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_sublayers))
+        self.pre_norm = c.norm == "pre"
+        self.dropout = Dropout(c.dropout)
+        self.norms = nn.ModuleList(nn.LayerNorm(c.d_model) for _ in range(n_sublayers))
 
     def _input(self, x: torch.Tensor, i: int) -> torch.Tensor:
         return self.norms[i](x) if self.pre_norm else x
@@ -51,19 +52,10 @@ class _ResidualLayer(nn.Module):
 
 
 class EncoderLayer(_ResidualLayer):
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        pre_norm: bool,
-        activation: str = "relu",
-    ):
-        super().__init__(d_model, dropout, pre_norm, n_sublayers=2)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation)
+    def __init__(self, c: ModelConfig):
+        super().__init__(c, n_sublayers=2)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """x: (batch, src_len, d_model); src_mask: (batch, 1, 1, src_len)."""
@@ -84,20 +76,11 @@ class LayerCache:
 
 
 class DecoderLayer(_ResidualLayer):
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        pre_norm: bool,
-        activation: str = "relu",
-    ):
-        super().__init__(d_model, dropout, pre_norm, n_sublayers=3)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation)
+    def __init__(self, c: ModelConfig):
+        super().__init__(c, n_sublayers=3)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation)
 
     def forward(
         self,

@@ -60,9 +60,8 @@ class Transformer(nn.Module):
         sinusoidal = c.positions == "sinusoidal"
         self.tgt_positions = self.src_positions if sinusoidal else position_class(c.d_model, c.max_positions)
         self.dropout = Dropout(c.dropout)
-        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout, pre_norm, c.activation)
-        self.encoder = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(c.encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(c.decoder_layers))
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
         # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
