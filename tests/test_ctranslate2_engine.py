@@ -31,7 +31,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
     """Per-token log-probabilities agree to 1e-4: every weight, norm and position went to the right place."""
     loaded = checkpoint.load(trained_run, CPU)
     tokenizer, config = loaded.tokenizer, loaded.config
-    layout = dict(norm=norm, positions=positions, activation=activation)
+    layout = dict(norm=norm, positions=positions, activation=activation, output_bias=activation == "swish")
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, **layout))
     torch.manual_seed(0)
     model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()

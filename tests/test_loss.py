@@ -30,18 +30,20 @@ def test_label_smoothed_loss_matches_the_formula():
     assert math.isclose(nll, manual, rel_tol=1e-5)
 
 
-@pytest.mark.parametrize("smoothing, block_rows", [(0.1, 4), (0.0, 1024), (0.3, 7)])
-def test_fused_loss_and_gradients_equal_the_plain_ones(smoothing, block_rows):
+@pytest.mark.parametrize("smoothing, block_rows, with_bias", [(0.1, 4, False), (0.0, 1024, True), (0.3, 7, True)])
+def test_fused_loss_and_gradients_equal_the_plain_ones(smoothing, block_rows, with_bias):
     torch.manual_seed(0)
     hidden = torch.randn(3, 5, 16, requires_grad=True)
     weight = torch.randn(11, 16, requires_grad=True)
+    bias = torch.randn(11, requires_grad=True) if with_bias else None
     target = torch.randint(4, 11, (3, 5))
     target[1, 3:] = PAD_ID
     target[2, 1:] = PAD_ID
-    plain = label_smoothed_loss(hidden @ weight.t(), target, smoothing)
-    plain_grads = torch.autograd.grad(plain * 2.5, (hidden, weight))
-    fused = linear_cross_entropy(hidden, weight, target, smoothing, torch.float32, block_rows)
-    fused_grads = torch.autograd.grad(fused * 2.5, (hidden, weight))  # the outer gradient is applied too
+    inputs = (hidden, weight, bias) if with_bias else (hidden, weight)
+    plain = label_smoothed_loss(hidden @ weight.t() + (bias if with_bias else 0), target, smoothing)
+    plain_grads = torch.autograd.grad(plain * 2.5, inputs)
+    fused = linear_cross_entropy(hidden, weight, target, smoothing, torch.float32, block_rows, bias=bias)
+    fused_grads = torch.autograd.grad(fused * 2.5, inputs)  # the outer gradient is applied too
     torch.testing.assert_close(fused, plain, **FP32_TOLERANCE)
     for ours, theirs in zip(fused_grads, plain_grads):
         torch.testing.assert_close(ours, theirs, **FP32_TOLERANCE)
@@ -78,13 +80,13 @@ def test_buffers_kept_across_calls_change_nothing():
         assert torch.equal(kept, fresh) and all(map(torch.equal, kept_grads, fresh_grads))
 
 
-@pytest.mark.parametrize("block_rows", [3, 1024])
-def test_blockwise_validation_losses_equal_the_plain_ones(block_rows):
+@pytest.mark.parametrize("block_rows, with_bias", [(3, False), (1024, True)])
+def test_blockwise_validation_losses_equal_the_plain_ones(block_rows, with_bias):
     torch.manual_seed(0)
-    hidden, weight = torch.randn(3, 5, 16), torch.randn(11, 16)
+    hidden, weight, bias = torch.randn(3, 5, 16), torch.randn(11, 16), torch.randn(11) if with_bias else None
     target = torch.randint(4, 11, (3, 5))
     target[1, 2:] = PAD_ID
-    loss, nll = blockwise_losses(hidden, weight, target, 0.1, torch.float32, block_rows)
-    logits = hidden @ weight.t()
+    loss, nll = blockwise_losses(hidden, weight, target, 0.1, torch.float32, block_rows, bias=bias)
+    logits = hidden @ weight.t() + (bias if with_bias else 0)
     assert math.isclose(loss, label_smoothed_loss(logits, target, 0.1).item(), rel_tol=1e-4)
     assert math.isclose(nll, label_smoothed_loss(logits, target, 0.0).item(), rel_tol=1e-4)

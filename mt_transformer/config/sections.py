@@ -140,6 +140,7 @@ class ModelConfig:
     activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's: the paper's relu; swish (SiLU) as in OPUS-MT
     max_positions: int = 1024
     tie_embeddings: bool = True
+    output_bias: bool = False  # a learned bias on the output logits (Marian's, as OPUS-MT models have)
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,8 @@ def copy_weights(ours, hf_model, pre_norm: bool) -> None:
     _copy(base.encoder.embed_tokens.weight, ours.src_embed.weight[:, order])
     _copy(base.decoder.embed_tokens.weight, ours.tgt_embed.weight[:, order])  # the same matrix when shared
     _copy(hf_model.lm_head.weight, ours.output.weight[:, order])
+    if ours.output.bias is not None:  # a buffer there, of zeros unless the model has a bias
+        _copy(hf_model.final_logits_bias, ours.output.bias[None])
     for theirs, layer in zip(base.encoder.layers, ours.encoder):
         _attention(theirs.self_attn, layer.self_attn, order)
         _norm(theirs.self_attn_layer_norm, layer.norms[0], order)

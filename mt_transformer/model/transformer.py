@@ -65,7 +65,9 @@ class Transformer(nn.Module):
         # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
-        self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=False)
+        self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=c.output_bias)
+        if c.output_bias:
+            nn.init.zeros_(self.output.bias)
         if c.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
         else:

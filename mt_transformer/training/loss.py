@@ -2,7 +2,7 @@
 
 Training uses the fused form: the output projection, log-softmax, loss and their gradients are
 computed together, a block of rows at a time, so the (tokens, vocab) logits never exist whole.
-Same loss and gradients as `label_smoothed_loss(hidden @ weight.T, ...)` to float rounding
+Same loss and gradients as `label_smoothed_loss(hidden @ weight.T + bias, ...)` to float rounding
 (tests/test_loss.py), and faster, since the plain form spends its time in memory-bound passes
 over the logits (docs/benchmarks.md, "Performance decisions").
 """
@@ -63,47 +63,56 @@ class LogitBuffers:
         return self.low[:rows], self.high[:rows]
 
 
-def _block_logits(h: torch.Tensor, w: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
-    """h @ w.T computed in w's dtype into `low`'s first rows, returned as float32 in `high`'s (low
-    itself in fp32). h: (rows, d_model); low, high: (>= rows, vocab) from LogitBuffers.get."""
+def _block_logits(h, w, bias, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """h @ w.T (+ bias, in float32) computed in w's dtype into `low`'s first rows, returned as
+    float32 in `high`'s (low itself in fp32). h: (rows, d_model); bias: (vocab,) or None;
+    low, high: (>= rows, vocab) from LogitBuffers.get."""
     rows = h.size(0)
     torch.mm(h, w.t(), out=low[:rows])  # (rows, vocab)
-    return high[:rows] if low.dtype == torch.float32 else high[:rows].copy_(low[:rows])
+    logits = high[:rows] if low.dtype == torch.float32 else high[:rows].copy_(low[:rows])
+    return logits if bias is None else logits.add_(bias)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """Loss summed over rows; the gradients are computed in the forward pass, block by block."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, smoothing: float, dtype: torch.dtype, block_rows: int, buffers):
-        # hidden: (tokens, d_model); weight: (vocab, d_model); target: (tokens,)
+    def forward(ctx, hidden, weight, bias, target, smoothing: float, dtype: torch.dtype, block_rows: int, buffers):
+        # hidden: (tokens, d_model); weight: (vocab, d_model); bias: (vocab,) or None; target: (tokens,)
         vocab = weight.size(0)
-        w = weight.to(dtype)
+        w, b = weight.to(dtype), None if bias is None else bias.float()
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_bias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=bias.device)
         low, high = buffers.get(min(block_rows, hidden.size(0)), vocab, dtype, hidden.device)
         for start in range(0, hidden.size(0), block_rows):
             h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
             t = target[start : start + block_rows]  # (rows,)
             rows = t.size(0)
-            logits = _block_logits(h, w, low, high)  # (rows, vocab) float32
+            logits = _block_logits(h, w, b, low, high)  # (rows, vocab) float32
             block_loss, _, probs = _block_losses(logits, t, smoothing)
             loss += block_loss.sum()
             # d loss / d logits = softmax - the smoothed target distribution
             grad = probs.sub_(smoothing / vocab)  # (rows, vocab)
             grad[torch.arange(rows, device=t.device), t] -= 1 - smoothing
+            if grad_bias is not None:
+                grad_bias += grad.sum(0)  # (vocab,)
             if dtype != torch.float32:
                 grad = low[:rows].copy_(grad)  # in the products' dtype
             grad_hidden[start : start + block_rows] = grad @ w  # (rows, d_model)
             grad_weight += (grad.t() @ h).float()  # (vocab, d_model)
-        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(
+            grad_hidden, grad_weight.to(weight.dtype), *([grad_bias.to(bias.dtype)] if bias is not None else [])
+        )
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None, None, None
+        grad_hidden, grad_weight, *grad_bias = ctx.saved_tensors
+        grad_bias = grad_bias[0] * grad_loss if ctx.has_bias else None
+        return grad_hidden * grad_loss, grad_weight * grad_loss, grad_bias, None, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -114,17 +123,19 @@ def linear_cross_entropy(
     dtype: torch.dtype = torch.float32,
     block_rows: int = BLOCK_ROWS,
     buffers: LogitBuffers | None = None,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """label_smoothed_loss(hidden @ weight.T, target, smoothing), without the full logits.
+    """label_smoothed_loss(hidden @ weight.T + bias, target, smoothing), without the full logits.
 
     hidden: (batch, tgt_len, d_model) decoder states; weight: (vocab, d_model) output projection;
-    target: (batch, tgt_len) with PAD_ID where there is no token. Matrix products run in `dtype`
-    (bf16/fp16 for mixed precision), the softmax and the loss in float32. `buffers`, kept by the
-    caller from one call to the next, saves allocating each block's logits afresh.
+    bias: (vocab,) or None; target: (batch, tgt_len) with PAD_ID where there is no token. Matrix
+    products run in `dtype` (bf16/fp16 for mixed precision), the bias, softmax and loss in
+    float32. `buffers`, kept by the caller from one call to the next, saves allocating each
+    block's logits afresh.
     """
     keep = target != PAD_ID
     buffers = LogitBuffers() if buffers is None else buffers
-    return _LinearCrossEntropy.apply(hidden[keep], weight, target[keep], smoothing, dtype, block_rows, buffers)
+    return _LinearCrossEntropy.apply(hidden[keep], weight, bias, target[keep], smoothing, dtype, block_rows, buffers)
 
 
 @torch.no_grad()
@@ -135,18 +146,20 @@ def blockwise_losses(
     smoothing: float,
     dtype: torch.dtype = torch.float32,
     block_rows: int = BLOCK_ROWS,
+    bias: torch.Tensor | None = None,
 ) -> tuple[float, float]:
     """(label-smoothed loss, NLL), each summed over the non-pad target tokens, of the output
-    projection `hidden @ weight.T`, without gradients and a block of rows at a time: for
+    projection `hidden @ weight.T + bias`, without gradients and a block of rows at a time: for
     validation, where the logits of a whole batch (8,192 tokens x 37k words: 1.2 GB in float32)
     need not exist. Shapes as in linear_cross_entropy."""
     keep = target != PAD_ID
     hidden, target, w = hidden[keep], target[keep], weight.to(dtype)
+    b = None if bias is None else bias.float()
     loss, nll = (torch.zeros((), dtype=torch.float32, device=hidden.device) for _ in range(2))
     low, high = LogitBuffers().get(min(block_rows, hidden.size(0)), w.size(0), dtype, hidden.device)
     for start in range(0, hidden.size(0), block_rows):
         t = target[start : start + block_rows]  # (rows,)
-        logits = _block_logits(hidden[start : start + block_rows].to(dtype), w, low, high)  # (rows, vocab)
+        logits = _block_logits(hidden[start : start + block_rows].to(dtype), w, b, low, high)  # (rows, vocab)
         block_loss, block_nll, _ = _block_losses(logits, t, smoothing)
         loss += block_loss.sum()
         nll += block_nll.sum()

@@ -66,7 +66,10 @@ def training_loss(
     with autocast(batch.src.device, precision):
         states = forward(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
     dtype = torch.float32 if precision == "fp16" else PRECISIONS[precision]
-    return linear_cross_entropy(states, model.output.weight, batch.tgt_out, smoothing, dtype, buffers=buffers)
+    output = model.output
+    return linear_cross_entropy(
+        states, output.weight, batch.tgt_out, smoothing, dtype, buffers=buffers, bias=output.bias
+    )
 
 
 @dataclass
