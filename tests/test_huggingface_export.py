@@ -19,7 +19,7 @@ from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
-from mt_transformer.decoding import huggingface_export  # noqa: E402
+from mt_transformer.decoding import huggingface_export, huggingface_layout  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -94,6 +94,21 @@ def test_exported_model_gives_our_log_probabilities(
     assert settings["largest_log_prob_difference"] < 1e-4
 
 
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_weights_come_back_from_an_export_unchanged(trained_run, tmp_path, norm):
+    loaded = checkpoint.load(trained_run, CPU)
+    loaded = random_model(loaded, loaded.tokenizer, norm=norm, activation="swish", output_bias=True)
+    huggingface_export.export(loaded, str(tmp_path / "hf"))
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "hf")).eval()
+    torch.manual_seed(1)  # other random weights, for the import to overwrite
+    fresh = Transformer(loaded.config.model, loaded.tokenizer.src_vocab_size, loaded.tokenizer.tgt_vocab_size, True)
+    huggingface_layout.from_transformers(hf_model, fresh, pre_norm=norm == "pre")
+    expected, imported = loaded.model.state_dict(), fresh.state_dict()
+    assert expected.keys() == imported.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(imported[name], tensor), name
+
+
 def test_greedy_generate_translates_like_mt_translate(trained_run, corpus, tmp_path):
     out = tmp_path / "hf"
     result = run_cli("mt-export", "--checkpoint", trained_run, "--format", "huggingface", str(out))
@@ -150,7 +165,7 @@ def test_a_layout_without_a_transformers_architecture_is_refused(trained_run, tm
 
 
 def test_an_export_that_computes_something_else_is_not_written(trained_run, tmp_path, monkeypatch):
-    monkeypatch.setattr(huggingface_export, "stream_order", lambda d: torch.arange(d))  # the sinusoid left interleaved
+    monkeypatch.setattr(huggingface_layout, "stream_order", lambda d: torch.arange(d))  # the sinusoid left interleaved
     with pytest.raises(UserError, match="differs from ours"):
         huggingface_export.export(checkpoint.load(trained_run, CPU), str(tmp_path / "hf"))
     assert not os.path.exists(tmp_path / "hf")

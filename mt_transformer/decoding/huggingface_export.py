@@ -18,12 +18,9 @@ Learned positions, and pre-norm models with more than one embedding matrix, have
 architecture (Marian and Pegasus compute their positions themselves; Pegasus has one embedding
 matrix), and are refused.
 
-Both compute the sinusoid with all sines first and all cosines after (features 0..d/2-1 and
-d/2..d-1), where ours interleaves them (sin in even features, cos in odd). A model is the same
-function under any consistent reordering of the features of its residual stream (LayerNorm
-normalises over all of them; every linear layer that reads or writes the stream is reordered
-with it), so the export reorders our weights to put our sines first. Before anything is written,
-the exported model's log-probabilities are compared with ours on a test batch.
+Where each weight goes, and how the residual stream is reordered on the way (their sinusoid
+puts all sines first), is decoding/huggingface_layout.py, shared with the import. Before anything
+is written, the exported model's log-probabilities are compared with ours on a test batch.
 
 The tokenizer is transformers' `MarianTokenizer` (for both architectures): sentencepiece model(s)
 and a vocabulary with our ids. Target-language tags `<2xx>` are written `>>xx<<`, the form that
@@ -41,6 +38,7 @@ import torch
 from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.decoding.huggingface_layout import to_transformers
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
@@ -89,12 +87,6 @@ def architecture(loaded) -> str:
     return "pegasus"
 
 
-def stream_order(d_model: int) -> torch.Tensor:
-    """Feature j of the exported residual stream is feature order[j] of ours: our sines (even
-    features) first, then our cosines (odd features)."""
-    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
-
-
 def hf_config(loaded, arch: str):
     """The transformers config of the model: its sizes, tying and special ids."""
     transformers = import_transformers()
@@ -126,72 +118,6 @@ def hf_config(loaded, arch: str):
     return transformers.PegasusConfig(**settings)
 
 
-def _copy(target: torch.Tensor, source: torch.Tensor) -> None:
-    if target.shape != source.shape:
-        raise RuntimeError(f"export: shape {tuple(source.shape)} does not fit {tuple(target.shape)}")
-    with torch.no_grad():
-        target.copy_(source)
-
-
-def _linear(theirs: torch.nn.Linear, weight: torch.Tensor, bias: torch.Tensor, order, reads: bool, writes: bool):
-    """Copy a linear layer, reordering its inputs when it reads the residual stream and its
-    outputs when it writes it."""
-    if reads:
-        weight = weight[:, order]
-    if writes:
-        weight, bias = weight[order], bias[order]
-    _copy(theirs.weight, weight)
-    _copy(theirs.bias, bias)
-
-
-def _norm(theirs: torch.nn.LayerNorm, ours: torch.nn.LayerNorm, order) -> None:
-    _copy(theirs.weight, ours.weight[order])
-    _copy(theirs.bias, ours.bias[order])
-
-
-def _attention(theirs, ours, order) -> None:
-    """Our q_proj and fused kv_proj (keys first) into q_proj, k_proj and v_proj; out_proj."""
-    d_model = ours.q_proj.weight.size(0)
-    k_weight, v_weight = ours.kv_proj.weight.split(d_model)
-    k_bias, v_bias = ours.kv_proj.bias.split(d_model)
-    _linear(theirs.q_proj, ours.q_proj.weight, ours.q_proj.bias, order, reads=True, writes=False)
-    _linear(theirs.k_proj, k_weight, k_bias, order, reads=True, writes=False)
-    _linear(theirs.v_proj, v_weight, v_bias, order, reads=True, writes=False)
-    _linear(theirs.out_proj, ours.out_proj.weight, ours.out_proj.bias, order, reads=False, writes=True)
-
-
-def _ffn(theirs, ours, order) -> None:
-    _linear(theirs.fc1, ours.ffn.linear1.weight, ours.ffn.linear1.bias, order, reads=True, writes=False)
-    _linear(theirs.fc2, ours.ffn.linear2.weight, ours.ffn.linear2.bias, order, reads=False, writes=True)
-
-
-def copy_weights(ours, hf_model, pre_norm: bool) -> None:
-    """Our weights into a freshly built Marian or Pegasus model, the residual stream reordered;
-    a pre-norm model's final norms too."""
-    order = stream_order(ours.src_embed.weight.size(1))
-    base = hf_model.model
-    _copy(base.encoder.embed_tokens.weight, ours.src_embed.weight[:, order])
-    _copy(base.decoder.embed_tokens.weight, ours.tgt_embed.weight[:, order])  # the same matrix when shared
-    _copy(hf_model.lm_head.weight, ours.output.weight[:, order])
-    if ours.output.bias is not None:  # a buffer there, of zeros unless the model has a bias
-        _copy(hf_model.final_logits_bias, ours.output.bias[None])
-    for theirs, layer in zip(base.encoder.layers, ours.encoder):
-        _attention(theirs.self_attn, layer.self_attn, order)
-        _norm(theirs.self_attn_layer_norm, layer.norms[0], order)
-        _ffn(theirs, layer, order)
-        _norm(theirs.final_layer_norm, layer.norms[1], order)
-    for theirs, layer in zip(base.decoder.layers, ours.decoder):
-        _attention(theirs.self_attn, layer.self_attn, order)
-        _norm(theirs.self_attn_layer_norm, layer.norms[0], order)
-        _attention(theirs.encoder_attn, layer.cross_attn, order)
-        _norm(theirs.encoder_attn_layer_norm, layer.norms[1], order)
-        _ffn(theirs, layer, order)
-        _norm(theirs.final_layer_norm, layer.norms[2], order)
-    if pre_norm:
-        _norm(base.encoder.layer_norm, ours.encoder_norm, order)
-        _norm(base.decoder.layer_norm, ours.decoder_norm, order)
-
-
 def build_model(loaded):
     """The transformers model computing `loaded.model`'s function, in eval mode."""
     transformers = import_transformers()
@@ -199,7 +125,7 @@ def build_model(loaded):
     config = hf_config(loaded, arch)
     model_class = transformers.MarianMTModel if arch == "marian" else transformers.PegasusForConditionalGeneration
     hf_model = model_class(config).eval()
-    copy_weights(loaded.model, hf_model, loaded.config.model.norm == "pre")
+    to_transformers(loaded.model, hf_model, loaded.config.model.norm == "pre")
     return hf_model
 
 

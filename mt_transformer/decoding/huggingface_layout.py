@@ -1,0 +1,110 @@
+"""Where each of our weights lives in a transformers Marian or Pegasus model, for the export and
+the import alike.
+
+Marian and Pegasus compute the sinusoid with all sines first and all cosines after (features
+0..d/2-1 and d/2..d-1), where ours interleaves them (sin in even features, cos in odd). A model
+is the same function under any consistent reordering of the features of its residual stream
+(LayerNorm normalises over all of them; every linear layer that reads or writes the stream is
+reordered with it), so each weight pair below names the dimensions that index the stream: the
+export reorders them to put our sines first, the import puts them back.
+
+Their attention has separate key and value projections where ours has one fused `kv_proj` (keys
+first): the pairs name its halves, views that the import writes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+# (our tensor, theirs, the dimensions of ours that index the residual stream)
+Pair = tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]
+
+
+def stream_order(d_model: int) -> torch.Tensor:
+    """Feature j of the exported residual stream is feature order[j] of ours: our sines (even
+    features) first, then our cosines (odd features)."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def _linear(ours, theirs, reads: bool, writes: bool) -> Iterator[Pair]:
+    """A linear layer (weight: (out, in)): its inputs are stream features when it reads the
+    stream, its outputs (and bias) when it writes it."""
+    yield ours.weight, theirs.weight, (0,) * writes + (1,) * reads
+    yield ours.bias, theirs.bias, (0,) * writes
+
+
+def _norm(ours, theirs) -> Iterator[Pair]:
+    yield ours.weight, theirs.weight, (0,)
+    yield ours.bias, theirs.bias, (0,)
+
+
+def _attention(ours, theirs) -> Iterator[Pair]:
+    """Our q_proj and fused kv_proj (keys first) and their q_proj, k_proj, v_proj; out_proj."""
+    d_model = ours.q_proj.weight.size(0)
+    (k_weight, v_weight), (k_bias, v_bias) = ours.kv_proj.weight.split(d_model), ours.kv_proj.bias.split(d_model)
+    yield from _linear(ours.q_proj, theirs.q_proj, reads=True, writes=False)
+    yield k_weight, theirs.k_proj.weight, (1,)
+    yield k_bias, theirs.k_proj.bias, ()
+    yield v_weight, theirs.v_proj.weight, (1,)
+    yield v_bias, theirs.v_proj.bias, ()
+    yield from _linear(ours.out_proj, theirs.out_proj, reads=False, writes=True)
+
+
+def _ffn(ours, theirs) -> Iterator[Pair]:
+    yield from _linear(ours.ffn.linear1, theirs.fc1, reads=True, writes=False)
+    yield from _linear(ours.ffn.linear2, theirs.fc2, reads=False, writes=True)
+
+
+def weight_pairs(ours, hf_model, pre_norm: bool) -> Iterator[Pair]:
+    """Every weight of our model with its place in a Marian or Pegasus model of the same shape;
+    a tied matrix comes once per place it takes there."""
+    base = hf_model.model
+    yield ours.src_embed.weight, base.encoder.embed_tokens.weight, (1,)
+    yield ours.tgt_embed.weight, base.decoder.embed_tokens.weight, (1,)
+    yield ours.output.weight, hf_model.lm_head.weight, (1,)
+    if ours.output.bias is not None:  # theirs is a buffer of zeros unless the model has a bias
+        yield ours.output.bias, hf_model.final_logits_bias[0], ()
+    for layer, theirs in zip(ours.encoder, base.encoder.layers):
+        yield from _attention(layer.self_attn, theirs.self_attn)
+        yield from _norm(layer.norms[0], theirs.self_attn_layer_norm)
+        yield from _ffn(layer, theirs)
+        yield from _norm(layer.norms[1], theirs.final_layer_norm)
+    for layer, theirs in zip(ours.decoder, base.decoder.layers):
+        yield from _attention(layer.self_attn, theirs.self_attn)
+        yield from _norm(layer.norms[0], theirs.self_attn_layer_norm)
+        yield from _attention(layer.cross_attn, theirs.encoder_attn)
+        yield from _norm(layer.norms[1], theirs.encoder_attn_layer_norm)
+        yield from _ffn(layer, theirs)
+        yield from _norm(layer.norms[2], theirs.final_layer_norm)
+    if pre_norm:
+        yield from _norm(ours.encoder_norm, base.encoder.layer_norm)
+        yield from _norm(ours.decoder_norm, base.decoder.layer_norm)
+
+
+def _reorder(tensor: torch.Tensor, dims: tuple[int, ...], order: torch.Tensor) -> torch.Tensor:
+    for dim in dims:
+        tensor = tensor.index_select(dim, order)
+    return tensor
+
+
+def _copy(target: torch.Tensor, source: torch.Tensor) -> None:
+    if target.shape != source.shape:
+        raise RuntimeError(f"shape {tuple(source.shape)} does not fit {tuple(target.shape)}")
+    with torch.no_grad():
+        target.copy_(source)
+
+
+def to_transformers(ours, hf_model, pre_norm: bool) -> None:
+    """Our weights into a Marian or Pegasus model, the residual stream reordered."""
+    order = stream_order(ours.src_embed.weight.size(1))
+    for mine, theirs, dims in weight_pairs(ours, hf_model, pre_norm):
+        _copy(theirs, _reorder(mine, dims, order))
+
+
+def from_transformers(hf_model, ours, pre_norm: bool) -> None:
+    """A Marian or Pegasus model's weights into ours, the residual stream put back in our order."""
+    inverse = stream_order(ours.src_embed.weight.size(1)).argsort()
+    for mine, theirs, dims in weight_pairs(ours, hf_model, pre_norm):
+        _copy(mine, _reorder(theirs, dims, inverse))
