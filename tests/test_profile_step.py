@@ -16,7 +16,7 @@ from mt_transformer.data.batching import token_batches
 def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
     config = write_config(tmp_path / "tiny.yaml", tiny_config(corpus, str(tmp_path / "run")))
     args = ["--config", config, "--workdir", str(tmp_path / "work"), "--precisions", "fp32", "bf16", "fp32-bf16mm"]
-    args += ["--updates", "2", "--warmup", "1", "--rounds", "2", "--profile", "--top", "5"]
+    args += ["--updates", "1", "--warmup", "0", "--rounds", "2", "--profile", "--top", "5"]
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", "profile_step.py"), *args],
         capture_output=True,
