@@ -38,7 +38,7 @@ import torch
 from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from mt_transformer.decoding.huggingface_layout import to_transformers
+from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS, to_transformers
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
@@ -93,19 +93,9 @@ def hf_config(loaded, arch: str):
     model, m, tokenizer = loaded.model, loaded.config.model, loaded.tokenizer
     shared = model.src_embed is model.tgt_embed
     settings = dict(
+        {theirs: getattr(m, ours) for ours, theirs in CONFIG_FIELDS},
         vocab_size=tokenizer.src_vocab_size,
-        d_model=m.d_model,
-        encoder_layers=m.encoder_layers,
-        decoder_layers=m.decoder_layers,
-        encoder_attention_heads=m.n_heads,
-        decoder_attention_heads=m.n_heads,
-        encoder_ffn_dim=m.d_ff,
-        decoder_ffn_dim=m.d_ff,
-        activation_function=m.activation,  # transformers knows relu, swish and gelu by these names
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
         activation_dropout=0.0,
-        max_position_embeddings=m.max_positions,
         scale_embedding=True,
         tie_word_embeddings=model.output.weight is model.tgt_embed.weight,
         is_encoder_decoder=True,

@@ -21,6 +21,22 @@ import torch
 # (our tensor, theirs, the dimensions of ours that index the residual stream)
 Pair = tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]
 
+# our model settings and the fields of a Marian or Pegasus config that hold them (ours has one
+# size for both stacks where theirs has two); the activation's names are transformers' own
+CONFIG_FIELDS = [
+    ("d_model", "d_model"),
+    ("encoder_layers", "encoder_layers"),
+    ("decoder_layers", "decoder_layers"),
+    ("n_heads", "encoder_attention_heads"),
+    ("n_heads", "decoder_attention_heads"),
+    ("d_ff", "encoder_ffn_dim"),
+    ("d_ff", "decoder_ffn_dim"),
+    ("activation", "activation_function"),
+    ("dropout", "dropout"),
+    ("attention_dropout", "attention_dropout"),
+    ("max_positions", "max_position_embeddings"),
+]
+
 
 def stream_order(d_model: int) -> torch.Tensor:
     """Feature j of the exported residual stream is feature order[j] of ours: our sines (even

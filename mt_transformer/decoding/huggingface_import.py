@@ -1,0 +1,59 @@
+"""Import from Hugging Face transformers: which of our model settings compute a Marian or Pegasus
+model (OPUS-MT's, or one our export wrote), or a one-line refusal naming the field of its config
+that we do not model. Where the weights go is decoding/huggingface_layout.py, shared with the
+export.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mt_transformer.config import ModelConfig
+from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS
+from mt_transformer.errors import UserError
+
+# transformers' activation names -> model.activation
+ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
+NORMS = {"marian": "post", "pegasus": "pre"}
+# fields of older Marian and Pegasus configs (from BART's) that must hold these values: anything
+# else is a layer we do not have
+FIXED = {
+    "scale_embedding": True,  # embeddings times sqrt(d_model), as ours (section 3.4)
+    "static_position_embeddings": True,  # sinusoids, not learned
+    "add_bias_logits": False,
+    "add_final_layer_norm": False,
+    "normalize_embedding": False,  # no LayerNorm on the embeddings
+    "encoder_layerdrop": 0.0,
+    "decoder_layerdrop": 0.0,
+    "activation_dropout": 0.0,  # no dropout inside the feed-forward sublayer
+}
+
+
+def model_config(hf_config) -> ModelConfig:
+    """Our model section for a transformers MarianConfig or PegasusConfig (without the output bias,
+    which the weights decide). A size that theirs has per stack must be the same in both."""
+    kind = getattr(hf_config, "model_type", None)
+    if kind not in NORMS:
+        raise UserError(f"model_type: {kind!r}: only Marian and Pegasus models can be imported")
+    for field, value in FIXED.items():
+        found = getattr(hf_config, field, value)
+        if found != value:
+            raise UserError(f"{field}: {found!r} is not modelled here (only {value!r} is)")
+    settings: dict = {}
+    for ours, theirs in CONFIG_FIELDS:
+        value = getattr(hf_config, theirs)
+        if ours == "activation":
+            if value not in ACTIVATIONS:
+                known = ", ".join(sorted(ACTIVATIONS))
+                raise UserError(f"{theirs}: {value!r} is not modelled here (only {known})")
+            value = ACTIVATIONS[value]
+        if settings.setdefault(ours, (theirs, value))[1] != value:
+            first, held = settings[ours]
+            raise UserError(f"{theirs}: {value} differs from {first} ({held}); our encoder and decoder have one size")
+    return dataclasses.replace(
+        ModelConfig(),
+        **{ours: value for ours, (_, value) in settings.items()},
+        norm=NORMS[kind],
+        positions="sinusoidal",
+        tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", True)),
+    )
