@@ -60,6 +60,18 @@ def tiny_model(src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool = Tru
     return Transformer(ModelConfig(**model), src_vocab_size, tgt_vocab_size, share_vocab)
 
 
+def perturbed_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool) -> Transformer:
+    """A randomly initialised model (seed 0) whose norms and biases are not their initial ones
+    and zeros, so that an export or import that misplaces one shows."""
+    torch.manual_seed(0)
+    model = Transformer(config, src_vocab_size, tgt_vocab_size, share_vocab).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
 def tiny_config(corpus: str, output_dir: str, **sections) -> dict:
     config = {
         "data": {

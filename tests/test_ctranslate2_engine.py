@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from conftest import run_cli, token_log_probs, translator
+from conftest import perturbed_model, run_cli, token_log_probs, translator
 from mt_transformer import checkpoint
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
@@ -33,12 +33,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
     tokenizer, config = loaded.tokenizer, loaded.config
     layout = dict(norm=norm, positions=positions, activation=activation, output_bias=activation == "swish")
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, **layout))
-    torch.manual_seed(0)
-    model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()
-    with torch.no_grad():  # non-trivial norms and biases, so a misplaced one shows
-        for name, parameter in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                parameter.add_(0.1 * torch.randn_like(parameter))
+    model = perturbed_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
     out = tmp_path / "ct2"
     ctranslate2_engine.export(dataclasses.replace(loaded, model=model, config=config), str(out))
     translator, _, settings = ctranslate2_engine.load(str(out), torch.device("cpu"))

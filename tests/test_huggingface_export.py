@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from conftest import ROOT, run_cli, translator
+from conftest import ROOT, perturbed_model, run_cli, translator
 from mt_transformer import checkpoint
 from mt_transformer.config import config_from_dict
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -40,12 +40,7 @@ def random_model(loaded, tokenizer, **model_settings) -> checkpoint.LoadedModel:
     """A randomly initialised model of another layout with non-trivial norms and biases, so that
     a misplaced one shows."""
     config = dataclasses.replace(loaded.config, model=dataclasses.replace(loaded.config.model, **model_settings))
-    torch.manual_seed(0)
-    model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                parameter.add_(0.1 * torch.randn_like(parameter))
+    model = perturbed_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
     return dataclasses.replace(loaded, model=model, tokenizer=tokenizer, config=config)
 
 

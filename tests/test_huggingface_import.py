@@ -6,12 +6,13 @@ import dataclasses
 import pytest
 import torch
 
+from conftest import perturbed_model
 from mt_transformer import checkpoint
 from mt_transformer.errors import UserError
 
 transformers = pytest.importorskip("transformers")
-from mt_transformer.decoding import huggingface_export  # noqa: E402
-from mt_transformer.decoding.huggingface_import import model_config  # noqa: E402
+from mt_transformer.decoding import huggingface_export, huggingface_layout  # noqa: E402
+from mt_transformer.decoding.huggingface_import import import_model, model_config  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -88,3 +89,38 @@ def test_a_field_we_do_not_model_is_refused_by_name(change, says):
 def test_a_model_other_than_marian_or_pegasus_is_refused():
     with pytest.raises(UserError, match=r"^model_type: 'bart': only Marian and Pegasus models can be imported$"):
         model_config(transformers.BartConfig())
+
+
+@pytest.mark.parametrize("norm, tie", [("post", True), ("post", False), ("pre", True)])
+def test_an_export_imports_to_the_same_model(trained_run, tmp_path, norm, tie):
+    loaded = checkpoint.load(trained_run, CPU)
+    settings = dict(norm=norm, tie_embeddings=tie, activation="swish", output_bias=True)
+    ours = dataclasses.replace(loaded.config.model, **settings)
+    loaded = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, model=ours))
+    original = perturbed_model(ours, loaded.tokenizer.src_vocab_size, loaded.tokenizer.tgt_vocab_size, True)
+    huggingface_export.export(dataclasses.replace(loaded, model=original), str(tmp_path / "hf"))
+    model, config = import_model(transformers.AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "hf")))
+    assert config == ours
+    expected, imported = original.state_dict(), model.state_dict()
+    assert expected.keys() == imported.keys()
+    assert all(torch.equal(imported[name], tensor) for name, tensor in expected.items())
+
+
+def test_an_opus_mt_shaped_model_imports_with_its_output_bias():
+    torch.manual_seed(0)
+    hf_model = transformers.MarianMTModel(transformers.MarianConfig(**OPUS_MT)).eval()
+    with torch.no_grad():
+        hf_model.final_logits_bias.normal_()  # OPUS-MT's output layer has a bias
+    model, config = import_model(hf_model)  # refused if the log-probabilities differ
+    assert config.output_bias and config.activation == "swish"
+    assert torch.equal(model.output.bias, hf_model.final_logits_bias[0])
+
+
+def test_an_import_that_computes_something_else_is_refused(monkeypatch):
+    torch.manual_seed(0)
+    hf_model = transformers.MarianMTModel(transformers.MarianConfig(**OPUS_MT)).eval()
+    monkeypatch.setattr(
+        huggingface_layout, "stream_order", lambda d: torch.arange(d)
+    )  # the sinusoid left in their order
+    with pytest.raises(UserError, match=r"^the imported model differs from the original by .* in log-probability$"):
+        import_model(hf_model)

@@ -33,12 +33,10 @@ import json
 import os
 import shutil
 
-import torch
-
 from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS, to_transformers
+from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS, log_prob_gap, to_transformers
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
@@ -120,17 +118,9 @@ def build_model(loaded):
 
 
 def check_same_function(model, hf_model, src_vocab: int, tgt_vocab: int) -> float:
-    """The largest difference between the two models' teacher-forced log-probabilities on a fixed
-    batch of random ids (two sentences, one padded), refusing the export above CHECK_TOLERANCE."""
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, src_vocab, (2, 9), generator=generator)  # (batch, src_len): EOS last, or EOS then PAD
-    src[:, -1], src[1, 4], src[1, 5:] = EOS_ID, EOS_ID, PAD_ID
-    tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)  # (batch, tgt_len): BOS first
-    tgt_in[:, 0] = BOS_ID
-    with torch.inference_mode():
-        ours = model.logits(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
-        theirs = hf_model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in).logits
-    gap = float((ours - theirs.log_softmax(-1)).abs().max())
+    """The largest difference between the two models' log-probabilities on the test batch
+    (huggingface_layout.log_prob_gap), refusing the export above CHECK_TOLERANCE."""
+    gap = log_prob_gap(model, hf_model, src_vocab, tgt_vocab)
     if not gap <= CHECK_TOLERANCE:
         transformers = import_transformers()
         raise UserError(

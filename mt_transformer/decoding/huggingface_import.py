@@ -9,8 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 from mt_transformer.config import ModelConfig
-from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS
+from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS, from_transformers, log_prob_gap
 from mt_transformer.errors import UserError
+from mt_transformer.model.transformer import Transformer
+
+# as for the export: float32 rounding moves log-probabilities by ~1e-6, a wrong layout by far more
+CHECK_TOLERANCE = 1e-3
 
 # transformers' activation names -> model.activation
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
@@ -57,3 +61,21 @@ def model_config(hf_config) -> ModelConfig:
         positions="sinusoidal",
         tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", True)),
     )
+
+
+def import_model(hf_model) -> tuple[Transformer, ModelConfig]:
+    """Our Transformer computing a transformers Marian or Pegasus model's function, in that
+    model's token ids, and its settings; a one-line refusal if a test batch's log-probabilities
+    differ by more than CHECK_TOLERANCE."""
+    hf_config = hf_model.config
+    bias = hf_model.final_logits_bias[0]  # (vocab,)
+    config = dataclasses.replace(model_config(hf_config), output_bias=bool(bias.any()))
+    src_vocab = hf_config.vocab_size
+    tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab
+    shared = getattr(hf_config, "share_encoder_decoder_embeddings", True)
+    model = Transformer(config, src_vocab, tgt_vocab, share_vocab=shared).eval()
+    from_transformers(hf_model, model, pre_norm=config.norm == "pre")
+    gap = log_prob_gap(model, hf_model, src_vocab, tgt_vocab)
+    if not gap <= CHECK_TOLERANCE:
+        raise UserError(f"the imported model differs from the original by {gap:.2g} in log-probability")
+    return model, config

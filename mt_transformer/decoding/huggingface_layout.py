@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import torch
 
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
 # (our tensor, theirs, the dimensions of ours that index the residual stream)
 Pair = tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]
 
@@ -124,3 +126,17 @@ def from_transformers(hf_model, ours, pre_norm: bool) -> None:
     inverse = stream_order(ours.src_embed.weight.size(1)).argsort()
     for mine, theirs, dims in weight_pairs(ours, hf_model, pre_norm):
         _copy(mine, _reorder(theirs, dims, inverse))
+
+
+def log_prob_gap(model, hf_model, src_vocab: int, tgt_vocab: int) -> float:
+    """The largest difference between our model's and a transformers model's teacher-forced
+    log-probabilities on a fixed batch of random ids (two sentences, one padded)."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, src_vocab, (2, 9), generator=generator)  # (batch, src_len): EOS last, or EOS then PAD
+    src[:, -1], src[1, 4], src[1, 5:] = EOS_ID, EOS_ID, PAD_ID
+    tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)  # (batch, tgt_len): BOS first
+    tgt_in[:, 0] = BOS_ID
+    with torch.inference_mode():
+        ours = model.logits(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
+        theirs = hf_model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_in).logits
+    return float((ours - theirs.log_softmax(-1)).abs().max())
