@@ -102,16 +102,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad = low[:rows].copy_(grad)  # in the products' dtype
             grad_hidden[start : start + block_rows] = grad @ w  # (rows, d_model)
             grad_weight += (grad.t() @ h).float()  # (vocab, d_model)
-        ctx.has_bias = bias is not None
         ctx.save_for_backward(
-            grad_hidden, grad_weight.to(weight.dtype), *([grad_bias.to(bias.dtype)] if bias is not None else [])
+            grad_hidden, grad_weight.to(weight.dtype), None if bias is None else grad_bias.to(bias.dtype)
         )
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grad_hidden, grad_weight, *grad_bias = ctx.saved_tensors
-        grad_bias = grad_bias[0] * grad_loss if ctx.has_bias else None
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        grad_bias = None if grad_bias is None else grad_bias * grad_loss
         return grad_hidden * grad_loss, grad_weight * grad_loss, grad_bias, None, None, None, None, None
 
 
