@@ -36,14 +36,10 @@ import shutil
 from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS, log_prob_gap, to_transformers
+from mt_transformer.decoding.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, log_prob_gap, to_transformers
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
 
-# The largest difference in log-probability allowed between the export and our model on the
-# check batch: float32 rounding of two implementations moves O(1) values by ~1e-6; a wrong
-# layout or a missing scale moves them by far more than this.
-CHECK_TOLERANCE = 1e-3
 # our special ids, for the model config (padding rows of the embeddings) and for generate();
 # decoding starts from BOS, and EOS is forced at the length limit as ours does
 SPECIAL_IDS = dict(

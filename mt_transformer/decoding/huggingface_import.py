@@ -9,12 +9,9 @@ from __future__ import annotations
 import dataclasses
 
 from mt_transformer.config import ModelConfig
-from mt_transformer.decoding.huggingface_layout import CONFIG_FIELDS, from_transformers, log_prob_gap
+from mt_transformer.decoding.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
-
-# as for the export: float32 rounding moves log-probabilities by ~1e-6, a wrong layout by far more
-CHECK_TOLERANCE = 1e-3
 
 # transformers' activation names -> model.activation
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}

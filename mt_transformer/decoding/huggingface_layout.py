@@ -20,6 +20,11 @@ import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
+# The largest difference in log-probability allowed between our model and a transformers one on
+# log_prob_gap's batch, for the export and the import: float32 rounding of two implementations
+# moves O(1) values by ~1e-6; a wrong layout or a missing scale moves them by far more than this.
+CHECK_TOLERANCE = 1e-3
+
 # (our tensor, theirs, the dimensions of ours that index the residual stream)
 Pair = tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]
 
