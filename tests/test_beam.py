@@ -150,6 +150,8 @@ def plain_beam_search(model, src, limit, beam, alpha):
             states = model(src[None], torch.tensor([[BOS_ID] + tokens]))  # (1, step+1, d_model)
             next_log_probs = model.logits(states[0, -1]).log_softmax(-1).tolist()
             for token, p in enumerate(next_log_probs):
+                if token in (PAD_ID, BOS_ID):  # never output
+                    continue
                 if step < limit or token == EOS_ID:
                     candidates.append((log_prob + p, tokens, token))
         candidates.sort(key=lambda c: -c[0])

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
+
 
 @dataclass
 class Hypothesis:
@@ -150,11 +152,13 @@ def next_token_log_probs(
     prefix: torch.Tensor | None,
 ) -> torch.Tensor:
     """Log-probabilities (rows, vocab) of each row's next token from the decoder `states`
-    (rows, new_len, d_model), with the search's rules: no token repeating an n-gram of N =
+    (rows, new_len, d_model), with the search's rules: never padding or the start token (fairseq
+    and transformers' OPUS-MT models forbid padding too); no token repeating an n-gram of N =
     `no_repeat_ngram` in the row's `history` (rows, length); only EOS in the rows `at_limit`
     (bool, (rows,); None: no row at its limit); the forced `prefix` (rows, prefix_len) at `step`."""
     # one fused pass per row, which beats logsumexp's separate passes over the vocabulary
     log_probs = project(states[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
+    log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
     if no_repeat_ngram:
         forbid_repeated_ngrams(log_probs, history, no_repeat_ngram)
     if at_limit is not None:
