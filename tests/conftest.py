@@ -123,6 +123,7 @@ COMMANDS = {
     "mt-eval": "eval_main",
     "mt-score": "score_main",
     "mt-export": "export_main",
+    "mt-import": "import_main",
     "mt-average": "average_main",
     "mt-plot": "plot_main",
     "mt-serve": "serve_main",

@@ -2,11 +2,12 @@
 refusal for what we do not model."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
 
-from conftest import perturbed_model
+from conftest import perturbed_model, run_cli, token_log_probs
 from mt_transformer import checkpoint
 from mt_transformer.errors import UserError
 
@@ -124,3 +125,137 @@ def test_an_import_that_computes_something_else_is_refused(monkeypatch):
     )  # the sinusoid left in their order
     with pytest.raises(UserError, match=r"^the imported model differs from the original by .* in log-probability$"):
         import_model(hf_model)
+
+
+# --- OPUS-MT-shaped models with their Marian tokenizers, made in the test --------------------
+
+
+def _sentencepiece(lines: list[str], path, size: int) -> list[str]:
+    """A sentencepiece model with its own ids (unknown 0, start 1, end 2, as OPUS-MT's) at
+    `path`; returns its ordinary pieces."""
+    import io
+
+    import sentencepiece
+
+    buffer = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=buffer, vocab_size=size, character_coverage=1.0, minloglevel=2
+    )
+    path.write_bytes(buffer.getvalue())
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    return [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+
+
+def _marian_vocabulary(pieces: list[str], tags: list[str], pad: int | None = None) -> dict[str, int]:
+    """Marian's order: end of sentence 0, unknown 1, then tags and pieces, padding last (or at
+    `pad`: transformers has one padding id for both sides)."""
+    ordinary = [">>" + tag + "<<" for tag in tags] + list(dict.fromkeys(pieces))
+    pad = len(ordinary) + 2 if pad is None else pad
+    ids = [i for i in range(2, len(ordinary) + 3) if i != pad]
+    return {"</s>": 0, "<unk>": 1, **dict(zip(ordinary, ids)), "<pad>": pad}
+
+
+def opus_mt_directory(corpus: str, directory, separate=False, activation="swish", tags=()) -> str:
+    """A random MarianMTModel laid out as OPUS-MT publishes one: two sentencepiece models, a
+    Marian vocabulary (one, or one per side), padding as the decoder start, a logits bias."""
+    directory.mkdir()
+    source = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
+    target = open(f"{corpus}/train.de", encoding="utf-8").read().splitlines()
+    src_pieces = _sentencepiece(source, directory / "src.spm", 160)
+    tgt_pieces = _sentencepiece(target, directory / "tgt.spm", 140)
+    tgt_vocab = _marian_vocabulary(tgt_pieces if separate else src_pieces + tgt_pieces, list(tags))
+    vocab = _marian_vocabulary(src_pieces, [], tgt_vocab["<pad>"]) if separate else tgt_vocab
+    (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (directory / "tgt_vocab.json").write_text(json.dumps(tgt_vocab), encoding="utf-8")
+    pad = tgt_vocab["<pad>"]
+    sizes = dict(vocab_size=len(vocab), decoder_vocab_size=len(tgt_vocab), max_position_embeddings=128)
+    special = dict(pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=0)
+    config = transformers.MarianConfig(
+        **{
+            **OPUS_MT,
+            **sizes,
+            **special,
+            "activation_function": activation,
+            "share_encoder_decoder_embeddings": not separate,
+        },
+        init_std=0.2,  # logits that depend on the input (at 0.02 the bias decides every token)
+    )
+    torch.manual_seed(0)
+    hf_model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        hf_model.final_logits_bias.normal_()
+        hf_model.final_logits_bias[0, tgt_vocab["<unk>"]] = -30.0  # unknowns would detokenize differently
+    hf_model.save_pretrained(str(directory))
+    hf_tokenizer = transformers.MarianTokenizer(
+        source_spm=str(directory / "src.spm"),
+        target_spm=str(directory / "tgt.spm"),
+        vocab=str(directory / "vocab.json"),
+        target_vocab_file=str(directory / "tgt_vocab.json") if separate else None,
+        separate_vocabs=separate,
+        source_lang="en",
+        target_lang="de",
+    )
+    hf_tokenizer.save_pretrained(str(directory))
+    for name in ("src.spm", "tgt.spm", "tgt_vocab.json"):
+        (directory / name).unlink()
+    return str(directory)
+
+
+LINES = ["The red apples were sold on March fifth.", "Tom bought twenty green shirts.", "Hello"]
+
+
+@pytest.mark.parametrize(
+    "kind, tags",
+    [("shared swish", ()), ("separate relu", ()), ("shared swish", ("de", "fr"))],
+    ids=["shared", "separate", "multilingual"],
+)
+def test_an_opus_mt_model_imports_with_its_tokenizer(corpus, tmp_path, kind, tags):
+    sharing, activation = kind.split()
+    source = opus_mt_directory(corpus, tmp_path / "opus", sharing == "separate", activation, tags)
+    out = str(tmp_path / "imported")
+    result = run_cli("mt-import", "--format", "huggingface", source, out)
+    assert result.returncode == 0, result.stderr
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(source).eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    loaded = checkpoint.load(out, CPU)
+    assert loaded.config.model.activation == activation and loaded.config.model.output_bias
+    prefix = ">>de<< " if tags else ""
+    assert loaded.config.data.target_languages == (sorted(tags) or ["de"])
+
+    # the same tokens: our ids are a reordering of theirs, the same pieces
+    targets = ["Die roten Äpfel wurden verkauft.", "Tom kaufte zwanzig Hemden."]
+    theirs = hf_tokenizer([prefix + line for line in LINES[:2]], text_target=targets)
+    tag = ["<2de>"] if tags else []
+    ours_src = loaded.tokenizer.encode_src([" ".join(tag + [line]) for line in LINES[:2]])
+    ours_tgt = loaded.tokenizer.encode_tgt(targets)
+    for ids, line in zip(ours_src, LINES[:2]):
+        named = [p.replace(">>de<<", "<2de>") for p in hf_tokenizer.tokenize(prefix + line)]
+        assert loaded.tokenizer.src_pieces(ids) == named
+    # per-token log-probabilities of the reference translations agree within 1e-4
+    for src_ids, tgt_ids, their_src, their_tgt in zip(ours_src, ours_tgt, theirs["input_ids"], theirs["labels"]):
+        ours = token_log_probs(loaded.model, src_ids, tgt_ids)
+        with torch.no_grad():
+            logits = hf_model(input_ids=torch.tensor([their_src]), labels=torch.tensor([their_tgt])).logits
+        expected = logits.log_softmax(-1)[0].gather(1, torch.tensor(their_tgt)[:, None])[:, 0]
+        assert len(ours) == len(expected) and (ours - expected).abs().max() < 1e-4
+
+    # greedy decoding: mt-translate --beam 1 writes what generate(num_beams=1) writes, given our
+    # length limit (decode.max_len_a * source length + decode.max_len_b, then EOS)
+    tgt_lang = ["--tgt-lang", "de"] if tags else []
+    translated = run_cli("mt-translate", "--checkpoint", out, "--beam", "1", *tgt_lang, input="\n".join(LINES) + "\n")
+    assert translated.returncode == 0, translated.stderr
+    decode, expected = loaded.config.decode, []
+    for line in LINES:
+        batch = hf_tokenizer([prefix + line], return_tensors="pt")
+        limit = int(decode.max_len_a * (batch["input_ids"].size(1) - 1) + decode.max_len_b)
+        pad = hf_model.config.pad_token_id
+        generated = hf_model.generate(
+            **batch,
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=limit + 1,
+            bad_words_ids=[[pad]],
+            forced_eos_token_id=0,
+        )
+        expected += hf_tokenizer.batch_decode(generated, skip_special_tokens=True)
+    assert translated.stdout.splitlines() == expected

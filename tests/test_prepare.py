@@ -40,9 +40,9 @@ def test_encoding_is_cached_and_filters_training_data(tmp_path):
         return read_split("text", str(tmp_path / "t"), "de", "en", "data.train")
 
     key = cache_key({"x": 1}, [str(tmp_path / "t.de"), str(tmp_path / "t.en")], [model], {"max_len": 40})
-    first, stats = encode_split(load, str(tmp_path / "cache"), key, model, model, True, 40, 3.0, 1)
+    first, stats = encode_split(load, str(tmp_path / "cache"), key, str(tmp_path), True, 40, 3.0, 1)
     assert stats == {"pairs": 53, "empty": 1, "too_long": 1, "bad_ratio": 1, "kept": 50, "cached": False}
-    second, stats = encode_split(load, str(tmp_path / "cache"), key, model, model, True, 40, 3.0, 1)
+    second, stats = encode_split(load, str(tmp_path / "cache"), key, str(tmp_path), True, 40, 3.0, 1)
     assert stats["cached"] and len(calls) == 1
     assert first["src_ids"][:] == second["src_ids"][:]
     assert all(n <= 40 for n in second["src_len"])
@@ -55,14 +55,13 @@ def test_encoding_in_two_processes_matches_one(tmp_path):
     lines = [f"Satz Nummer {i} ist hier" for i in range(400)]
     (tmp_path / "p.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "p.en").write_text("\n".join(s.replace("Satz", "sentence") for s in lines) + "\n", encoding="utf-8")
-    tokenizer = train_tokenizer(str(tmp_path), lines, lines, True, 40, "bpe", 1.0, 1000, seed=1, byte_fallback=False)
-    model = os.path.join(str(tmp_path), tokenizer.files[0])
+    train_tokenizer(str(tmp_path), lines, lines, True, 40, "bpe", 1.0, 1000, seed=1, byte_fallback=False)
 
     def load():
         return read_split("text", str(tmp_path / "p"), "de", "en", "data.train")
 
-    one, _ = encode_split(load, str(tmp_path / "c1"), "k", model, model, True, 64, 3.0, num_proc=1)
-    two, _ = encode_split(load, str(tmp_path / "c2"), "k", model, model, True, 64, 3.0, num_proc=2)
+    one, _ = encode_split(load, str(tmp_path / "c1"), "k", str(tmp_path), True, 64, 3.0, num_proc=1)
+    two, _ = encode_split(load, str(tmp_path / "c2"), "k", str(tmp_path), True, 64, 3.0, num_proc=2)
     assert one["src_ids"][:] == two["src_ids"][:] and one["tgt_ids"][:] == two["tgt_ids"][:]
 
 
@@ -120,9 +119,9 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
     lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
     train_sentencepiece(lines, model, 150, model_type, 1.0, 10_000, seed=1, byte_fallback=False)
     text = {"src": ["The red apples were sold on March fifth."], "tgt": ["Tom bought twenty green shirts."]}
-    fixed = SubwordEncoder(model, model)(text)
-    assert all(SubwordEncoder(model, model)(text) == fixed for _ in range(3))  # no alpha: one way
-    drawn = [SubwordEncoder(model, model, alpha=0.3)(text) for _ in range(20)]
+    fixed = SubwordEncoder(str(tmp_path))(text)
+    assert all(SubwordEncoder(str(tmp_path))(text) == fixed for _ in range(3))  # no alpha: one way
+    drawn = [SubwordEncoder(str(tmp_path), alpha=0.3)(text) for _ in range(20)]
     assert any(d["src_ids"] != fixed["src_ids"] for d in drawn)  # alpha: several ways
     # each call draws anew, also where the generator was seeded (train_sentencepiece seeds it)
     assert len({str(d["src_ids"]) for d in drawn}) > 1 and len({str(d["tgt_ids"]) for d in drawn}) > 1
@@ -140,8 +139,8 @@ def test_a_batch_draws_the_same_segmentations_with_any_number_of_workers(corpus,
     model = str(tmp_path / "spm.model")
     lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
     train_sentencepiece(lines, model, 150, "unigram", 1.0, 10_000, seed=1, byte_fallback=False)
-    encoder = SubwordEncoder(model, model, alpha=0.3)
-    usual = SubwordEncoder(model, model)({"src": lines[:40], "tgt": lines[:40]})
+    encoder = SubwordEncoder(str(tmp_path), alpha=0.3)
+    usual = SubwordEncoder(str(tmp_path))({"src": lines[:40], "tgt": lines[:40]})
     rows = Dataset.from_dict({"src": lines[:40], "tgt": lines[:40], **usual})
     batches = [np.arange(i, i + 4) for i in range(0, 40, 4)]
 

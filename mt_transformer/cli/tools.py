@@ -1,4 +1,4 @@
-"""mt-export, mt-average and mt-plot: what a user does with trained checkpoints and runs."""
+"""mt-export, mt-import, mt-average and mt-plot: what a user does with trained checkpoints and runs."""
 
 from __future__ import annotations
 
@@ -53,6 +53,38 @@ def export_main(argv=None):
     print(
         f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
         f"--checkpoint {args.output_dir})"
+    )
+
+
+@entry_point
+def import_main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="mt-import",
+        description="Import a pretrained model as a checkpoint directory of ours, for mt-translate, mt-eval, "
+        "mt-average, mt-export and train.init_from (fine-tuning). The model's log-probabilities are checked "
+        "against the original before anything is written.",
+    )
+    parser.add_argument(
+        "--format",
+        required=True,
+        choices=["huggingface"],
+        help="huggingface: a transformers MarianMTModel (OPUS-MT, or our export) or our Pegasus export, with "
+        "its Marian tokenizer files (source.spm, target.spm, vocab.json)",
+    )
+    parser.add_argument("--src-lang", help="the source language (default: the tokenizer config's source_lang)")
+    parser.add_argument("--tgt-lang", help="the target language (default: the tokenizer config's target_lang)")
+    parser.add_argument("source", metavar="SRC", help="a model directory, or a Hugging Face hub id to download")
+    parser.add_argument("output_dir", metavar="OUT", help="the checkpoint directory to write (replaced if it exists)")
+    args = parser.parse_args(argv)
+
+    from mt_transformer.decoding import huggingface_import
+
+    imported = huggingface_import.import_directory(args.source, args.output_dir, args.src_lang, args.tgt_lang)
+    data = imported["config"].data
+    into = ", ".join(data.target_languages) if data.target_tags else data.tgt_lang
+    print(
+        f"wrote {args.output_dir} ({imported['architecture']}, {data.src_lang}->{into}); translate with: "
+        f"mt-translate --checkpoint {args.output_dir}"
     )
 
 

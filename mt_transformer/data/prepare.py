@@ -18,13 +18,7 @@ import datasets
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
-from mt_transformer.data.tokenizer import (
-    Tokenizer,
-    encode_lines,
-    encode_tagged,
-    train_tokenizer,
-    user_symbols,
-)
+from mt_transformer.data.tokenizer import Tokenizer, train_tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
 
@@ -48,34 +42,29 @@ def cache_key(source: dict, data_files: list[str], tokenizer_files: list[str], s
 
 
 class SubwordEncoder:
-    """A picklable batch function for `datasets.map` and the training loader: loads sentencepiece
-    lazily in each worker. Source tags at the start of a line keep their own ids. `alpha` > 0
-    draws a segmentation per call (subword regularization: unigram sampling with smoothing alpha,
-    or BPE-dropout with probability alpha); with a `seed`, the draws of that call are those of
-    the seed, in whichever process or order the calls run."""
+    """A picklable batch function for `datasets.map` and the training loader: loads the tokenizer
+    of `directory` lazily in each worker. Source tags at the start of a line keep their own ids.
+    `alpha` > 0 draws a segmentation per call (subword regularization: unigram sampling with
+    smoothing alpha, or BPE-dropout with probability alpha); with a `seed`, the draws of that call
+    are those of the seed, in whichever process or order the calls run."""
 
-    def __init__(self, src_model: str, tgt_model: str, alpha: float = 0.0):
-        self.src_model, self.tgt_model, self.alpha = src_model, tgt_model, alpha
-        self._processors = None
+    def __init__(self, directory: str, alpha: float = 0.0):
+        self.directory, self.alpha = directory, alpha
+        self._tokenizer = None
 
     def __getstate__(self):
-        return {"src_model": self.src_model, "tgt_model": self.tgt_model, "alpha": self.alpha, "_processors": None}
+        return {"directory": self.directory, "alpha": self.alpha, "_tokenizer": None}
 
     def __call__(self, batch: dict, seed: int | None = None) -> dict:
         import sentencepiece as spm
 
-        if self._processors is None:
-            self._processors = (
-                spm.SentencePieceProcessor(model_file=self.src_model),
-                spm.SentencePieceProcessor(model_file=self.tgt_model),
-                user_symbols(self.src_model),
-            )
-        src_sp, tgt_sp, tags = self._processors
+        if self._tokenizer is None:
+            self._tokenizer = Tokenizer(self.directory)
         sampling = {"enable_sampling": True, "alpha": self.alpha, "nbest_size": -1} if self.alpha > 0 else {}
         if sampling and seed is not None:
             spm.set_random_generator_seed(seed)
-        src = encode_tagged(src_sp, batch["src"], tags, **sampling)
-        tgt = encode_lines(tgt_sp, batch["tgt"], **sampling)
+        src = self._tokenizer.encode_src(batch["src"], **sampling)
+        tgt = self._tokenizer.encode_tgt(batch["tgt"], **sampling)
         return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
 
 
@@ -93,8 +82,7 @@ def encode_split(
     load,
     cache_dir: str,
     key: str,
-    src_model: str,
-    tgt_model: str,
+    tokenizer_dir: str,
     training: bool,
     max_len: int,
     max_ratio: float,
@@ -122,7 +110,7 @@ def encode_split(
     keep_text = keep_text or not training
     features = datasets.Features({**pairs.features, **FEATURES}) if keep_text else FEATURES
     encoded = pairs.map(
-        SubwordEncoder(src_model, tgt_model),
+        SubwordEncoder(tokenizer_dir),
         batched=True,
         num_proc=num_proc if num_proc > 1 else None,
         remove_columns=None if keep_text else pairs.column_names,
@@ -161,14 +149,13 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
     quiet_datasets()  # also for loading the cache
     tokenizer = run_tokenizer(data, run_dir, seed)
     cache_dir = cache_directory(data, run_dir)
-    model_files = [os.path.join(run_dir, name) for name in tokenizer.files]
     encoded, sizes = {}, []
     for split in splits:
         parts = []
         for corpus, key in corpus_keys(data):
             if getattr(corpus, split) is None:
                 continue
-            parts.append(encode_corpus_split(data, corpus, key, split, cache_dir, model_files))
+            parts.append(encode_corpus_split(data, corpus, key, split, cache_dir, tokenizer))
         if parts:
             encoded[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
         if split == "train":
@@ -186,7 +173,7 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
     return tokenizer, encoded, sizes
 
 
-def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split: str, cache_dir: str, model_files):
+def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split: str, cache_dir: str, tokenizer):
     training = split == "train"
     tags = corpus.source_tags(data.target_tags)
     source = {
@@ -205,9 +192,8 @@ def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split:
     dataset, stats = encode_split(
         lambda: with_tags(load_pairs(corpus, split, f"{key}.{split}"), tags),
         cache_dir,
-        cache_key(source, corpus.files(split), model_files, cleaning),
-        model_files[0],
-        model_files[-1],
+        cache_key(source, corpus.files(split), tokenizer.paths(), cleaning),
+        tokenizer.directory,
         training,
         data.max_len,
         data.max_ratio,

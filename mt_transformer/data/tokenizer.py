@@ -1,5 +1,7 @@
 """Subword tokenization with sentencepiece: one joint model (the paper's shared vocabulary) or
-one model per side, with the fixed special ids of special_tokens.py.
+one model per side, with the fixed special ids of special_tokens.py. An imported model's
+tokenizer is one model per side read through vocabularies of their own (data/vocabulary.py):
+one for both sides, or one per side.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ from collections.abc import Iterable, Iterator
 
 import sentencepiece as spm
 
+from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mt_transformer.data.vocabulary import VocabularyProcessor, read_vocabulary
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_bytes
 
 JOINT_FILE = "spm.model"
 WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"
+VOCAB_FILE = "vocab.json"  # one vocabulary for both sides' models
+SRC_VOCAB_FILE, TGT_VOCAB_FILE = "vocab.src.json", "vocab.tgt.json"
 
 # sentencepiece's advice for character_coverage: 1.0 for languages with a small character set,
 # 0.9995 for rich ones such as Chinese or Japanese, whose rarest characters would otherwise each
@@ -148,26 +154,39 @@ def _load(path: str) -> spm.SentencePieceProcessor:
 
 
 class Tokenizer:
-    """Source and target sentencepiece processors (the same one when the vocabulary is joint)."""
+    """Source and target sentencepiece processors (the same one when the vocabulary is joint);
+    `joint`: one id space for both sides."""
 
     def __init__(self, directory: str):
         self.directory = directory
-        joint = os.path.join(directory, JOINT_FILE)
-        self.joint = os.path.isfile(joint)
-        if self.joint:
+        path = lambda name: os.path.join(directory, name)  # noqa: E731
+        if os.path.isfile(path(JOINT_FILE)):
             self.files = [JOINT_FILE]
-            self.src = self.tgt = _load(joint)
-        else:
-            self.files = [SRC_FILE, TGT_FILE]
-            self.src = _load(os.path.join(directory, SRC_FILE))
-            self.tgt = _load(os.path.join(directory, TGT_FILE))
-        self.tags = user_symbols(os.path.join(directory, self.files[0]))  # source tag -> id
+            self.src = self.tgt = _load(path(JOINT_FILE))
+            self.joint = True
+            self.tags = user_symbols(path(JOINT_FILE))  # source tag -> id
+            return
+        self.files = [SRC_FILE, TGT_FILE]
+        self.src, self.tgt = _load(path(SRC_FILE)), _load(path(TGT_FILE))
+        self.joint = os.path.isfile(path(VOCAB_FILE))
+        vocabularies = [VOCAB_FILE] * 2 if self.joint else [SRC_VOCAB_FILE, TGT_VOCAB_FILE]
+        if not os.path.isfile(path(vocabularies[0])):  # one native model per side
+            self.tags = user_symbols(path(SRC_FILE))
+            return
+        self.files += sorted(set(vocabularies))
+        src_pieces = read_vocabulary(path(vocabularies[0]))
+        tgt_pieces = src_pieces if self.joint else read_vocabulary(path(vocabularies[1]))
+        self.src, self.tgt = VocabularyProcessor(self.src, src_pieces), VocabularyProcessor(self.tgt, tgt_pieces)
+        self.tags = {piece: i for i, piece in enumerate(src_pieces) if tag_language(piece)}
 
     @staticmethod
     def exists(directory: str) -> bool:
         return os.path.isfile(os.path.join(directory, JOINT_FILE)) or (
             os.path.isfile(os.path.join(directory, SRC_FILE)) and os.path.isfile(os.path.join(directory, TGT_FILE))
         )
+
+    def paths(self) -> list[str]:
+        return [os.path.join(self.directory, name) for name in self.files]
 
     def fingerprint(self) -> str:
         """A digest of the model files and their names: what must share one tokenizer (the ranks
@@ -187,8 +206,13 @@ class Tokenizer:
     def tgt_vocab_size(self) -> int:
         return self.tgt.get_piece_size()
 
-    def encode_src(self, lines: list[str]) -> list[list[int]]:
-        return encode_tagged(self.src, lines, self.tags)
+    def encode_src(self, lines: list[str], **options) -> list[list[int]]:
+        """Ids of source lines, the tags they begin with kept whole; `options` are sentencepiece's
+        (a drawn segmentation)."""
+        return encode_tagged(self.src, lines, self.tags, **options)
+
+    def encode_tgt(self, lines: list[str], **options) -> list[list[int]]:
+        return encode_lines(self.tgt, lines, **options)
 
     def src_pieces(self, ids: list[int]) -> list[str]:
         return [self.src.id_to_piece(i) for i in ids]

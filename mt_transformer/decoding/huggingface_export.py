@@ -58,6 +58,8 @@ def import_transformers():
         raise UserError(
             "transformers is not installed: pip install transformers (or pip install 'mt_transformer[huggingface]')"
         ) from None
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # the commands print one line each
     return transformers
 
 
@@ -113,10 +115,10 @@ def build_model(loaded):
     return hf_model
 
 
-def check_same_function(model, hf_model, src_vocab: int, tgt_vocab: int) -> float:
+def check_same_function(model, hf_model) -> float:
     """The largest difference between the two models' log-probabilities on the test batch
     (huggingface_layout.log_prob_gap), refusing the export above CHECK_TOLERANCE."""
-    gap = log_prob_gap(model, hf_model, src_vocab, tgt_vocab)
+    gap = log_prob_gap(model, hf_model)
     if not gap <= CHECK_TOLERANCE:
         transformers = import_transformers()
         raise UserError(
@@ -184,7 +186,7 @@ def export(loaded, out_dir: str) -> dict:
     transformers = import_transformers()
     hf_model = build_model(loaded)
     tokenizer = loaded.tokenizer
-    gap = check_same_function(loaded.model, hf_model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    gap = check_same_function(loaded.model, hf_model)
     generation_defaults(hf_model, loaded.config.decode, loaded.config.model.max_positions)
     settings = {
         "engine": "transformers",

@@ -1,16 +1,48 @@
-"""Import from Hugging Face transformers: which of our model settings compute a Marian or Pegasus
-model (OPUS-MT's, or one our export wrote), or a one-line refusal naming the field of its config
-that we do not model. Where the weights go is decoding/huggingface_layout.py, shared with the
-export.
+"""Import from Hugging Face transformers: a Marian or Pegasus model (OPUS-MT's, or one our export
+wrote) and its Marian tokenizer, as a checkpoint directory of ours.
+
+    SRC/                                            OUT/ (what mt-train writes)
+        config.json, model.safetensors                  model.safetensors, config.json
+        source.spm, target.spm                          spm.src.model, spm.tgt.model
+        vocab.json (target_vocab.json)                  vocab.json (vocab.src.json, vocab.tgt.json)
+        tokenizer_config.json
+
+Which of our model settings compute the model is read from its config; a field we do not model
+is a one-line refusal naming it. Where the weights go is decoding/huggingface_layout.py, shared
+with the export. Marian's vocabulary ids are not sentencepiece's, and OPUS-MT puts end of
+sentence at 0, unknown at 1 and padding last, and starts decoding from padding: our ids 0-3
+(padding, unknown, start, end) take the rows of theirs, padding's row twice when it is also the
+start, and the other ids follow in their order; the tokenizer reads each side's sentencepiece
+model through the vocabulary in that order (data/vocabulary.py). Target-language tokens >>xx<<
+become our target tags <2xx>. Before anything is written, the imported model's log-probabilities
+are compared with the original's on a test batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import shutil
 
-from mt_transformer.config import ModelConfig
+import torch
+
+from mt_transformer import checkpoint
+from mt_transformer.config import (
+    Config,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    config_from_dict,
+    language_tag,
+    tag_language,
+)
+from mt_transformer.data.tokenizer import SRC_FILE, SRC_VOCAB_FILE, TGT_FILE, TGT_VOCAB_FILE, VOCAB_FILE, Tokenizer
+from mt_transformer.data.vocabulary import SPECIAL_PIECES, write_vocabulary
+from mt_transformer.decoding.huggingface_export import import_transformers
 from mt_transformer.decoding.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
 from mt_transformer.errors import UserError
+from mt_transformer.files import atomic_dir
 from mt_transformer.model.transformer import Transformer
 
 # transformers' activation names -> model.activation
@@ -60,19 +92,212 @@ def model_config(hf_config) -> ModelConfig:
     )
 
 
-def import_model(hf_model) -> tuple[Transformer, ModelConfig]:
-    """Our Transformer computing a transformers Marian or Pegasus model's function, in that
-    model's token ids, and its settings; a one-line refusal if a test batch's log-probabilities
-    differ by more than CHECK_TOLERANCE."""
+def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer, ModelConfig]:
+    """Our Transformer computing a transformers Marian or Pegasus model's function, and its
+    settings; a one-line refusal if a test batch's log-probabilities differ by more than
+    CHECK_TOLERANCE. `src_order`/`tgt_order` (tensors, None: the same ids) give, for each of our
+    ids, the id of theirs whose rows it takes; an id of theirs taken by k of ours (the decoder
+    start of OPUS-MT, which is also its padding) has its output logit lowered by log k in each,
+    so that the probabilities stay those of the original."""
     hf_config = hf_model.config
     bias = hf_model.final_logits_bias[0]  # (vocab,)
-    config = dataclasses.replace(model_config(hf_config), output_bias=bool(bias.any()))
     src_vocab = hf_config.vocab_size
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab
     shared = getattr(hf_config, "share_encoder_decoder_embeddings", True)
-    model = Transformer(config, src_vocab, tgt_vocab, share_vocab=shared).eval()
-    from_transformers(hf_model, model, pre_norm=config.norm == "pre")
-    gap = log_prob_gap(model, hf_model, src_vocab, tgt_vocab)
+    src_order = torch.arange(src_vocab) if src_order is None else src_order
+    tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
+    shares = torch.bincount(tgt_order)[tgt_order]  # (our tgt_vocab,): how many of ours share its row
+    config = dataclasses.replace(model_config(hf_config), output_bias=bool(bias.any() or (shares > 1).any()))
+    theirs = Transformer(config, src_vocab, tgt_vocab, share_vocab=shared)
+    from_transformers(hf_model, theirs, pre_norm=config.norm == "pre")
+    model = Transformer(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
+    rows = {"src_embed": src_order, "tgt_embed": tgt_order, "output": tgt_order}  # modules indexed by ids
+    source = theirs.state_dict()
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            order = rows.get(name.split(".")[0])
+            tensor.copy_(source[name] if order is None else source[name].index_select(0, order))
+        if config.output_bias:
+            model.output.bias.sub_(shares.log())
+    gap = log_prob_gap(model, hf_model, src_order, tgt_order)
     if not gap <= CHECK_TOLERANCE:
         raise UserError(f"the imported model differs from the original by {gap:.2g} in log-probability")
     return model, config
+
+
+def local_directory(source: str) -> str:
+    """SRC as a local directory: itself, or a hub id downloaded into the hub's usual cache."""
+    if os.path.isdir(source):
+        return source
+    if os.path.exists(source):
+        raise UserError(f"{source}: not a directory (a transformers model directory or a hub id)")
+    try:
+        import huggingface_hub
+        from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+    except ImportError:
+        raise UserError(f"{source}: no such directory (huggingface_hub, to download it, is not installed)") from None
+    try:
+        return huggingface_hub.snapshot_download(
+            source, allow_patterns=["*.json", "*.spm", "*.safetensors", "pytorch_model.bin"]
+        )
+    except RepositoryNotFoundError:
+        raise UserError(f"{source}: no such directory, nor a model of that name on the Hugging Face hub") from None
+    except (OSError, ValueError, HfHubHTTPError):
+        raise UserError(
+            f"{source}: no such directory, and the Hugging Face hub cannot be reached to download it (offline?)"
+        ) from None
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing ({what})") from None
+    except (OSError, ValueError):
+        raise UserError(f"{path}: not readable JSON ({what})") from None
+
+
+def id_order(vocab: dict[str, int], rows: int, start: int | None, path: str) -> tuple[list[int], list[str]]:
+    """For each of our ids, the id of theirs whose rows it takes, and its piece: padding, unknown,
+    the decoder `start` (None: their <s>, else padding; the source never starts with it), end of
+    sentence, then their other ids in order. Target-language tokens >>xx<< are named <2xx>."""
+    missing = [piece for piece in ("<pad>", "<unk>", "</s>") if piece not in vocab]
+    if missing:
+        raise UserError(f"{path}: no {missing[0]} in the vocabulary")
+    if not all(isinstance(i, int) and 0 <= i < rows for i in vocab.values()):
+        raise UserError(f"{path}: ids outside the model's {rows} embedding rows")
+    pad, unk, eos = vocab["<pad>"], vocab["<unk>"], vocab["</s>"]
+    specials = [pad, unk, vocab.get("<s>", pad) if start is None else start, eos]
+    names = {i: piece for piece, i in vocab.items()}
+    rest = [i for i in range(rows) if i not in set(specials)]
+    pieces = [_our_piece(names.get(i, f"<unused{i}>")) for i in rest]
+    return specials + rest, list(SPECIAL_PIECES.values()) + pieces
+
+
+def _our_piece(piece: str) -> str:
+    if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4:
+        return language_tag(piece[2:-2])
+    return piece
+
+
+def _spm_settings(path: str) -> dict:
+    """data settings that describe a sentencepiece model file, from its trainer spec."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    spec = proto.trainer_spec
+    kinds = {spec.UNIGRAM: "unigram", spec.BPE: "bpe"}
+    if spec.model_type not in kinds:
+        raise UserError(f"{path}: a sentencepiece model of another type than unigram or bpe")
+    return dict(
+        spm_type=kinds[spec.model_type],
+        character_coverage=round(spec.character_coverage, 6),
+        byte_fallback=spec.byte_fallback,
+    )
+
+
+@dataclasses.dataclass
+class MarianVocabularies:
+    """A Marian tokenizer's files and, per side, our ids' order (the id of theirs each takes) and
+    pieces; the sides are the same when the vocabulary is shared."""
+
+    directory: str
+    settings: dict  # its tokenizer_config.json
+    separate: bool
+    src_order: list[int]
+    src_pieces: list[str]
+    tgt_order: list[int]
+    tgt_pieces: list[str]
+
+
+def read_marian_tokenizer(directory: str, hf_config) -> MarianVocabularies:
+    """The Marian tokenizer of a model directory, checked against the model's config."""
+    path = os.path.join(directory, "tokenizer_config.json")
+    settings = _read_json(path, "the tokenizer's settings") if os.path.isfile(path) else {}
+    separate = bool(settings.get("separate_vocabs", False))
+    names = ["source.spm", "target.spm", "vocab.json"] + ["target_vocab.json"] * separate
+    for name in names:
+        if not os.path.isfile(os.path.join(directory, name)):
+            raise UserError(f"{directory}: no {name} (a Marian tokenizer: {', '.join(names)})")
+    if separate == getattr(hf_config, "share_encoder_decoder_embeddings", True):
+        raise UserError(f"{path}: separate_vocabs {separate} does not fit the model's embeddings")
+    src_rows = hf_config.vocab_size
+    tgt_rows = getattr(hf_config, "decoder_vocab_size", None) or src_rows
+    tgt_path = os.path.join(directory, names[-1])
+    tgt_vocab = _read_json(tgt_path, "the target vocabulary")
+    tgt_order, tgt_pieces = id_order(tgt_vocab, tgt_rows, hf_config.decoder_start_token_id, tgt_path)
+    for field, piece in (("pad_token_id", "<pad>"), ("eos_token_id", "</s>")):
+        if getattr(hf_config, field) != tgt_vocab[piece]:
+            raise UserError(f"{field}: {getattr(hf_config, field)} in the config but {piece} is {tgt_vocab[piece]}")
+    src_order, src_pieces = tgt_order, tgt_pieces
+    if separate:
+        src_path = os.path.join(directory, "vocab.json")
+        src_order, src_pieces = id_order(_read_json(src_path, "the source vocabulary"), src_rows, None, src_path)
+    return MarianVocabularies(directory, settings, separate, src_order, src_pieces, tgt_order, tgt_pieces)
+
+
+def imported_config(model: ModelConfig, vocabularies: MarianVocabularies, src_lang: str, tgt_lang: str) -> Config:
+    """The config an imported checkpoint records: its model settings, and data settings that
+    describe its tokenizer and languages (one corpus per target tag of a multilingual model)."""
+    data = dict(
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        joint_vocab=not vocabularies.separate,
+        vocab_size=len(vocabularies.tgt_pieces),
+        max_len=min(DataConfig.max_len, model.max_positions - 1),
+        **_spm_settings(os.path.join(vocabularies.directory, "source.spm")),
+    )
+    languages = sorted(filter(None, map(tag_language, vocabularies.src_pieces)))
+    if languages:
+        data |= dict(target_tags=True, corpora=[{"src_lang": src_lang, "tgt_lang": language} for language in languages])
+    try:
+        return config_from_dict({"data": data, "model": dataclasses.asdict(model)})
+    except ConfigError as error:
+        raise UserError(f"the imported settings are not valid here: {error}") from None
+
+
+def write_checkpoint(out_dir: str, model, config: Config, vocabularies: MarianVocabularies, source: str) -> Tokenizer:
+    """The checkpoint directory of an imported model, atomically: what mt-train writes, with
+    both sentencepiece models and our vocabularies; returns its tokenizer."""
+    try:
+        with atomic_dir(out_dir) as tmp:
+            for theirs, ours in (("source.spm", SRC_FILE), ("target.spm", TGT_FILE)):
+                shutil.copyfile(os.path.join(vocabularies.directory, theirs), os.path.join(tmp, ours))
+            if vocabularies.separate:
+                write_vocabulary(os.path.join(tmp, SRC_VOCAB_FILE), vocabularies.src_pieces)
+                write_vocabulary(os.path.join(tmp, TGT_VOCAB_FILE), vocabularies.tgt_pieces)
+            else:
+                write_vocabulary(os.path.join(tmp, VOCAB_FILE), vocabularies.tgt_pieces)
+            metadata = {**checkpoint.checkpoint_metadata(config, Tokenizer(tmp)), "step": None, "imported_from": source}
+            checkpoint.write_model_dir(tmp, checkpoint.model_tensors(model)[0], metadata, tmp, [])
+    except OSError as error:
+        raise UserError(f"{out_dir}: the import could not be written ({error.strerror or error})") from None
+    return Tokenizer(out_dir)
+
+
+def import_directory(source: str, out_dir: str, src_lang: str | None, tgt_lang: str | None) -> dict:
+    """Import the transformers model and Marian tokenizer of SRC (a directory or a hub id) into
+    the checkpoint directory `out_dir`, after checking that the imported model computes the
+    original's log-probabilities; returns what was imported."""
+    transformers = import_transformers()
+    directory = local_directory(source)
+    try:
+        hf_config = transformers.AutoConfig.from_pretrained(directory)
+    except (OSError, ValueError) as error:
+        raise UserError(f"{directory}: not a transformers model ({str(error).splitlines()[0][:120]})") from None
+    model_config(hf_config)  # a refusal before the weights are read
+    vocabularies = read_marian_tokenizer(directory, hf_config)
+    src_lang = src_lang or vocabularies.settings.get("source_lang")
+    tgt_lang = tgt_lang or vocabularies.settings.get("target_lang")
+    for flag, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
+        if not value:
+            raise UserError(f"{flag}: required: the tokenizer's settings name no such language")
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
+    orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
+    model, model_settings = import_model(hf_model, *orders)
+    config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)
+    tokenizer = write_checkpoint(out_dir, model, config, vocabularies, source)
+    return {"architecture": type(hf_model).__name__, "config": config, "tags": sorted(tokenizer.tags)}

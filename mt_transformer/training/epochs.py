@@ -21,25 +21,24 @@ class TrainingBatches:
         self,
         config: Config,
         dataset,
-        tokenizer_files: list[str],
+        tokenizer_dir: str,
         corpus_sizes: list[int],
         processes: distributed.Processes,
     ):
         """`dataset`: the encoded training pairs, the corpora laid end to end with `corpus_sizes`
-        pairs each; `tokenizer_files`: the run's sentencepiece models (source first), for drawing
-        segmentations."""
+        pairs each; `tokenizer_dir`: where the run's tokenizer is, for drawing segmentations."""
         self.data, self.train, self.processes = config.data, config.train, processes
         self.corpus_sizes = list(corpus_sizes)
         self.src_lens, self.tgt_lens = lengths(dataset)
-        self.pairs, self.resample, self.batch_tokens = self._segmentation(dataset, tokenizer_files)
+        self.pairs, self.resample, self.batch_tokens = self._segmentation(dataset, tokenizer_dir)
 
-    def _segmentation(self, dataset, tokenizer_files: list[str]):
+    def _segmentation(self, dataset, tokenizer_dir: str):
         """The columns the loader reads, the encoder that segments each batch anew under
         data.spm_alpha (None without), and the tokens of the usual segmentation per batch."""
         alpha, train = self.data.spm_alpha, self.train
         if not alpha:
             return dataset.select_columns(["src_ids", "tgt_ids"]), None, train.max_tokens
-        encoder = SubwordEncoder(tokenizer_files[0], tokenizer_files[-1], alpha)
+        encoder = SubwordEncoder(tokenizer_dir, alpha)
         batch_tokens, inflation = drawn_batch_tokens(dataset, encoder, train.max_tokens, train.seed)
         if self.processes.is_main:
             log.info(

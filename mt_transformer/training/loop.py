@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import time
 
 import torch
@@ -59,9 +58,8 @@ class TrainingLoop:
     ):
         self.config, self.step, self.tokenizer, self.data, self.processes = config, step, tokenizer, data, processes
         self.state, self.device, self.run_dir = step.state, step.device, config.train.output_dir
-        files = [os.path.join(self.run_dir, name) for name in tokenizer.files]
         # corpus_sizes: the training pairs of each corpus, laid end to end in data["train"]
-        self.batches = TrainingBatches(config, data["train"], files, corpus_sizes, processes)
+        self.batches = TrainingBatches(config, data["train"], tokenizer.directory, corpus_sizes, processes)
         self.policy = StopPolicy(config.train, self.state, processes)
         self.log = RunLog(self.run_dir, self.state.step, processes.is_main, config.train.tensorboard)
         self.metadata = checkpoint.checkpoint_metadata(config, tokenizer)
