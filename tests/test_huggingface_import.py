@@ -3,11 +3,12 @@ refusal for what we do not model."""
 
 import dataclasses
 import json
+import os
 
 import pytest
 import torch
 
-from conftest import perturbed_model, run_cli, token_log_probs
+from conftest import perturbed_model, run_cli, token_log_probs, write_config
 from mt_transformer import checkpoint
 from mt_transformer.errors import UserError
 
@@ -259,3 +260,125 @@ def test_an_opus_mt_model_imports_with_its_tokenizer(corpus, tmp_path, kind, tag
         )
         expected += hf_tokenizer.batch_decode(generated, skip_special_tokens=True)
     assert translated.stdout.splitlines() == expected
+
+
+@pytest.fixture(scope="module")
+def imported_run(trained_run, tmp_path_factory) -> str:
+    """The trained test model exported to transformers and imported back."""
+    directory = tmp_path_factory.mktemp("round_trip")
+    exported = run_cli("mt-export", "--checkpoint", trained_run, "--format", "huggingface", str(directory / "hf"))
+    assert exported.returncode == 0, exported.stderr
+    imported = run_cli("mt-import", "--format", "huggingface", str(directory / "hf"), str(directory / "imported"))
+    assert imported.returncode == 0, imported.stderr
+    return str(directory / "imported")
+
+
+def test_an_export_imported_back_has_the_same_tensors_and_translations(trained_run, imported_run, corpus):
+    original, imported = checkpoint.load(trained_run, CPU), checkpoint.load(imported_run, CPU)
+    assert imported.config.model == original.config.model
+    expected, found = original.model.state_dict(), imported.model.state_dict()
+    assert expected.keys() == found.keys()
+    assert all(torch.equal(found[name], tensor) for name, tensor in expected.items())
+    lines = open(f"{corpus}/test.en", encoding="utf-8").read()
+    translations = [run_cli("mt-translate", "--checkpoint", path, input=lines) for path in (trained_run, imported_run)]
+    assert translations[0].returncode == 0 and translations[0].stdout.strip()
+    assert translations[1].stdout == translations[0].stdout
+
+
+def test_an_opus_mt_import_exported_again_computes_the_original(corpus, tmp_path):
+    source = opus_mt_directory(corpus, tmp_path / "opus")
+    imported, exported = str(tmp_path / "imported"), str(tmp_path / "exported")
+    assert run_cli("mt-import", "--format", "huggingface", source, imported).returncode == 0
+    result = run_cli("mt-export", "--checkpoint", imported, "--format", "huggingface", exported)
+    assert result.returncode == 0, result.stderr
+    models = [transformers.AutoModelForSeq2SeqLM.from_pretrained(path).eval() for path in (source, exported)]
+    tokenizers = [transformers.AutoTokenizer.from_pretrained(path) for path in (source, exported)]
+    targets = ["Die roten Äpfel wurden verkauft.", "Tom kaufte zwanzig Hemden."]
+    log_probs, generated = [], []
+    for model, tokenizer in zip(models, tokenizers):
+        batch = tokenizer(LINES[:2], text_target=targets, return_tensors="pt", padding=True)
+        labels = batch.pop("labels")
+        with torch.no_grad():
+            logits = model(**batch, labels=labels).logits.log_softmax(-1)
+        keep = labels != tokenizer.pad_token_id
+        log_probs.append(logits.gather(2, labels[..., None])[..., 0][keep])  # each reference token's
+        out = model.generate(**tokenizer(LINES, return_tensors="pt", padding=True), num_beams=2, max_new_tokens=8)
+        generated.append(tokenizer.batch_decode(out, skip_special_tokens=True))
+    assert (log_probs[0] - log_probs[1]).abs().max() < 1e-4
+    assert generated[0] == generated[1]
+
+
+def test_fine_tuning_an_import_first_scores_it_then_trains_and_resumes_exactly(imported_run, corpus, tmp_path):
+    import yaml
+
+    from mt_transformer.evaluation.scores import score
+
+    def config(name: str, steps: int) -> str:
+        settings = yaml.safe_load(open(os.path.join(imported_run, "finetune.yaml"), encoding="utf-8"))
+        assert settings["train"]["init_from"] == imported_run
+        settings["data"] |= {"train": f"{corpus}/train", "valid": f"{corpus}/valid"}
+        run = {"output_dir": str(tmp_path / name), "max_steps": steps, "valid_every": 2, "log_every": 1}
+        settings["train"] |= run | {"max_tokens": 512, "precision": "fp32", "warmup": 10}
+        return write_config(tmp_path / f"{name}.yaml", settings)
+
+    result = run_cli("mt-train", "--config", config("whole", 4))
+    assert result.returncode == 0, result.stderr
+    first = json.loads(open(tmp_path / "whole" / "metrics.jsonl", encoding="utf-8").readline())
+    assert first["step"] == 0
+    # the validation before any update scores the imported model: the original's (under
+    # transformers) NLL per reference token, and our greedy BLEU
+    sources = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()
+    references = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()
+    original = os.path.join(os.path.dirname(imported_run), "hf")
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(original).eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(original)
+    nll = tokens = 0
+    for source, reference in zip(sources, references):
+        batch = hf_tokenizer([source], text_target=[reference], return_tensors="pt")
+        with torch.no_grad():
+            nll += float(hf_model(**batch).loss) * batch["labels"].numel()  # the mean over its tokens
+        tokens += batch["labels"].numel()
+    assert first["valid_nll"] == pytest.approx(nll / tokens, abs=1e-4)
+    greedy = run_cli("mt-translate", "--checkpoint", imported_run, "--beam", "1", input="\n".join(sources) + "\n")
+    assert first["valid_bleu"] == pytest.approx(score(greedy.stdout.splitlines(), references, ["bleu"], "de")["bleu"])
+    # stopped at update 2 and run again, it ends where the uninterrupted run ends
+    assert run_cli("mt-train", "--config", config("resumed", 2)).returncode == 0
+    result = run_cli("mt-train", "--config", config("resumed", 4))
+    assert result.returncode == 0 and "resuming from" in result.stderr
+    whole, resumed = (
+        checkpoint.read_weights(tmp_path / name / "checkpoints" / "step_00000004") for name in ("whole", "resumed")
+    )
+    assert all(torch.equal(resumed[name], tensor) for name, tensor in whole.items())
+
+
+def _refused(result, message: str, out) -> None:
+    assert result.returncode == 2 and result.stderr == f"error: {message}\n"
+    assert not os.path.exists(out)
+
+
+def test_an_import_is_refused_in_one_line_writing_nothing(corpus, tmp_path):
+    source = opus_mt_directory(corpus, tmp_path / "opus")
+    out = str(tmp_path / "out")
+    (tmp_path / "opus" / "vocab.json").rename(tmp_path / "vocab.json")
+    needed = "a Marian tokenizer: source.spm, target.spm, vocab.json"
+    _refused(run_cli("mt-import", "--format", "huggingface", source, out), f"{source}: no vocab.json ({needed})", out)
+    (tmp_path / "vocab.json").rename(tmp_path / "opus" / "vocab.json")
+
+    settings = json.loads((tmp_path / "opus" / "config.json").read_text(encoding="utf-8"))
+    (tmp_path / "opus" / "config.json").write_text(json.dumps({**settings, "add_bias_logits": True}), encoding="utf-8")
+    result = run_cli("mt-import", "--format", "huggingface", source, out)
+    _refused(result, "add_bias_logits: True is not modelled here (only False is)", out)
+
+    bart = tmp_path / "bart"
+    transformers.BartConfig(d_model=16, vocab_size=50).save_pretrained(str(bart))
+    result = run_cli("mt-import", "--format", "huggingface", str(bart), out)
+    _refused(result, "model_type: 'bart': only Marian and Pegasus models can be imported", out)
+
+
+def test_a_hub_id_offline_is_refused_in_one_line(tmp_path):
+    out = str(tmp_path / "out")
+    result = run_cli(
+        "mt-import", "--format", "huggingface", "Helsinki-NLP/opus-mt-xx-yy", out, env={"HF_HUB_OFFLINE": "1"}
+    )
+    message = "no such directory, and the Hugging Face hub cannot be reached to download it (offline?)"
+    _refused(result, f"Helsinki-NLP/opus-mt-xx-yy: {message}", out)

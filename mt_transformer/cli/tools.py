@@ -83,8 +83,8 @@ def import_main(argv=None):
     data = imported["config"].data
     into = ", ".join(data.target_languages) if data.target_tags else data.tgt_lang
     print(
-        f"wrote {args.output_dir} ({imported['architecture']}, {data.src_lang}->{into}); translate with: "
-        f"mt-translate --checkpoint {args.output_dir}"
+        f"wrote {args.output_dir} ({imported['architecture']}, {data.src_lang}->{into}); translate with "
+        f"mt-translate --checkpoint {args.output_dir}, fine-tune with {os.path.join(args.output_dir, 'finetune.yaml')}"
     )
 
 

@@ -185,6 +185,11 @@ class Tokenizer:
             os.path.isfile(os.path.join(directory, SRC_FILE)) and os.path.isfile(os.path.join(directory, TGT_FILE))
         )
 
+    @property
+    def model_files(self) -> list[str]:
+        """The sentencepiece model files among `files`: the joint one, or the source's and the target's."""
+        return self.files[:1] if self.files[0] == JOINT_FILE else self.files[:2]
+
     def paths(self) -> list[str]:
         return [os.path.join(self.directory, name) for name in self.files]
 

@@ -145,7 +145,7 @@ def write_tokenizer(tokenizer, config, directory: str, work: str) -> None:
         target_vocab = os.path.join(work, "target_vocab.json")
         with open(target_vocab, "w", encoding="utf-8") as f:
             json.dump(vocabulary(tokenizer.tgt, {}), f, ensure_ascii=False)
-    files = [os.path.join(tokenizer.directory, name) for name in tokenizer.files]
+    files = [os.path.join(tokenizer.directory, name) for name in tokenizer.model_files]
     hf_tokenizer = transformers.MarianTokenizer(
         source_spm=files[0],
         target_spm=files[-1],

@@ -5,7 +5,7 @@ wrote) and its Marian tokenizer, as a checkpoint directory of ours.
         config.json, model.safetensors                  model.safetensors, config.json
         source.spm, target.spm                          spm.src.model, spm.tgt.model
         vocab.json (target_vocab.json)                  vocab.json (vocab.src.json, vocab.tgt.json)
-        tokenizer_config.json
+        tokenizer_config.json                           finetune.yaml: a config to fine-tune it
 
 Which of our model settings compute the model is read from its config; a field we do not model
 is a one-line refusal naming it. Where the weights go is decoding/huggingface_layout.py, shared
@@ -42,8 +42,11 @@ from mt_transformer.data.vocabulary import SPECIAL_PIECES, write_vocabulary
 from mt_transformer.decoding.huggingface_export import import_transformers
 from mt_transformer.decoding.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_dir
+from mt_transformer.files import atomic_dir, write_text
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.training.finetune import finetune_yaml
+
+FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written beside it
 
 # transformers' activation names -> model.activation
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
@@ -241,20 +244,29 @@ def read_marian_tokenizer(directory: str, hf_config) -> MarianVocabularies:
 
 def imported_config(model: ModelConfig, vocabularies: MarianVocabularies, src_lang: str, tgt_lang: str) -> Config:
     """The config an imported checkpoint records: its model settings, and data settings that
-    describe its tokenizer and languages (one corpus per target tag of a multilingual model)."""
-    data = dict(
-        src_lang=src_lang,
-        tgt_lang=tgt_lang,
-        joint_vocab=not vocabularies.separate,
-        vocab_size=len(vocabularies.tgt_pieces),
-        max_len=min(DataConfig.max_len, model.max_positions - 1),
-        **_spm_settings(os.path.join(vocabularies.directory, "source.spm")),
-    )
-    languages = sorted(filter(None, map(tag_language, vocabularies.src_pieces)))
-    if languages:
-        data |= dict(target_tags=True, corpora=[{"src_lang": src_lang, "tgt_lang": language} for language in languages])
+    describe its tokenizer and languages (one corpus per target tag of a multilingual model).
+    An export of ours brings back its data and decode settings as they were."""
+    ours = os.path.join(vocabularies.directory, checkpoint.EXPORT_SETTINGS_FILE)
+    if os.path.isfile(ours):
+        saved = _read_json(ours, "the settings of our export").get("config", {})
+        data = {**saved.get("data", {}), "src_lang": src_lang, "tgt_lang": tgt_lang}
+        sections = {"data": data, "model": dataclasses.asdict(model), "decode": saved.get("decode")}
+    else:
+        data = dict(
+            src_lang=src_lang,
+            tgt_lang=tgt_lang,
+            joint_vocab=not vocabularies.separate,
+            vocab_size=len(vocabularies.tgt_pieces),
+            max_len=min(DataConfig.max_len, model.max_positions - 1),
+            **_spm_settings(os.path.join(vocabularies.directory, "source.spm")),
+        )
+        languages = sorted(filter(None, map(tag_language, vocabularies.src_pieces)))
+        if languages:
+            corpora = [{"src_lang": src_lang, "tgt_lang": language} for language in languages]
+            data |= dict(target_tags=True, corpora=corpora)
+        sections = {"data": data, "model": dataclasses.asdict(model)}
     try:
-        return config_from_dict({"data": data, "model": dataclasses.asdict(model)})
+        return config_from_dict(sections)
     except ConfigError as error:
         raise UserError(f"the imported settings are not valid here: {error}") from None
 
@@ -273,6 +285,8 @@ def write_checkpoint(out_dir: str, model, config: Config, vocabularies: MarianVo
                 write_vocabulary(os.path.join(tmp, VOCAB_FILE), vocabularies.tgt_pieces)
             metadata = {**checkpoint.checkpoint_metadata(config, Tokenizer(tmp)), "step": None, "imported_from": source}
             checkpoint.write_model_dir(tmp, checkpoint.model_tensors(model)[0], metadata, tmp, [])
+            finetuned = os.path.join("runs", os.path.basename(os.path.normpath(out_dir)) + "_finetuned")
+            write_text(os.path.join(tmp, FINETUNE_FILE), finetune_yaml(config, out_dir, finetuned))
     except OSError as error:
         raise UserError(f"{out_dir}: the import could not be written ({error.strerror or error})") from None
     return Tokenizer(out_dir)

@@ -189,6 +189,16 @@ class TrainingLoop:
                 entry["tokens_per_s"],
             )
 
+    def validate_start(self) -> None:
+        """Validate the weights the run starts from, logged as step 0; nothing is saved."""
+        if "valid" in self.data and self.processes.is_main:
+            metrics = {
+                "step": 0,
+                **validate(self.step.model, self.tokenizer, self.data["valid"], self.config, self.device),
+            }
+            log_validation(0, metrics)
+            self.log.write(metrics)
+
     def validate_and_save(self) -> dict:
         state = self.state
         metrics, started = {"step": state.step}, time.monotonic()

@@ -154,6 +154,8 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         finetune.start_from(step, parent, settings.init_from_reset)
     loop = TrainingLoop(config, step, tokenizer, data, processes, corpus_sizes)
     with logging_redirect_tqdm():
+        if parent and not found:
+            loop.validate_start()  # what fine-tuning starts from, to compare its validations with
         return loop.run()
 
 
