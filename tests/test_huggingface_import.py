@@ -2,6 +2,7 @@
 refusal for what we do not model."""
 
 import dataclasses
+import importlib.util
 import json
 import os
 
@@ -260,6 +261,12 @@ def test_an_opus_mt_model_imports_with_its_tokenizer(corpus, tmp_path, kind, tag
         )
         expected += hf_tokenizer.batch_decode(generated, skip_special_tokens=True)
     assert translated.stdout.splitlines() == expected
+    if sharing == "shared" and not tags and importlib.util.find_spec("ctranslate2"):  # the import exports on
+        exported = str(tmp_path / "ct2")
+        assert run_cli("mt-export", "--checkpoint", out, "--format", "ctranslate2", exported).returncode == 0
+        engine = ["--engine", "ctranslate2", "--beam", "1"]
+        again = run_cli("mt-translate", "--checkpoint", exported, *engine, input="\n".join(LINES) + "\n")
+        assert again.returncode == 0 and again.stdout == translated.stdout
 
 
 @pytest.fixture(scope="module")
@@ -349,6 +356,12 @@ def test_fine_tuning_an_import_first_scores_it_then_trains_and_resumes_exactly(i
         checkpoint.read_weights(tmp_path / name / "checkpoints" / "step_00000004") for name in ("whole", "resumed")
     )
     assert all(torch.equal(resumed[name], tensor) for name, tensor in whole.items())
+    # its checkpoints average, and the average translates
+    averaged = str(tmp_path / "averaged")
+    assert (
+        run_cli("mt-average", "--inputs", str(tmp_path / "whole"), "--last", "2", "--output", averaged).returncode == 0
+    )
+    assert run_cli("mt-translate", "--checkpoint", averaged, input=sources[0] + "\n").stdout.strip()
 
 
 def _refused(result, message: str, out) -> None:
