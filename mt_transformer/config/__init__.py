@@ -2,7 +2,14 @@
 validated there (checks.py). This is the only place that reads YAML or holds defaults."""
 
 from mt_transformer.config.checks import check_data_files, corpus_keys, validate
-from mt_transformer.config.loading import SECTIONS, apply_overrides, config_from_dict, load_config, to_yaml
+from mt_transformer.config.loading import (
+    SECTIONS,
+    apply_overrides,
+    config_from_dict,
+    finetune_yaml,
+    load_config,
+    to_yaml,
+)
 from mt_transformer.config.sections import (
     Config,
     CorpusConfig,
@@ -27,6 +34,7 @@ __all__ = [
     "apply_overrides",
     "check_data_files",
     "config_from_dict",
+    "finetune_yaml",
     "corpus_keys",
     "language_tag",
     "load_config",

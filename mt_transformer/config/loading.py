@@ -129,3 +129,20 @@ def to_yaml(config: Config) -> str:
     raw["train"]["adam_betas"] = list(raw["train"]["adam_betas"])
     raw["data"]["corpora"] = list(raw["data"]["corpora"])
     return yaml.safe_dump(raw, sort_keys=False)
+
+
+def finetune_yaml(config: Config, parent: str, output_dir: str) -> str:
+    """A config that fine-tunes the checkpoint `parent` (trained with `config`) into `output_dir`:
+    its model and tokenizer settings and languages, the training defaults, and data splits for
+    the user to give."""
+    splits = dict(format="text", train=None, valid=None, test=None, hub_name=None, hub_config=None, cache_dir=None)
+    data = dataclasses.replace(config.data, **splits)
+    train = TrainConfig(output_dir=output_dir, init_from=parent)
+    example = "data.train=corpus/train data.valid=corpus/valid"
+    if data.corpora:
+        example = "data.corpora (one entry per language pair; edit this file)"
+    return (
+        f"# Fine-tune {parent} on your data (text files {{prefix}}.{{src_lang}}, {{prefix}}.{{tgt_lang}}):\n"
+        f"#   mt-train --config THIS_FILE --set {example}\n"
+        f"# The model and tokenizer settings below must stay as they are.\n"
+    ) + to_yaml(dataclasses.replace(config, data=data, train=train))

@@ -34,6 +34,7 @@ from mt_transformer.config import (
     DataConfig,
     ModelConfig,
     config_from_dict,
+    finetune_yaml,
     language_tag,
     tag_language,
 )
@@ -44,7 +45,6 @@ from mt_transformer.decoding.huggingface_layout import CHECK_TOLERANCE, CONFIG_F
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
 from mt_transformer.model.transformer import Transformer
-from mt_transformer.training.finetune import finetune_yaml
 
 FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written beside it
 

@@ -8,14 +8,13 @@ run has checkpoints of its own, running it again resumes it, not the parent.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import shutil
 
 from mt_transformer import checkpoint
-from mt_transformer.config import Config, ConfigError, TrainConfig, config_from_dict, to_yaml
+from mt_transformer.config import Config, ConfigError, config_from_dict
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
@@ -62,20 +61,3 @@ def start_from(step, parent: str, reset: bool) -> None:
         parent,
         "a fresh optimizer" if reset else "its optimizer state",
     )
-
-
-def finetune_yaml(config: Config, parent: str, output_dir: str) -> str:
-    """A config that fine-tunes the checkpoint `parent` (trained with `config`) into `output_dir`:
-    its model and tokenizer settings and languages, the training defaults, and data splits for
-    the user to give."""
-    splits = dict(format="text", train=None, valid=None, test=None, hub_name=None, hub_config=None, cache_dir=None)
-    data = dataclasses.replace(config.data, **splits)
-    train = TrainConfig(output_dir=output_dir, init_from=parent)
-    example = "data.train=corpus/train data.valid=corpus/valid"
-    if data.corpora:
-        example = "data.corpora (one entry per language pair; edit this file)"
-    return (
-        f"# Fine-tune {parent} on your data (text files {{prefix}}.{{src_lang}}, {{prefix}}.{{tgt_lang}}):\n"
-        f"#   mt-train --config THIS_FILE --set {example}\n"
-        f"# The model and tokenizer settings below must stay as they are.\n"
-    ) + to_yaml(dataclasses.replace(config, data=data, train=train))
