@@ -5,11 +5,12 @@ import dataclasses
 import importlib.util
 import json
 import os
+import shutil
 
 import pytest
 import torch
 
-from conftest import perturbed_model, run_cli, token_log_probs, write_config
+from conftest import ROOT, perturbed_model, run_cli, token_log_probs, write_config
 from mt_transformer import checkpoint
 from mt_transformer.errors import UserError
 
@@ -395,3 +396,27 @@ def test_a_hub_id_offline_is_refused_in_one_line(tmp_path):
     )
     message = "no such directory, and the Hugging Face hub cannot be reached to download it (offline?)"
     _refused(result, f"Helsinki-NLP/opus-mt-xx-yy: {message}", out)
+
+
+def test_the_readme_imports_translates_and_fine_tunes(corpus, tmp_path):
+    """The README's three mt-import lines, run in a fresh directory with the demo data, the hub id
+    replaced by an OPUS-MT-shaped model made here (no network), fine-tuning cut to 2 updates."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        lines = [line.split("  #")[0].strip() for block in f.read().split("```")[1::2] for line in block.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("mt-import "))
+    commands = lines[start : start + 3]
+    assert [c.split()[0] for c in commands] == ["mt-import", "mt-translate", "mt-train"]
+    hub_id = commands[0].split()[3]
+    source = opus_mt_directory(corpus, tmp_path / "opus")
+    shutil.copytree(corpus, tmp_path / "data" / "demo")
+    outputs = []
+    for command in commands:
+        args = command.replace(hub_id, source).split()
+        if args[0] == "mt-train":
+            args += ["train.max_steps=2", "train.valid_every=2", "train.max_tokens=512"]
+        result = run_cli(*args, cwd=str(tmp_path))
+        assert result.returncode == 0, (command, result.stderr)
+        outputs.append(result.stdout)
+    test_lines = (tmp_path / "data" / "demo" / "test.en").read_text(encoding="utf-8").count("\n")
+    assert outputs[1].count("\n") == test_lines
+    assert os.path.isdir(tmp_path / "runs" / "opus-en-de_finetuned" / "checkpoints" / "step_00000002")
