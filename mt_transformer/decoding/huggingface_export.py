@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 
 from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
@@ -146,16 +147,18 @@ def write_tokenizer(tokenizer, config, directory: str, work: str) -> None:
         with open(target_vocab, "w", encoding="utf-8") as f:
             json.dump(vocabulary(tokenizer.tgt, {}), f, ensure_ascii=False)
     files = [os.path.join(tokenizer.directory, name) for name in tokenizer.model_files]
-    hf_tokenizer = transformers.MarianTokenizer(
-        source_spm=files[0],
-        target_spm=files[-1],
-        vocab=vocab,
-        target_vocab_file=target_vocab,
-        separate_vocabs=not tokenizer.joint,
-        source_lang=config.data.src_lang,
-        target_lang=config.data.tgt_lang,
-        model_max_length=config.model.max_positions,
-    )
+    with warnings.catch_warnings():  # its advice to install sacremoses, which only its normalize() uses
+        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+        hf_tokenizer = transformers.MarianTokenizer(
+            source_spm=files[0],
+            target_spm=files[-1],
+            vocab=vocab,
+            target_vocab_file=target_vocab,
+            separate_vocabs=not tokenizer.joint,
+            source_lang=config.data.src_lang,
+            target_lang=config.data.tgt_lang,
+            model_max_length=config.model.max_positions,
+        )
     hf_tokenizer.save_pretrained(directory)
 
 
