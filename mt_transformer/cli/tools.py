@@ -60,9 +60,11 @@ def export_main(argv=None):
 def import_main(argv=None):
     parser = argparse.ArgumentParser(
         prog="mt-import",
-        description="Import a pretrained model as a checkpoint directory of ours, for mt-translate, mt-eval, "
-        "mt-average, mt-export and train.init_from (fine-tuning). The model's log-probabilities are checked "
-        "against the original before anything is written.",
+        description="Import a pretrained model as a checkpoint directory like those mt-train writes, for "
+        "mt-translate, mt-eval, mt-average, mt-export and train.init_from (fine-tuning). The model's "
+        "log-probabilities are checked against the original before anything is written.",
+        epilog="OUT/finetune.yaml is a config that fine-tunes the import: mt-train --config OUT/finetune.yaml "
+        "--set data.train=PREFIX data.valid=PREFIX (text files PREFIX.SRC_LANG, PREFIX.TGT_LANG).",
     )
     parser.add_argument(
         "--format",
