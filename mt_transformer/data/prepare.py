@@ -173,7 +173,9 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
     return tokenizer, encoded, sizes
 
 
-def encode_corpus_split(data: DataConfig, corpus: CorpusConfig, key: str, split: str, cache_dir: str, tokenizer):
+def encode_corpus_split(
+    data: DataConfig, corpus: CorpusConfig, key: str, split: str, cache_dir: str, tokenizer: Tokenizer
+):
     training = split == "train"
     tags = corpus.source_tags(data.target_tags)
     source = {

@@ -159,25 +159,26 @@ class Tokenizer:
 
     def __init__(self, directory: str):
         self.directory = directory
-        path = lambda name: os.path.join(directory, name)  # noqa: E731
-        if os.path.isfile(path(JOINT_FILE)):
-            self.files = [JOINT_FILE]
-            self.src = self.tgt = _load(path(JOINT_FILE))
-            self.joint = True
-            self.tags = user_symbols(path(JOINT_FILE))  # source tag -> id
+        if os.path.isfile(self.path(JOINT_FILE)):
+            self.files, self.joint = [JOINT_FILE], True
+            self.src = self.tgt = _load(self.path(JOINT_FILE))
+            self.tags = user_symbols(self.path(JOINT_FILE))  # source tag -> id
             return
         self.files = [SRC_FILE, TGT_FILE]
-        self.src, self.tgt = _load(path(SRC_FILE)), _load(path(TGT_FILE))
-        self.joint = os.path.isfile(path(VOCAB_FILE))
+        self.src, self.tgt = _load(self.path(SRC_FILE)), _load(self.path(TGT_FILE))
+        self.joint = os.path.isfile(self.path(VOCAB_FILE))
         vocabularies = [VOCAB_FILE] * 2 if self.joint else [SRC_VOCAB_FILE, TGT_VOCAB_FILE]
-        if not os.path.isfile(path(vocabularies[0])):  # one native model per side
-            self.tags = user_symbols(path(SRC_FILE))
+        if not os.path.isfile(self.path(vocabularies[0])):  # each model with its own ids
+            self.tags = user_symbols(self.path(SRC_FILE))
             return
         self.files += sorted(set(vocabularies))
-        src_pieces = read_vocabulary(path(vocabularies[0]))
-        tgt_pieces = src_pieces if self.joint else read_vocabulary(path(vocabularies[1]))
+        src_pieces = read_vocabulary(self.path(vocabularies[0]))
+        tgt_pieces = src_pieces if self.joint else read_vocabulary(self.path(vocabularies[1]))
         self.src, self.tgt = VocabularyProcessor(self.src, src_pieces), VocabularyProcessor(self.tgt, tgt_pieces)
         self.tags = {piece: i for i, piece in enumerate(src_pieces) if tag_language(piece)}
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
 
     @staticmethod
     def exists(directory: str) -> bool:
@@ -191,7 +192,7 @@ class Tokenizer:
         return self.files[:1] if self.files[0] == JOINT_FILE else self.files[:2]
 
     def paths(self) -> list[str]:
-        return [os.path.join(self.directory, name) for name in self.files]
+        return [self.path(name) for name in self.files]
 
     def fingerprint(self) -> str:
         """A digest of the model files and their names: what must share one tokenizer (the ranks

@@ -1,8 +1,7 @@
 """A sentencepiece model read through a vocabulary of its own: the model segments the text, and
 each piece's id is its place in the vocabulary, not in the model (Marian's vocab.json, which
 OPUS-MT models ship; a piece the vocabulary lacks is <unk>, a character the model lacks is a
-piece of its own). The ids 0-3 are the special ids of
-special_tokens.py.
+piece of its own). The ids 0-3 are the special ids of special_tokens.py.
 
 `VocabularyProcessor` answers the calls the rest of the package makes on a
 sentencepiece.SentencePieceProcessor, in vocabulary ids, so that a tokenizer of either kind is
