@@ -45,6 +45,19 @@ def test_metrics_up_to_drops_lines_after_the_checkpoint(tmp_path):
     assert metrics_up_to(str(tmp_path), 0) == [] and metrics_up_to(str(tmp_path / "none"), 5) == []
 
 
+def test_a_run_started_again_before_its_first_checkpoint_logs_its_step_0_once(tmp_path):
+    """A fine-tuning run logs its parent's validation as step 0; started again after a stop
+    before any checkpoint, it writes that row anew instead of a second one."""
+    from mt_transformer.training.run_log import RunLog, read_metrics
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "valid_bleu": 1}\n{"step": 5, "loss": 2}\n', encoding="utf-8")
+    log = RunLog(str(tmp_path), step=0, writes=True, tensorboard=False)
+    log.write({"step": 0, "valid_bleu": 1})
+    assert read_metrics(str(tmp_path)) == [{"step": 0, "valid_bleu": 1}]
+    RunLog(str(tmp_path), step=5, writes=True, tensorboard=False).write({"step": 6, "loss": 1})
+    assert [row["step"] for row in read_metrics(str(tmp_path))] == [0, 6]
+
+
 def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path, monkeypatch):
     import time
 

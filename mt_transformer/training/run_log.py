@@ -51,7 +51,8 @@ def tensorboard_writer(run_dir: str | None = None):
 class RunLog:
     def __init__(self, run_dir: str, step: int, writes: bool, tensorboard: bool):
         self.run_dir, self.writes = run_dir, writes
-        self.rows = metrics_up_to(run_dir, step) if writes else []
+        # a run that starts afresh drops what an earlier start, stopped before its first checkpoint, logged
+        self.rows = metrics_up_to(run_dir, step) if writes and step > 0 else []
         self.tensorboard = tensorboard_writer(run_dir) if tensorboard and writes else None
         self.drawn_at, self.drawn_rows = time.monotonic(), len(self.rows)
 
