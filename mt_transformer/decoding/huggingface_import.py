@@ -271,9 +271,9 @@ def imported_config(model: ModelConfig, vocabularies: MarianVocabularies, src_la
         raise UserError(f"the imported settings are not valid here: {error}") from None
 
 
-def write_checkpoint(out_dir: str, model, config: Config, vocabularies: MarianVocabularies, source: str) -> Tokenizer:
+def write_checkpoint(out_dir: str, model, config: Config, vocabularies: MarianVocabularies, source: str) -> None:
     """The checkpoint directory of an imported model, atomically: what mt-train writes, with
-    both sentencepiece models and our vocabularies; returns its tokenizer."""
+    both sentencepiece models and our vocabularies, and a config to fine-tune it."""
     try:
         with atomic_dir(out_dir) as tmp:
             for theirs, ours in (("source.spm", SRC_FILE), ("target.spm", TGT_FILE)):
@@ -289,7 +289,6 @@ def write_checkpoint(out_dir: str, model, config: Config, vocabularies: MarianVo
             write_text(os.path.join(tmp, FINETUNE_FILE), finetune_yaml(config, out_dir, finetuned))
     except OSError as error:
         raise UserError(f"{out_dir}: the import could not be written ({error.strerror or error})") from None
-    return Tokenizer(out_dir)
 
 
 def import_directory(source: str, out_dir: str, src_lang: str | None, tgt_lang: str | None) -> dict:
@@ -313,5 +312,5 @@ def import_directory(source: str, out_dir: str, src_lang: str | None, tgt_lang: 
     orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
     model, model_settings = import_model(hf_model, *orders)
     config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)
-    tokenizer = write_checkpoint(out_dir, model, config, vocabularies, source)
-    return {"architecture": type(hf_model).__name__, "config": config, "tags": sorted(tokenizer.tags)}
+    write_checkpoint(out_dir, model, config, vocabularies, source)
+    return {"architecture": type(hf_model).__name__, "config": config}
