@@ -18,12 +18,11 @@ import sentencepiece as spm
 
 from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from mt_transformer.data.vocabulary import VocabularyProcessor, read_vocabulary
+from mt_transformer.data.vocabulary import WORD_START, VocabularyProcessor, read_vocabulary
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_bytes
 
 JOINT_FILE = "spm.model"
-WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"
 VOCAB_FILE = "vocab.json"  # one vocabulary for both sides' models
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "vocab.src.json", "vocab.tgt.json"

@@ -18,6 +18,8 @@ from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+CONTROL_IDS = (PAD_ID, BOS_ID, EOS_ID)  # ids that spell no text
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 
 
 def read_vocabulary(path: str) -> list[str]:
@@ -66,7 +68,7 @@ class VocabularyProcessor:
         return self._ids(encoded) if isinstance(text, str) else [self._ids(pieces) for pieces in encoded]
 
     def _text(self, ids: list[int]) -> str:
-        return self.decode_pieces([self.pieces[i] for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+        return self.decode_pieces([self.pieces[i] for i in ids if i not in CONTROL_IDS])
 
     def decode(self, ids):
         """The text of one id list, or of each of a list of them; the special ids spell nothing."""
@@ -77,7 +79,7 @@ class VocabularyProcessor:
     def decode_pieces(self, pieces: list[str]) -> str:
         """The text of pieces as Marian's tokenizer writes it: a piece the sentencepiece model lacks
         (from the other side of a shared vocabulary) is kept as it is, its word marks as spaces."""
-        return self.processor.decode_pieces(pieces).replace("\u2581", " ").strip()
+        return self.processor.decode_pieces(pieces).replace(WORD_START, " ").strip()
 
     def id_to_piece(self, i: int) -> str:
         return self.pieces[i]
@@ -89,7 +91,7 @@ class VocabularyProcessor:
         return len(self.pieces)
 
     def is_control(self, i: int) -> bool:
-        return i in (PAD_ID, BOS_ID, EOS_ID)
+        return i in CONTROL_IDS
 
     def is_unknown(self, i: int) -> bool:
         return i == UNK_ID

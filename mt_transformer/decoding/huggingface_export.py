@@ -146,7 +146,7 @@ def write_tokenizer(tokenizer, config, directory: str, work: str) -> None:
         target_vocab = os.path.join(work, "target_vocab.json")
         with open(target_vocab, "w", encoding="utf-8") as f:
             json.dump(vocabulary(tokenizer.tgt, {}), f, ensure_ascii=False)
-    files = [os.path.join(tokenizer.directory, name) for name in tokenizer.model_files]
+    files = [tokenizer.path(name) for name in tokenizer.model_files]
     with warnings.catch_warnings():  # its advice to install sacremoses, which only its normalize() uses
         warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
         hf_tokenizer = transformers.MarianTokenizer(
