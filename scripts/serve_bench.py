@@ -1,7 +1,9 @@
 """mt-serve under load, on 127.0.0.1: 1, 8 and 32 concurrent clients each sending requests of 1 or
 16 lines, one after another, to a real mt-serve process; requests/s, sentences/s, p50/p99
 latency and the server's peak memory, against an offline translation of the same lines with
-the same model and settings (what mt-translate does, without its start-up).
+the same model and settings (what mt-translate does, without its start-up), and against the
+translator alone on calls of as many lines as the clients keep in flight (clients x lines per
+request, up to the server's --batch-lines): the most a server could reach, whatever its own costs.
 
     python3 scripts/serve_bench.py --checkpoint runs/demo --src test.en --compare-unbatched
 
@@ -24,6 +26,7 @@ import torch
 from mt_transformer.data.text import read_lines
 from mt_transformer.decoding.translator import load_translator
 from mt_transformer.devices import cpu_model
+from mt_transformer.serve.app import ServerSettings
 from serve_process import ServerProcess, get
 
 
@@ -80,20 +83,38 @@ async def load(port: int, requests: list[list[str]], clients: int, pair: tuple[s
     }
 
 
-def offline_speed(checkpoint: str, engine: str, lines: list[str], repeats: int = 3) -> float:
-    """Sentences/s of the translator on all lines at once, as mt-translate runs it: the best of
-    `repeats` runs after a first one that warms it up."""
+def call_size(clients: int, lines_per_request: int) -> int:
+    """The lines of a call when every client's request is in it: the lines in flight, up to the
+    server's --batch-lines."""
+    return min(clients * lines_per_request, ServerSettings.batch_lines)
+
+
+def engine_speed(translator, lines: list[str], call_lines: int) -> float:
+    """Sentences/s of the translator alone on `lines` in calls of `call_lines` lines, one after another."""
+    began = time.perf_counter()
+    for i in range(0, len(lines), call_lines):
+        translator(lines[i : i + call_lines])
+    return len(lines) / (time.perf_counter() - began)
+
+
+def engine_speeds(checkpoint: str, engine: str, lines: list[str], call_sizes: set[int], rounds: int = 3):
+    """The offline speed (all lines in one call, as mt-translate runs it) and, for each call size,
+    the speed of the translator alone on calls of that many lines: what a server whose clients
+    keep that many lines in flight could reach with no cost of its own. Each is the best of
+    `rounds` rounds that measure every size in turn, so a slow spell of the machine weighs on
+    all alike. Small calls run over a part of the lines (8 calls, at least 128 lines)."""
     translator = load_translator(checkpoint, engine, "cpu")
-    translator(lines)
-    best = 0.0
-    for _ in range(repeats):
-        began = time.perf_counter()
-        translator(lines)
-        best = max(best, len(lines) / (time.perf_counter() - began))
-    return best
+    translator(lines)  # warm-up
+    sizes = [len(lines)] + sorted(n for n in call_sizes if n < len(lines))
+    best = dict.fromkeys(sizes, 0.0)
+    for _ in range(rounds):
+        for n in sizes:
+            best[n] = max(best[n], engine_speed(translator, lines[: max(8 * n, 128)], n))
+    offline = best.pop(len(lines))
+    return offline, best
 
 
-def measure(args, lines: list[str], offline: float, unbatched: bool) -> list[dict]:
+def measure(args, lines: list[str], offline: float, bounds: dict, unbatched: bool) -> list[dict]:
     server_args = ["--checkpoint", args.checkpoint, "--engine", args.engine, "--device", "cpu", "--timeout", "600"]
     if unbatched:
         server_args += ["--batch-lines", "1", "--batch-wait-ms", "0"]
@@ -115,6 +136,7 @@ def measure(args, lines: list[str], offline: float, unbatched: bool) -> list[dic
                     lines_per_request=size,
                     batching=not unbatched,
                     vs_offline=result["sentences_per_s"] / offline,
+                    engine_alone_vs_offline=bounds.get(call_size(clients, size), offline) / offline,
                     peak_rss_mb=server.peak_rss_mb(),
                 )
                 rows.append(result)
@@ -136,25 +158,33 @@ def main() -> None:
     parser.add_argument("--json", help="write the rows here as well")
     args = parser.parse_args()
     lines = [line for line in read_lines(args.src) if line.strip()][: args.max_lines]
-    offline = offline_speed(args.checkpoint, args.engine, lines)
+    call_sizes = {call_size(clients, size) for clients in args.clients for size in args.lines_per_request}
+    offline, bounds = engine_speeds(args.checkpoint, args.engine, lines, call_sizes)
     print(f"# {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()}")
     print(f"# {args.checkpoint}, engine {args.engine}: {len(lines)} lines of {args.src}")
     print(f"# offline: {offline:.1f} sentences/s")
-    rows = measure(args, lines, offline, unbatched=False)
+    for n, speed in bounds.items():
+        print(f"# the translator alone on calls of {n} lines: {speed:.1f} sentences/s, {speed / offline:.2f}x offline")
+    rows = measure(args, lines, offline, bounds, unbatched=False)
     if args.compare_unbatched:
-        rows += measure(args, lines, offline, unbatched=True)
-    print("\n| batching | lines/request | clients | req/s | sent/s | x offline | p50 ms | p99 ms | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+        rows += measure(args, lines, offline, bounds, unbatched=True)
+    print(
+        "\n| batching | lines/request | clients | req/s | sent/s | x offline | engine alone, x offline "
+        "| p50 ms | p99 ms | peak RSS MB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {'yes' if r['batching'] else 'no'} | {r['lines_per_request']} | {r['clients']} | "
             f"{r['requests_per_s']:.1f} | {r['sentences_per_s']:.1f} | {r['vs_offline']:.2f} | "
+            f"{r['engine_alone_vs_offline']:.2f} | "
             f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['peak_rss_mb']:.0f} |"
         )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             summary = {"cpu": cpu_model(), "checkpoint": args.checkpoint, "engine": args.engine}
-            json.dump({**summary, "offline_sentences_per_s": offline, "rows": rows}, f, indent=1)
+            speeds = {"offline_sentences_per_s": offline, "engine_alone_sentences_per_s": bounds}
+            json.dump({**summary, **speeds, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
