@@ -83,10 +83,10 @@ async def load(port: int, requests: list[list[str]], clients: int, pair: tuple[s
     }
 
 
-def call_size(clients: int, lines_per_request: int) -> int:
+def call_size(clients: int, lines_per_request: int, batching: bool = True) -> int:
     """The lines of a call when every client's request is in it: the lines in flight, up to the
-    server's --batch-lines."""
-    return min(clients * lines_per_request, ServerSettings.batch_lines)
+    server's --batch-lines; without batching, one request's lines."""
+    return min(clients * lines_per_request, ServerSettings.batch_lines) if batching else lines_per_request
 
 
 def engine_speed(translator, lines: list[str], call_lines: int) -> float:
@@ -136,7 +136,7 @@ def measure(args, lines: list[str], offline: float, bounds: dict, unbatched: boo
                     lines_per_request=size,
                     batching=not unbatched,
                     vs_offline=result["sentences_per_s"] / offline,
-                    engine_alone_vs_offline=bounds.get(call_size(clients, size), offline) / offline,
+                    engine_alone_vs_offline=bounds.get(call_size(clients, size, not unbatched), offline) / offline,
                     peak_rss_mb=server.peak_rss_mb(),
                 )
                 rows.append(result)
@@ -158,7 +158,12 @@ def main() -> None:
     parser.add_argument("--json", help="write the rows here as well")
     args = parser.parse_args()
     lines = [line for line in read_lines(args.src) if line.strip()][: args.max_lines]
-    call_sizes = {call_size(clients, size) for clients in args.clients for size in args.lines_per_request}
+    call_sizes = {
+        call_size(clients, size, batching)
+        for clients in args.clients
+        for size in args.lines_per_request
+        for batching in ([True, False] if args.compare_unbatched else [True])
+    }
     offline, bounds = engine_speeds(args.checkpoint, args.engine, lines, call_sizes)
     print(f"# {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()}")
     print(f"# {args.checkpoint}, engine {args.engine}: {len(lines)} lines of {args.src}")
