@@ -6,7 +6,7 @@ import torch
 
 from conftest import tiny_model
 from mt_transformer.decoding import search
-from mt_transformer.decoding.search import output_projection
+from mt_transformer.decoding.search import linear_weights_cast, output_projection
 
 
 def small_model(**kwargs):
@@ -30,6 +30,28 @@ def test_autocast_and_other_dtypes_keep_the_model_projection():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert output_projection(model) == model.logits
     assert output_projection(model.to(torch.bfloat16)) == model.logits
+
+
+def test_weights_cast_once_give_the_autocast_products_and_the_parameters_come_back():
+    for model in (small_model(), small_model(tie_embeddings=False)):
+        parameters, output = dict(model.named_parameters()), model.output.weight
+        src, tgt = torch.randint(4, 40, (3, 7)), torch.randint(4, 40, (3, 5))
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            expected = model.logits(model(src, tgt))
+            with linear_weights_cast(model, torch.bfloat16):
+                assert model.output.weight.dtype == torch.bfloat16
+                assert model.tgt_embed.weight.dtype == torch.float32  # a tied embedding is not cast
+                cast = model.logits(model(src, tgt))
+        assert torch.equal(cast, expected)  # autocast's own products, bit for bit
+        assert all(parameter is parameters[name] for name, parameter in model.named_parameters())
+        try:
+            with linear_weights_cast(model, torch.bfloat16):
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass
+        assert all(parameter is parameters[name] for name, parameter in model.named_parameters())
+        with linear_weights_cast(model, torch.float32):
+            assert model.output.weight is output
 
 
 def test_a_failing_onednn_operator_falls_back_to_the_model_projection(monkeypatch):

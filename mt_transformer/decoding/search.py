@@ -1,12 +1,14 @@
 """What every search returns and the rules they share: a hypothesis, the GNMT length penalty,
-the output projection a search runs every step, and the next-token log-probabilities with the
-search's constraints applied (EOS at the length limit, no repeated n-grams, forced prefixes)."""
+the output projection a search runs every step, the linear weights cast once for a search in
+bf16/fp16, and the next-token log-probabilities with the search's constraints applied (EOS at the
+length limit, no repeated n-grams, forced prefixes)."""
 
 from __future__ import annotations
 
 import platform
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +75,32 @@ def _packed_weight(layer: nn.Linear) -> torch.Tensor:
     if layer not in _PACKED or _PACKED[layer][0] != key:
         _PACKED[layer] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
     return _PACKED[layer][1]
+
+
+@contextmanager
+def linear_weights_cast(model: nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """For one search under autocast to `dtype` (bf16 or fp16): every linear layer's weight and
+    bias cast to it once, on entry. Autocast inside inference_mode keeps no cast copies, so it
+    would cast each weight again at every decoding step (on a Zen 4 CPU, a tenth to a sixth of
+    a single line's translation; docs/benchmarks.md). The products are autocast's own, bit for
+    bit: it casts the inputs and finds the weights already cast. The model's own parameters are
+    back on exit, so fp32 callers (alignments, training) see them unchanged; a model is searched
+    by one thread at a time."""
+    if dtype == torch.float32:
+        yield
+        return
+    swapped = []
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear) and layer.weight.dtype == torch.float32:
+            swapped.append((layer, dict(layer._parameters)))
+            for name, value in swapped[-1][1].items():
+                if value is not None:
+                    layer._parameters[name] = value.detach().to(dtype)
+    try:
+        yield
+    finally:
+        for layer, parameters in swapped:
+            layer._parameters.update(parameters)
 
 
 def _cpu_autocast() -> bool:

@@ -18,8 +18,8 @@ from mt_transformer.decoding.constraints import Constraints, LexicalBeam, PieceI
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at
 from mt_transformer.decoding.sampling import Sampler, sample
-from mt_transformer.decoding.search import Hypothesis, output_limits
-from mt_transformer.devices import autocast, is_out_of_memory, release_memory
+from mt_transformer.decoding.search import Hypothesis, linear_weights_cast, output_limits
+from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,8 @@ class TorchSearch:
             prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
         d = self.decode
         common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
-        with autocast(self.device, d.precision):  # the searches take log-probabilities in float32
+        # the searches take log-probabilities in float32
+        with autocast(self.device, d.precision), linear_weights_cast(self.model, PRECISIONS[d.precision]):
             if self.sampler is not None:
                 return sample(
                     self.model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common
