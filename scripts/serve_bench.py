@@ -97,7 +97,9 @@ def engine_speed(translator, lines: list[str], call_lines: int) -> float:
     return len(lines) / (time.perf_counter() - began)
 
 
-def engine_speeds(checkpoint: str, engine: str, lines: list[str], call_sizes: set[int], rounds: int = 3):
+def engine_speeds(
+    checkpoint: str, engine: str, lines: list[str], call_sizes: set[int], rounds: int = 3
+) -> tuple[float, dict[int, float]]:
     """The offline speed (all lines in one call, as mt-translate runs it) and, for each call size,
     the speed of the translator alone on calls of that many lines: what a server whose clients
     keep that many lines in flight could reach with no cost of its own. Each is the best of
@@ -114,7 +116,7 @@ def engine_speeds(checkpoint: str, engine: str, lines: list[str], call_sizes: se
     return offline, best
 
 
-def measure(args, lines: list[str], offline: float, bounds: dict, unbatched: bool) -> list[dict]:
+def measure(args, lines: list[str], offline: float, bounds: dict[int, float], unbatched: bool) -> list[dict]:
     server_args = ["--checkpoint", args.checkpoint, "--engine", args.engine, "--device", "cpu", "--timeout", "600"]
     if unbatched:
         server_args += ["--batch-lines", "1", "--batch-wait-ms", "0"]

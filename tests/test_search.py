@@ -2,6 +2,7 @@
 
 import platform
 
+import pytest
 import torch
 
 from conftest import tiny_model
@@ -44,11 +45,8 @@ def test_weights_cast_once_give_the_autocast_products_and_the_parameters_come_ba
                 cast = model.logits(model(src, tgt))
         assert torch.equal(cast, expected)  # autocast's own products, bit for bit
         assert all(parameter is parameters[name] for name, parameter in model.named_parameters())
-        try:
-            with linear_weights_cast(model, torch.bfloat16):
-                raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            pass
+        with pytest.raises(KeyboardInterrupt), linear_weights_cast(model, torch.bfloat16):
+            raise KeyboardInterrupt
         assert all(parameter is parameters[name] for name, parameter in model.named_parameters())
         with linear_weights_cast(model, torch.float32):
             assert model.output.weight is output

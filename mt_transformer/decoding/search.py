@@ -92,8 +92,9 @@ def linear_weights_cast(model: nn.Module, dtype: torch.dtype) -> Iterator[None]:
     swapped = []
     for layer in model.modules():
         if isinstance(layer, nn.Linear) and layer.weight.dtype == torch.float32:
-            swapped.append((layer, dict(layer._parameters)))
-            for name, value in swapped[-1][1].items():
+            originals = dict(layer._parameters)
+            swapped.append((layer, originals))
+            for name, value in originals.items():
                 if value is not None:
                     layer._parameters[name] = value.detach().to(dtype)
     try:
