@@ -68,4 +68,13 @@ def test_languages_lists_each_source_with_its_targets():
         {"code": "en", "name": "English", "targets": ["de"]},
         {"code": "fr", "name": "French", "targets": ["en"]},
     ]
-    assert languages({("xx", "en")})[0]["name"] == "xx"
+    assert languages({("xx", "en")})[1] == {"code": "xx", "name": "xx", "targets": ["en"]}  # no name known: its code
+
+
+def test_languages_lists_a_language_only_translated_into_with_empty_targets():
+    # LibreTranslate clients build their target menus from this list: the target must be in it
+    assert languages({("en", "de"), ("en", "fr")}) == [
+        {"code": "de", "name": "German", "targets": []},
+        {"code": "en", "name": "English", "targets": ["de", "fr"]},
+        {"code": "fr", "name": "French", "targets": []},
+    ]

@@ -80,10 +80,14 @@ def test_auto_source_alternatives_and_html(client):
 
 
 def test_languages_detect_settings_and_schema(client):
-    assert client.get("/languages").json() == [{"code": "en", "name": "English", "targets": ["de"]}]
+    assert client.get("/languages").json() == [
+        {"code": "de", "name": "German", "targets": []},
+        {"code": "en", "name": "English", "targets": ["de"]},
+    ]
     assert client.post("/detect", data={"q": "the dog"}).json() == [{"confidence": 100.0, "language": "en"}]
     settings = client.get("/frontend/settings").json()
     assert settings["keyRequired"] is False and settings["charLimit"] == 5000
+    assert settings["language"]["source"]["code"] == "en"  # a language with targets, not a target alone
     schema = client.get("/openapi.json").json()
     assert {"/translate", "/languages", "/detect", "/v1/translate", "/health", "/ready"} <= set(schema["paths"])
     assert "/" not in schema["paths"] and '<select id="source">' in client.get("/").text

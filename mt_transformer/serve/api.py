@@ -94,8 +94,11 @@ def _text(payload: Mapping, name: str) -> str:
 
 
 def languages(pairs: set[tuple[str, str]]) -> list[dict]:
-    """GET /languages: every source language with its name and the languages it translates into."""
+    """GET /languages: every language the server reads or writes, with its name and the languages
+    it translates into, as LibreTranslate lists them: a language the server only translates into
+    comes with empty targets, so that clients building their target menus from this list find it."""
+    codes = sorted({s for s, _ in pairs} | {t for _, t in pairs})
     return [
-        {"code": source, "name": NAMES.get(source, source), "targets": sorted(t for s, t in pairs if s == source)}
-        for source in sorted({s for s, _ in pairs})
+        {"code": code, "name": NAMES.get(code, code), "targets": sorted(t for s, t in pairs if s == code)}
+        for code in codes
     ]

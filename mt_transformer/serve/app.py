@@ -163,13 +163,13 @@ def _operations(app: FastAPI, server: _Server) -> None:
 def _libretranslate(app: FastAPI, server: _Server) -> None:
     settings = server.settings
 
-    @app.get("/languages", summary="The languages this server translates from, with their targets")
+    @app.get("/languages", summary="Every language this server reads or writes, with the languages it translates into")
     async def get_languages():
         return languages(server.pairs)
 
     @app.get("/frontend/settings", summary="What a LibreTranslate client asks before it starts")
     async def frontend_settings():
-        names = languages(server.pairs) if server.models else []
+        names = [entry for entry in languages(server.pairs) if entry["targets"]] if server.models else []
         return {
             "charLimit": settings.limits.max_chars,
             "frontendTimeout": int(1000 * settings.timeout),
