@@ -19,8 +19,10 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
     """Mixed precision: matrix products in `precision`, reductions such as softmax and layer norm
-    in float32 (a no-op context for fp32). Training's forward pass and decoding both use it."""
-    return torch.autocast(device.type, dtype=PRECISIONS[precision], enabled=precision != "fp32")
+    in float32 (a no-op context for fp32, and for decoding's int8, whose activations stay float32).
+    Training's forward pass and decoding both use it."""
+    half = precision in ("bf16", "fp16")
+    return torch.autocast(device.type, dtype=PRECISIONS[precision] if half else torch.float32, enabled=half)
 
 
 def select_device(name: str, local_rank: int | None = None, key: str = "train.device") -> torch.device:
@@ -169,7 +171,7 @@ def slow_precision(device: torch.device, precision: str) -> str | None:
     """Why `precision` would be slow on `device`, or None: bf16 on hardware without bf16 matrix
     units is emulated (a GPU before compute capability 8.0, an x86 CPU without avx512_bf16 or
     amx_bf16), often slower than fp32; so is fp16 on an x86 CPU without avx512_fp16 or amx_fp16."""
-    if precision == "fp32":
+    if precision in ("fp32", "int8"):
         return None
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)

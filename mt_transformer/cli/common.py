@@ -143,9 +143,10 @@ def runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     parser.add_argument(
         "--precision",
-        choices=["auto", "fp32", "bf16", "fp16"],
+        choices=["auto", "fp32", "bf16", "fp16", "int8"],
         help="with --engine torch: matrix products in bf16 or fp16 under autocast, for GPUs and CPUs "
-        "with bf16/fp16 units; auto: bf16 where the device has bf16 units, else fp32 "
+        "with bf16/fp16 units; int8 (CPU): weights in int8, the fastest on most CPUs; auto: bf16 where "
+        "the device has bf16 units, else fp32 "
         "(default: the checkpoint's decode.precision, fp32 unless set)",
     )
     parser.add_argument(

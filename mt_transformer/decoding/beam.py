@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from mt_transformer.decoding.constraints import LexicalBeam
-from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs, output_projection
+from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs
 
 
 @torch.inference_mode()
@@ -47,7 +47,7 @@ def beam_search(
     batch, device, beam = src.size(0), src.device, beam_size
     # one encoding per sentence: its `beam` rows share it (the cross-attention folds them together)
     memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
-    cache, project = model.new_cache(), output_projection(model)
+    cache, project = model.new_cache(), model.logits
     sentence = torch.arange(batch, device=device)  # original index of each live sentence
     max_len = max_len.to(device)
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)  # (live*width, step+1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.search import Hypothesis, next_token_log_probs, output_projection
+from mt_transformer.decoding.search import Hypothesis, next_token_log_probs
 
 
 @torch.inference_mode()
@@ -30,7 +30,7 @@ def greedy_search(
     """
     batch, device = src.size(0), src.device
     memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
-    cache, project = model.new_cache(), output_projection(model)
+    cache, project = model.new_cache(), model.logits
     max_len = max_len.to(device)
     sentence = torch.arange(batch, device=device)  # original index of each live row
     last = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)

@@ -16,6 +16,7 @@ import torch
 from mt_transformer.data.batching import budget_batches, collate
 from mt_transformer.data.special_tokens import PAD_ID
 from mt_transformer.data.text import normalize
+from mt_transformer.decoding.weights import prepared_linears
 from mt_transformer.devices import autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.model.masks import padding_mask
@@ -64,7 +65,8 @@ def score_lines(translator, sources: list[str], targets: list[str]) -> list[Line
 def _scores_surviving_oom(translator, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
     """teacher_forced_log_probs of a batch, halved for as long as it does not fit in memory."""
     try:
-        with autocast(translator.device, translator.decode.precision):
+        precision = translator.decode.precision
+        with autocast(translator.device, precision), prepared_linears(translator.model, precision):
             return teacher_forced_log_probs(translator.model, sources, targets, translator.device)
     except RuntimeError as error:  # torch.OutOfMemoryError is one
         if not is_out_of_memory(error) or len(sources) == 1:

@@ -1,18 +1,13 @@
-"""What every search returns and the rules they share: a hypothesis, the GNMT length penalty,
-the output projection a search runs every step, the linear weights cast once for a search in
-bf16/fp16, and the next-token log-probabilities with the search's constraints applied (EOS at the
-length limit, no repeated n-grams, forced prefixes)."""
+"""What every search returns and the rules they share: a hypothesis, the GNMT length penalty, and
+the next-token log-probabilities with the search's constraints applied (EOS at the length limit,
+no repeated n-grams, forced prefixes)."""
 
 from __future__ import annotations
 
-import platform
-import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 
@@ -28,87 +23,6 @@ class Hypothesis:
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT (Wu et al., 2016): lp(Y) = ((5 + |Y|) / 6) ^ alpha."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-def output_projection(model) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The model's logits() for one search: decoder states (rows, d_model) -> logits (rows, vocab).
-
-    On an x86 CPU in float32 the (vocab, d_model) weight is packed for oneDNN's matrix product
-    (once, and again whenever the weight changes), which runs the few hundred rows of a decoding
-    step 1.2-3 times as fast as the unpacked product (docs/benchmarks.md). Elsewhere, under
-    autocast, for an ensemble, or where this torch build lacks the oneDNN operators, it is
-    model.logits itself.
-    """
-    output = getattr(model, "output", None)
-    weight = output.weight if isinstance(output, nn.Linear) else None
-    if (
-        weight is None
-        or weight.device.type != "cpu"
-        or weight.dtype != torch.float32
-        or platform.machine().lower() not in ("x86_64", "amd64")
-        or not torch.backends.mkldnn.is_available()
-        or _cpu_autocast()
-    ):
-        return model.logits
-    bias = None if output.bias is None else output.bias.detach()
-    try:
-        packed = _packed_weight(output)
-
-        def project(states: torch.Tensor) -> torch.Tensor:
-            return torch.ops.mkldnn._linear_pointwise(states, packed, bias, "none", [], "")
-
-        project(weight.new_zeros(1, weight.size(1)))  # an operator that differs fails here, not mid-search
-    except (AttributeError, RuntimeError, TypeError):
-        return model.logits
-    return project
-
-
-# packed weights by layer, reused while the weight is unchanged (interactive translation searches
-# once per line). In-place changes through the parameter (an optimizer step, load_state_dict)
-# bump its version and force a new pack; writes through `.data` would go unseen.
-_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _packed_weight(layer: nn.Linear) -> torch.Tensor:
-    weight = layer.weight
-    key = (weight._version, weight.data_ptr())
-    if layer not in _PACKED or _PACKED[layer][0] != key:
-        _PACKED[layer] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
-    return _PACKED[layer][1]
-
-
-@contextmanager
-def linear_weights_cast(model: nn.Module, dtype: torch.dtype) -> Iterator[None]:
-    """For one search under autocast to `dtype` (bf16 or fp16): every linear layer's weight and
-    bias cast to it once, on entry. Autocast inside inference_mode keeps no cast copies, so it
-    would cast each weight again at every decoding step (on a Zen 4 CPU, a tenth to a sixth of
-    a single line's translation; docs/benchmarks.md). The products are autocast's own, bit for
-    bit: it casts the inputs and finds the weights already cast. The model's own parameters are
-    back on exit, so fp32 callers (alignments, training) see them unchanged; a model is searched
-    by one thread at a time."""
-    if dtype == torch.float32:
-        yield
-        return
-    swapped = []
-    for layer in model.modules():
-        if isinstance(layer, nn.Linear) and layer.weight.dtype == torch.float32:
-            originals = dict(layer._parameters)
-            swapped.append((layer, originals))
-            for name, value in originals.items():
-                if value is not None:
-                    layer._parameters[name] = value.detach().to(dtype)
-    try:
-        yield
-    finally:
-        for layer, parameters in swapped:
-            layer._parameters.update(parameters)
-
-
-def _cpu_autocast() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch before 2.4 takes no device
-        return torch.is_autocast_cpu_enabled()
 
 
 def forbid_all_but_eos(scores: torch.Tensor, rows: torch.Tensor, eos_id: int) -> None:

@@ -15,11 +15,13 @@ from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.constraints import Constraints, LexicalBeam, PieceIndex
+from mt_transformer.decoding.engine import engine_for, restack
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at
 from mt_transformer.decoding.sampling import Sampler, sample
-from mt_transformer.decoding.search import Hypothesis, linear_weights_cast, output_limits
-from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
+from mt_transformer.decoding.search import Hypothesis, output_limits
+from mt_transformer.decoding.weights import prepared_linears
+from mt_transformer.devices import autocast, is_out_of_memory, release_memory
 from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ class TorchSearch:
         self, model, tokenizer: Tokenizer, device: torch.device, decode: DecodeConfig, max_positions: int | None
     ):
         self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.engine = engine_for(model)  # the searches' decoder steps (decoding/engine.py)
         self.decode, self.max_positions = decode, max_positions
         self._piece_index: PieceIndex | None = None  # built for the first phrases to avoid
         self.sampler = (
@@ -88,16 +91,16 @@ class TorchSearch:
             prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
         d = self.decode
         common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
+        model = self.engine
+        restack(model)
         # the searches take log-probabilities in float32
-        with autocast(self.device, d.precision), linear_weights_cast(self.model, PRECISIONS[d.precision]):
+        with autocast(self.device, d.precision), prepared_linears(model, d.precision):
             if self.sampler is not None:
-                return sample(
-                    self.model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common
-                )
+                return sample(model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common)
             if d.beam_size == 1 and constraints is None:
-                return [[h] for h in greedy_search(self.model, src, src_mask, max_len, **common)]
+                return [[h] for h in greedy_search(model, src, src_mask, max_len, **common)]
             return beam_search(
-                self.model,
+                model,
                 src,
                 src_mask,
                 max_len,

@@ -262,6 +262,8 @@ def load_untagged(
     members = [checkpoint.load(p, selected) for p in paths]
     first = members[0]
     config = with_decode(first.config, **decode)
+    if config.decode.precision == "int8" and selected.type != "cpu":
+        raise UserError("--precision int8: for the CPU; on a GPU use bf16 or fp16")
     slow = slow_precision(selected, decode_precision(selected, config.decode.precision))
     if slow:
         log.warning("decode.precision: %s", slow)
