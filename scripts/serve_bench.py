@@ -98,14 +98,14 @@ def engine_speed(translator, lines: list[str], call_lines: int) -> float:
 
 
 def engine_speeds(
-    checkpoint: str, engine: str, lines: list[str], call_sizes: set[int], rounds: int = 3
+    checkpoint: str, engine: str, lines: list[str], call_sizes: set[int], rounds: int = 3, precision: str | None = None
 ) -> tuple[float, dict[int, float]]:
     """The offline speed (all lines in one call, as mt-translate runs it) and, for each call size,
     the speed of the translator alone on calls of that many lines: what a server whose clients
     keep that many lines in flight could reach with no cost of its own. Each is the best of
     `rounds` rounds that measure every size in turn, so a slow spell of the machine weighs on
     all alike. Small calls run over a part of the lines (8 calls, at least 128 lines)."""
-    translator = load_translator(checkpoint, engine, "cpu")
+    translator = load_translator(checkpoint, engine, "cpu", precision=precision)
     translator(lines)  # warm-up
     sizes = [len(lines)] + sorted(n for n in call_sizes if n < len(lines))
     best = dict.fromkeys(sizes, 0.0)
@@ -120,6 +120,8 @@ def measure(args, lines: list[str], offline: float, bounds: dict[int, float], un
     server_args = ["--checkpoint", args.checkpoint, "--engine", args.engine, "--device", "cpu", "--timeout", "600"]
     if unbatched:
         server_args += ["--batch-lines", "1", "--batch-wait-ms", "0"]
+    if args.precision:
+        server_args += ["--precision", args.precision]
     rows = []
     with ServerProcess(server_args) as server:
         languages = get(server.url + "/languages")[1]
@@ -151,6 +153,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
     parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
     parser.add_argument("--src", required=True, help="source lines to send (e.g. a test set)")
+    parser.add_argument("--precision", help="with --engine torch: decode.precision (default: the checkpoint's)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--lines-per-request", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--max-lines", type=int, default=1000, help="lines sent per measurement, at most")
@@ -166,7 +169,7 @@ def main() -> None:
         for size in args.lines_per_request
         for batching in ([True, False] if args.compare_unbatched else [True])
     }
-    offline, bounds = engine_speeds(args.checkpoint, args.engine, lines, call_sizes)
+    offline, bounds = engine_speeds(args.checkpoint, args.engine, lines, call_sizes, precision=args.precision)
     print(f"# {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()}")
     print(f"# {args.checkpoint}, engine {args.engine}: {len(lines)} lines of {args.src}")
     print(f"# offline: {offline:.1f} sentences/s")
@@ -190,6 +193,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             summary = {"cpu": cpu_model(), "checkpoint": args.checkpoint, "engine": args.engine}
+            summary["precision"] = args.precision
             speeds = {"offline_sentences_per_s": offline, "engine_alone_sentences_per_s": bounds}
             json.dump({**summary, **speeds, "rows": rows}, f, indent=1)
 
