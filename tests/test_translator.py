@@ -116,10 +116,13 @@ def test_decode_precision_bf16_runs_the_matrix_products_in_bf16_and_scores_in_fl
     for precision in ("fp32", "bf16"):
         translate = translator(trained_run, beam_size=beam, precision=precision)
         seen[precision] = set()
-        ffn = translate.model.decoder[0].ffn.linear1
-        hook = ffn.register_forward_hook(lambda m, i, out, dtypes=seen[precision]: dtypes.add(out.dtype))
+        # the decoder's first product, seen where its output goes (the engine's steps call modules
+        # through forward, without hooks)
+        ffn = translate.model.decoder[0].ffn
+        activation = ffn.activation
+        ffn.activation = lambda x, dtypes=seen[precision], f=activation: dtypes.add(x.dtype) or f(x)
         results = translate(lines)
-        hook.remove()
+        ffn.activation = activation
         assert len(results) == len(lines)
         assert all(math.isfinite(r[0].log_prob) and r[0].log_prob < 0 for r in results)
         assert all(p.dtype == torch.float32 for p in translate.model.parameters())  # autocast casts per product
@@ -134,9 +137,11 @@ def test_decode_precision_auto_decodes_in_bf16_where_the_cpu_has_bf16_units(trai
     translate = translator(trained_run, beam_size=2, precision="auto")
     assert translate.decode.precision == ("bf16" if dtype == torch.bfloat16 else "fp32")
     seen = set()
-    hook = translate.model.decoder[0].ffn.linear1.register_forward_hook(lambda m, i, out: seen.add(out.dtype))
+    ffn = translate.model.decoder[0].ffn  # its first product's dtype, seen where its output goes
+    activation = ffn.activation
+    ffn.activation = lambda x: seen.add(x.dtype) or activation(x)
     assert len(translate(["a b c"])) == 1
-    hook.remove()
+    ffn.activation = activation
     assert seen == {dtype}
 
 

@@ -53,10 +53,12 @@ def beam_search(
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)  # (live*width, step+1)
     scores = torch.zeros(batch, 1, device=device)  # (live, width): cumulative log-probs
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    shortest_limit = int(max_len.min())
+    # the same on the host, where the step's bookkeeping reads them: no device syncs for it
+    owners, limits = list(range(batch)), max_len.tolist()
+    shortest_limit = min(limits)
 
-    for step in range(int(max_len.max()) + 1):
-        live, owners = sentence.numel(), sentence.tolist()
+    for step in range(max(limits) + 1):
+        live = len(owners)
         width = scores.size(1)  # rows per sentence: 1 at step 0, then beam
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
@@ -83,17 +85,19 @@ def beam_search(
         width = scores.size(1)
         tokens = torch.cat([tokens[rows.view(-1)], next_token.view(-1, 1)], dim=1)
 
-        done = torch.tensor([len(finished[s]) >= beam for s in owners], device=device) | (max_len <= step)
-        if bool(done.all()):
+        done = [len(finished[s]) >= beam or limit <= step for s, limit in zip(owners, limits)]
+        if all(done):
             break
         keep = None
-        if bool(done.any()):  # finished sentences leave the batch
-            keep = (~done).nonzero().view(-1)  # (still_live,)
+        if any(done):  # finished sentences leave the batch
+            kept = [i for i, d in enumerate(done) if not d]
+            owners, limits = [owners[i] for i in kept], [limits[i] for i in kept]
+            keep = torch.tensor(kept, device=device)  # (still_live,)
             rows, sentence, max_len, scores, src_mask = (t[keep] for t in (rows, sentence, max_len, scores, src_mask))
             tokens = tokens.view(-1, width, tokens.size(1))[keep].flatten(0, 1)  # (still_live*width, step+2)
-            shortest_limit = int(max_len.min())
+            shortest_limit = min(limits)
             if lexical is not None:
-                lexical.keep(keep.tolist())
+                lexical.keep(kept)
         cache.select(rows.view(-1), sentences=keep)
 
     return [sorted(hyps, key=lambda h: (h.unmet == 0, h.score), reverse=True)[:n_best] for hyps in finished]

@@ -4,6 +4,7 @@ no repeated n-grams, forced prefixes)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -84,6 +85,12 @@ def force_prefix(scores: torch.Tensor, prefix: torch.Tensor | None, step: int) -
     scores.scatter_(1, index, torch.where(forced, kept, scores.gather(1, index)))
 
 
+@functools.cache
+def _never_output(device: torch.device) -> torch.Tensor:
+    """The ids no search outputs, as an index on `device` (made once: a step is ~1 ms)."""
+    return torch.tensor([PAD_ID, BOS_ID], device=device)
+
+
 def next_token_log_probs(
     project: Callable[[torch.Tensor], torch.Tensor],
     states: torch.Tensor,
@@ -101,7 +108,7 @@ def next_token_log_probs(
     (bool, (rows,); None: no row at its limit); the forced `prefix` (rows, prefix_len) at `step`."""
     # one fused pass per row, which beats logsumexp's separate passes over the vocabulary
     log_probs = project(states[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
-    log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+    log_probs.index_fill_(1, _never_output(log_probs.device), float("-inf"))
     if no_repeat_ngram:
         forbid_repeated_ngrams(log_probs, history, no_repeat_ngram)
     if at_limit is not None:

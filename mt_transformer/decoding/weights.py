@@ -49,7 +49,7 @@ def prepared_linears(model: nn.Module, precision: str) -> Iterator[None]:
         with linear_weights_cast(model, HALF[precision]):
             yield
         return
-    layers = [m for m in model.modules() if isinstance(m, nn.Linear) and m.weight.dtype == torch.float32]
+    layers = [m for m in _linears(model) if m.weight.dtype == torch.float32]
     prepare = {"fp32": _packed_product, "int8": _int8_product}[precision]
     replaced = []
     try:
@@ -62,6 +62,17 @@ def prepared_linears(model: nn.Module, precision: str) -> Iterator[None]:
     finally:
         for layer in replaced:
             del layer.forward
+
+
+_LINEARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _linears(model: nn.Module) -> list[nn.Linear]:
+    """The model's linear layers, found once per model (walking its modules takes longer than a
+    decoding step's attention)."""
+    if model not in _LINEARS:
+        _LINEARS[model] = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return _LINEARS[model]
 
 
 def _cached(layer: nn.Linear, form: str, make: Callable[[], object]):
