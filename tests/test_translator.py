@@ -11,6 +11,7 @@ from conftest import load_model, run_cli, token_log_probs, translator
 from mt_transformer import devices
 from mt_transformer.decoding.torch_search import TorchSearch
 from mt_transformer.decoding.translator import load_translator, source_batches
+from mt_transformer.errors import UserError
 
 CPU = torch.device("cpu")
 
@@ -154,6 +155,25 @@ def test_mt_translate_precision_flag_warns_where_it_is_slow_and_is_for_the_torch
     ct2 = run_cli("mt-translate", "--checkpoint", trained_run, "--engine", "ctranslate2", "--precision", "fp16")
     assert ct2.returncode == 2
     assert ct2.stderr.strip() == "error: --precision: for --engine torch; CTranslate2 takes --compute-type"
+
+
+def test_int8_translates_and_scores_from_the_command_line_on_the_cpu(trained_run, tmp_path):
+    result = run_cli("mt-translate", "--checkpoint", trained_run, "--precision", "int8", input="a b\nthe dog\n")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2
+    src, tgt = tmp_path / "src.en", tmp_path / "tgt.de"
+    src.write_text("the dog\n", encoding="utf-8")
+    tgt.write_text("der Hund\n", encoding="utf-8")
+    args = ["--checkpoint", trained_run, "--precision", "int8", "--src", str(src), "--tgt", str(tgt)]
+    scored = run_cli("mt-score", *args)
+    assert scored.returncode == 0, scored.stderr
+    assert float(scored.stdout.split()[0]) < 0
+
+
+@pytest.mark.gpu
+def test_int8_is_refused_on_a_gpu(trained_run):
+    with pytest.raises(UserError, match="int8: for the CPU"):
+        load_translator(trained_run, "torch", "cuda", precision="int8")
 
 
 @pytest.mark.gpu
