@@ -2,7 +2,8 @@
 
 A decoding step multiplies a few rows (a sentence's beam) by every weight matrix of the decoder,
 so its matrix products read far more weight bytes than they do arithmetic, and how the weights
-are laid out and stored decides their speed (docs/benchmarks.md, "The decoding engine"):
+are laid out and stored decides their speed (docs/benchmarks.md, "The decoding engine against
+CTranslate2"):
 
     fp32, x86 CPU   each weight reordered for oneDNN's matrix product (the layout it would
                     otherwise make at every call)
