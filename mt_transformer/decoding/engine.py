@@ -3,8 +3,9 @@
 `Transformer.decode` (model/transformer.py) is the paper's decoder, written once for training,
 scoring and attention views. A search calls it once per output position with a handful of rows
 (a sentence's beam), where a step's cost is mostly fixed: reading every weight matrix, and a few
-hundred small tensor operations. `Engine` computes the same step with fewer of both
-(docs/benchmarks.md, "The decoding engine against CTranslate2", measures each lever):
+hundred small tensor operations. `Engine` computes the same step in fewer operations, and
+decoding/weights.py makes the weights cheaper to read (docs/benchmarks.md, "The decoding engine
+against CTranslate2", measures each lever):
 
 - self-attention's queries, keys and values in one matrix product (W^Q, W^K, W^V stacked, the
   model's own weights, restacked whenever they change);
