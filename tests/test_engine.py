@@ -6,6 +6,7 @@ import torch
 from conftest import perturbed_model
 from mt_transformer.config import ModelConfig
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.decoding import engine as engine_module
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.engine import Engine, engine_for, restack
 from mt_transformer.decoding.ensemble import Ensemble
@@ -28,8 +29,10 @@ def padded_sources():
     return src, padding_mask(src, PAD_ID)
 
 
+@pytest.mark.parametrize("sdpa_work", [engine_module.SDPA_WORK, 0])  # SDPA, and the two batched products
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_each_step_gives_the_states_of_the_model_decode_through_reorders_and_growth(norm):
+def test_each_step_gives_the_model_decode_states_through_reorders_and_dropped_sentences(norm, sdpa_work, monkeypatch):
+    monkeypatch.setattr(engine_module, "SDPA_WORK", sdpa_work)
     model = model_of(norm)
     engine = Engine(model)
     restack(engine)
@@ -39,7 +42,7 @@ def test_each_step_gives_the_states_of_the_model_decode_through_reorders_and_gro
         ours, theirs = engine.new_cache(), model.new_cache()
         tokens = torch.full((3, 1), BOS_ID)
         rows, sentences = 3, torch.arange(3)
-        for step in range(20):  # past the cache's first capacity of 16 positions
+        for step in range(20):
             first = step == 0
             a, _ = engine.decode(tokens, memory if first else None, src_mask, ours)
             b, _ = model.decode(tokens, memory if first else None, src_mask, theirs)

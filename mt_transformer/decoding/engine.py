@@ -183,10 +183,13 @@ class Engine(nn.Module):
         return model.decoder_norm.forward(x)
 
 
-# up to this many (sentence, head, query) rows, F.scaled_dot_product_attention's one call is the
-# fastest; above it, two batched products (on Zen 3, 4 rows x 4 heads: 16 against 41 us; 128 rows:
-# 145 against 217 us for SDPA; docs/benchmarks.md)
-SDPA_ROWS = 64
+# F.scaled_dot_product_attention's CPU kernel works through the (sentence, head) pairs one query
+# at a time: the fastest for a few pairs, slower than two batched products for many, and sooner
+# with several queries (a beam folded into the cross-attention's). It is used while sentences x
+# heads x queries^2 is at most this (Zen 3, head_dim 64, one query: 4 x 4 pairs 15 against 31 us,
+# 64 x 4 pairs 86 against 69; four queries: 1 x 4 pairs 25 against 31, 2 x 4 pairs 33 against 27;
+# docs/benchmarks.md)
+SDPA_WORK = 64
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -194,7 +197,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
     (batch, heads, keys, head_dim), bias (batch, heads, 1, keys) or None; returns (batch, heads,
     queries, head_dim)."""
     batch, heads, queries, head_dim = q.shape
-    if batch * heads * queries <= SDPA_ROWS:
+    if batch * heads * queries * queries <= SDPA_WORK:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     q, k, v = (t.reshape(batch * heads, -1, head_dim) for t in (q, k, v))  # views: heads merge with batch
     scale = 1.0 / math.sqrt(head_dim)
