@@ -37,6 +37,7 @@ def greedy_search(
     history = last  # (live, 1 + step): BOS and the tokens so far, grown only for no_repeat_ngram
     log_prob = torch.zeros(batch, device=device)
     tokens: list[list[int]] = [[] for _ in range(batch)]
+    owners = list(range(batch))  # `sentence` on the host, where the bookkeeping reads it
     shortest_limit = int(max_len.min())
     for step in range(int(max_len.max()) + 1):
         states, _ = model.decode(last, memory, src_mask, cache)
@@ -50,16 +51,19 @@ def greedy_search(
             token = pick(log_probs)  # (live,); log-probs are the logits shifted per row: same draws
             token_log_prob = log_probs.gather(1, token[:, None]).squeeze(1)
         log_prob.index_add_(0, sentence, token_log_prob)
-        for owner, t in zip(sentence.tolist(), token.tolist()):  # one host sync per step
+        picked = token.tolist()  # the step's one host sync
+        for owner, t in zip(owners, picked):
             tokens[owner].append(t)
-        done = token == eos_id
-        if bool(done.all()):
+        done = [t == eos_id for t in picked]
+        if all(done):
             break
         last = token[:, None]
         if no_repeat_ngram:
             history = torch.cat([history, last], dim=1)
-        if bool(done.any()):  # finished sentences leave the batch
-            keep = (~done).nonzero().view(-1)
+        if any(done):  # finished sentences leave the batch
+            kept = [i for i, d in enumerate(done) if not d]
+            owners = [owners[i] for i in kept]
+            keep = torch.tensor(kept, device=device)
             sentence, max_len, last, src_mask = sentence[keep], max_len[keep], last[keep], src_mask[keep]
             history = history[keep]
             cache.select(keep, sentences=keep)
