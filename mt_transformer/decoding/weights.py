@@ -30,9 +30,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from mt_transformer.devices import PRECISIONS
 from mt_transformer.errors import UserError
-
-HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # prepared weights by layer and form, kept while the weight is unchanged: in-place changes through
 # the parameter (an optimizer step, load_state_dict) bump its version and force a new one; writes
@@ -46,8 +45,8 @@ def prepared_linears(model: nn.Module, precision: str) -> Iterator[None]:
     form that `precision` (fp32, int8, bf16 or fp16; bf16/fp16 under the caller's autocast) runs
     fastest on the model's device. Layers that cannot take that form keep their own product.
     A model is searched by one thread at a time."""
-    if precision in HALF:
-        with linear_weights_cast(model, HALF[precision]):
+    if precision in ("bf16", "fp16"):
+        with linear_weights_cast(model, PRECISIONS[precision]):
             yield
         return
     layers = [m for m in _linears(model) if m.weight.dtype == torch.float32]
@@ -165,8 +164,8 @@ def linear_weights_cast(model: nn.Module, dtype: torch.dtype) -> Iterator[None]:
         yield
         return
     swapped = []
-    for layer in model.modules():
-        if isinstance(layer, nn.Linear) and layer.weight.dtype == torch.float32:
+    for layer in _linears(model):
+        if layer.weight.dtype == torch.float32:
             originals = dict(layer._parameters)
             swapped.append((layer, originals))
             for name, value in originals.items():
