@@ -12,7 +12,7 @@ import shutil
 import tempfile
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -50,7 +50,7 @@ def atomic_path(path: str):
             os.fsync(f.fileno())
         _usual_mode(tmp, 0o666)
         os.replace(tmp, path)
-        _fsync_dir(directory)
+        fsync_dir(directory)
     except OSError as error:
         if error.filename is None:  # a failed write names no file: name the one being written
             raise OSError(error.errno, error.strerror, path) from None
@@ -102,7 +102,7 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp_dir, final_dir)
-    _fsync_dir(os.path.dirname(os.path.abspath(final_dir)))
+    fsync_dir(os.path.dirname(os.path.abspath(final_dir)))
 
 
 def directory_size(path: str) -> int:

@@ -7,6 +7,8 @@ import argparse
 import errno
 import functools
 import logging
+import os
+import signal
 import sys
 
 from mt_transformer.errors import UserError
@@ -17,13 +19,22 @@ LOG_FORMAT, LOG_DATE_FORMAT = "%(asctime)s | %(message)s", "%H:%M:%S"
 
 
 def entry_point(function):
-    """Logging to stderr; user errors and a full disk become `error: ...` and exit code 2, Ctrl-C exit code 130."""
+    """Logging to stderr; user errors and a full disk become `error: ...` and exit code 2, Ctrl-C exit code 130,
+    a job stopped by a signal 128 + the signal, a reader that closed the pipe early (`| head`) 141, as SIGPIPE."""
+    from mt_transformer.decoding.corpus_job import JobStopped
 
     @functools.wraps(function)
     def main(argv=None) -> int:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT, stream=sys.stderr)
         try:
             return function(argv) or 0
+        except JobStopped as stopped:
+            print(stopped, file=sys.stderr)
+            return 128 + stopped.signum
+        except BrokenPipeError:
+            # nothing more can reach the reader: send what Python still flushes at exit nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from mt_transformer.cli.common import decode_options, entry_point, translator_from_args, write_output
+from mt_transformer.cli.corpus import translate_file
 from mt_transformer.errors import UserError
 
 
@@ -98,7 +99,7 @@ def _hypotheses(args) -> tuple[list[str], str | None]:
         if not args.src:
             raise UserError("--src: required with --checkpoint")
         translator = translator_from_args(args)
-        hypotheses = [r[0].text for r in translator(read_lines(args.src), progress=True)]
+        hypotheses = translate_file(translator, args.src)
         if args.output:
             write_output(args.output, "".join(h + "\n" for h in hypotheses))
         return hypotheses, args.tgt_lang or translator.target_language

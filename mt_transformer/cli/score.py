@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from mt_transformer.cli.common import (
-    entry_point,
-    model_options,
-    read_input,
-    runtime_options,
-    translator_from_args,
-    write_output,
-)
+from mt_transformer.cli.common import entry_point, model_options, runtime_options, translator_from_args
+from mt_transformer.cli.corpus import check_corpus_flags, corpus_options, merge, run_corpus_job
+from mt_transformer.data.text import count_lines, stream_lines
 from mt_transformer.errors import UserError
 
 
@@ -22,10 +17,15 @@ def _parser() -> argparse.ArgumentParser:
         "of the target line given the source line (summed over its subwords and EOS) and that sum divided "
         "by their number. Line count and order are kept.",
     )
-    model_options(parser, checkpoint_required=True)
-    parser.add_argument("--src", required=True, help="source sentences, one per line")
-    parser.add_argument("--tgt", required=True, help="their translations to score, one per line")
-    parser.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    model_options(parser, checkpoint_required=False)
+    parser.add_argument("--src", help="source sentences, one per line (.gz: gzip; -: stdin)")
+    parser.add_argument("--tgt", help="their translations to score, one per line (.gz: gzip; -: stdin)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="output file, .gz written as gzip: built in FILE.partial, which a rerun after a kill continues, "
+        "and renamed to FILE when complete (default and -: stdout, window by window)",
+    )
     parser.add_argument(
         "--per-subword",
         action="store_true",
@@ -36,22 +36,42 @@ def _parser() -> argparse.ArgumentParser:
         "--tgt-lang", metavar="XX", help="for a model trained with data.target_tags: the target files' language"
     )
     runtime_options(parser)
+    corpus_options(parser)
     return parser
 
 
 @entry_point
 def score_main(argv=None):
     args = _parser().parse_args(argv)
+    check_corpus_flags(args)
+    if args.merge:
+        return merge(args)
+    if not (args.checkpoint and args.src and args.tgt):
+        raise UserError("--checkpoint, --src and --tgt: required (except with --merge)")
     from mt_transformer.decoding.scoring import score_lines
 
-    sources, targets = read_input(args.src), read_input(args.tgt)
-    if len(sources) != len(targets):
-        raise UserError(f"--tgt: {args.tgt} has {len(targets)} lines, --src {args.src} {len(sources)}")
-    scores = score_lines(translator_from_args(args), sources, targets)
-    lines = []
-    for score in scores:
-        fields = [f"{score.log_prob:.4f}", f"{score.per_token:.4f}"]
-        if args.per_subword:
-            fields.append(" ".join(f"{p:.4f}" for p in score.token_log_probs))
-        lines.append("\t".join(fields) + "\n")
-    write_output(args.output, "".join(lines))
+    total, targets = count_lines(args.src), count_lines(args.tgt)
+    if None not in (total, targets) and total != targets:
+        raise UserError(f"--tgt: {args.tgt} has {targets} lines, --src {args.src} {total}")
+
+    def streams():
+        return [stream_lines(args.src), stream_lines(args.tgt)], [f"--src {args.src}", f"--tgt: {args.tgt}"]
+
+    def make_work():
+        translator = translator_from_args(args)
+
+        def work(window, advance) -> list[str]:
+            sources, targets = (list(column) for column in zip(*window.rows))
+            scores = score_lines(translator, sources, targets, window.first_line, advance)
+            return [_format_score(score, args.per_subword) for score in scores]
+
+        return work
+
+    run_corpus_job(args, streams, total, make_work)
+
+
+def _format_score(score, per_subword: bool) -> str:
+    fields = [f"{score.log_prob:.4f}", f"{score.per_token:.4f}"]
+    if per_subword:
+        fields.append(" ".join(f"{p:.4f}" for p in score.token_log_probs))
+    return "\t".join(fields) + "\n"

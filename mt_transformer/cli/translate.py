@@ -6,15 +6,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mt_transformer.cli.common import decode_options, entry_point, read_input, translator_from_args, write_output
+from mt_transformer.cli.common import decode_options, entry_point, translator_from_args
+from mt_transformer.cli.corpus import check_corpus_flags, corpus_options, merge, run_corpus_job
+from mt_transformer.data.text import count_lines, stream_lines
 from mt_transformer.errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mt-translate", description="Translate a text file, one sentence per line.")
-    decode_options(parser)
-    parser.add_argument("-i", "--input", help="input file (default: stdin)")
-    parser.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    decode_options(parser, checkpoint_required=False)
+    parser.add_argument("-i", "--input", help="input file, .gz read as gzip (default and -: stdin)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="output file, .gz written as gzip: built in FILE.partial, which a rerun after a kill continues, "
+        "and renamed to FILE when complete (default and -: stdout, window by window)",
+    )
     parser.add_argument(
         "--nbest", type=int, default=1, help="K best translations per line, printed as INDEX<TAB>SCORE<TAB>TEXT"
     )
@@ -64,12 +71,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--attention-head", type=int, metavar="H", help="one attention head, from 1 (default: the mean of all heads)"
     )
+    corpus_options(parser)
     return parser
 
 
 @entry_point
 def translate_main(argv=None):
     args = _parser().parse_args(argv)
+    check_corpus_flags(args)
+    if args.merge:
+        return merge(args)
+    if not args.checkpoint:
+        raise UserError("--checkpoint: required (except with --merge)")
     if args.nbest < 1:
         raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
     inspect = args.attention or args.alignment
@@ -77,32 +90,53 @@ def translate_main(argv=None):
         raise UserError("--attention and --alignment need --engine torch (CTranslate2 does not return attention)")
     if inspect and len(args.checkpoint) > 1:
         raise UserError("--attention and --alignment need one --checkpoint, not an ensemble")
-    if args.input in (None, "-") and args.output in (None, "-") and sys.stdin.isatty():
-        for flag, value in (("--prefix", args.prefix), ("--constraints", args.constraints), ("--avoid", args.avoid)):
-            if value:
-                raise UserError(f"{flag}: needs the input from -i FILE or a pipe, one line per input line")
+    source = args.input or "-"
+    side_files = [(flag, path) for flag, path in _side_files(args) if path]
+    if source == "-" and args.output in (None, "-") and sys.stdin.isatty():
+        if side_files:
+            raise UserError(f"{side_files[0][0]}: needs the input from -i FILE or a pipe, one line per input line")
         return _translate_interactively(args)
-    lines = read_input(args.input)
-    prefixes = _per_input_line("--prefix", args.prefix, len(lines))
-    include = _per_input_line("--constraints", args.constraints, len(lines))
-    avoid = _per_input_line("--avoid", args.avoid, len(lines))
+    total = count_lines(source)
+    for flag, path in side_files:
+        count = count_lines(path)
+        if None not in (count, total) and count != total:
+            raise UserError(f"{flag}: {path} has {count} lines, the input {total}")
+
+    def streams():
+        paths = [source] + [path for _, path in side_files]
+        return [stream_lines(path) for path in paths], ["the input"] + [f"{flag}: {path}" for flag, path in side_files]
+
+    def make_work():
+        translator = translator_from_args(args, n_best=args.nbest)
+        return lambda window, advance: _translate_window(args, translator, window, advance)
+
+    run_corpus_job(args, streams, total, make_work)
+
+
+def _side_files(args) -> list[tuple[str, str | None]]:
+    """The files read line by line beside the input."""
+    return [("--prefix", args.prefix), ("--constraints", args.constraints), ("--avoid", args.avoid)]
+
+
+def _translate_window(args, translator, window, advance) -> list[str]:
+    """One window of input lines (with their prefix, constraints and phrases to avoid, as given)
+    translated: its output lines."""
+    columns = iter(zip(*window.rows))
+    lines = list(next(columns))
+    given = {flag: list(next(columns)) for flag, path in _side_files(args) if path}
     constraints = None
-    if include is not None or avoid is not None:  # tab-separated phrases, an empty line none
-        constraints = tuple([line.split("\t") for line in given or [""] * len(lines)] for given in (include, avoid))
-    translator = translator_from_args(args, n_best=args.nbest)
-    results = translator(lines, progress=True, prefixes=prefixes, constraints=constraints)
-    alignments = _inspect(args, translator, lines, results) if inspect else None
-    write_output(args.output, "".join(_format_translations(results, args, alignments)))
-
-
-def _per_input_line(flag: str, path: str | None, count: int) -> list[str] | None:
-    """The lines of the file a flag names, one per input line (None: no file)."""
-    if not path:
-        return None
-    lines = read_input(path)
-    if len(lines) != count:
-        raise UserError(f"{flag}: {path} has {len(lines)} lines, the input {count}")
-    return lines
+    if "--constraints" in given or "--avoid" in given:  # tab-separated phrases, an empty line none
+        constraints = tuple(
+            [line.split("\t") for line in given.get(flag, [""] * len(lines))] for flag in ("--constraints", "--avoid")
+        )
+    translator.reseed(window.index)
+    results = translator(
+        lines, advance, prefixes=given.get("--prefix"), constraints=constraints, first_line=window.first_line
+    )
+    alignments = None
+    if args.attention or args.alignment:
+        alignments = _inspect(args, translator, lines, results, window.first_line)
+    return list(_format_translations(results, args, alignments, window.first_line))
 
 
 def _inspect(args, translator, lines: list[str], results, first_index: int = 0):

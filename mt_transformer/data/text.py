@@ -4,7 +4,12 @@ translating imports neither `datasets` nor sacreBLEU."""
 
 from __future__ import annotations
 
+import gzip
+import sys
 import unicodedata
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from mt_transformer.errors import UserError
 
@@ -26,17 +31,58 @@ def invalid_utf8_line(path: str) -> int | None:
     return None
 
 
-def read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 file without their line endings (a final newline adds no line)."""
+def open_binary(path: str) -> BinaryIO:
+    """A file to read bytes from; a name ending in .gz is decompressed."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read()
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: line {invalid_utf8_line(path)} is not valid UTF-8") from None
-    text = text.removeprefix("\ufeff")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    except IsADirectoryError:
+        raise UserError(f"{path}: a directory, not a text file") from None
+
+
+def _raw_lines(path: str) -> Iterator[bytes]:
+    if path != "-":
+        with open_binary(path) as f:
+            yield from f
+    elif hasattr(sys.stdin, "buffer"):
+        yield from sys.stdin.buffer
+    else:  # a text stream put in place of stdin
+        for line in sys.stdin:
+            yield line.encode("utf-8")
+
+
+def stream_lines(path: str) -> Iterator[str]:
+    """The lines of a UTF-8 file (`-`: standard input; .gz: decompressed) without their line
+    endings, read as they are needed. A byte-order mark at the start is dropped."""
+    try:
+        for number, raw in enumerate(_raw_lines(path), start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UserError(f"{path}: line {number} is not valid UTF-8") from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            yield line.removesuffix("\n").removesuffix("\r")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise UserError(f"{path}: not a complete gzip file ({error})") from None
+
+
+def count_lines(path: str) -> int | None:
+    """How many lines stream_lines will give, counted in large blocks (None for standard input)."""
+    if path == "-":
+        return None
+    count, last = 0, b"\n"
+    try:
+        with open_binary(path) as f:
+            while block := f.read(1 << 22):
+                count += block.count(b"\n")
+                last = block[-1:]
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise UserError(f"{path}: not a complete gzip file ({error})") from None
+    return count + (last != b"\n")
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 file without their line endings (a final newline adds no line)."""
+    return list(stream_lines(path))

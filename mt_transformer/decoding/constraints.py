@@ -277,9 +277,12 @@ class LexicalBeam:
         self.progress = [self.progress[s] for s in sentences]
 
 
-def encode_constraints(tokenizer, include: list[list[str]], avoid: list[list[str]]) -> list[Constraints]:
+def encode_constraints(
+    tokenizer, include: list[list[str]], avoid: list[list[str]], first_line: int = 0
+) -> list[Constraints]:
     """Each line's constraints: phrases to include as target subwords (one with characters the
-    target vocabulary cannot spell is a one-line error naming its line), phrases to avoid as text."""
+    target vocabulary cannot spell is a one-line error naming its line, counted from first_line
+    + 1), phrases to avoid as text."""
     from mt_transformer.data.special_tokens import UNK_ID
     from mt_transformer.data.text import normalize
 
@@ -294,7 +297,7 @@ def encode_constraints(tokenizer, include: list[list[str]], avoid: list[list[str
     def spell(phrases: list[str]) -> tuple[str, ...]:  # "red apple" -> "▁red▁apple"
         return tuple(WORD_START + WORD_START.join(normalize(p).split()) for p in phrases if normalize(p))
 
-    return [Constraints(encode(i, n), spell(a)) for n, (i, a) in enumerate(zip(include, avoid), start=1)]
+    return [Constraints(encode(i, n), spell(a)) for n, (i, a) in enumerate(zip(include, avoid), start=first_line + 1)]
 
 
 def split_constraints(c: Constraints, capacities: list[int]) -> list[Constraints]:

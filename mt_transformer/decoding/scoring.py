@@ -38,14 +38,17 @@ class LineScore:
         return self.log_prob / len(self.token_log_probs)
 
 
-def score_lines(translator, sources: list[str], targets: list[str]) -> list[LineScore]:
-    """The score of each target line as the translation of its source line, in input order."""
+def score_lines(
+    translator, sources: list[str], targets: list[str], first_line: int = 0, progress=None
+) -> list[LineScore]:
+    """The score of each target line as the translation of its source line, in input order.
+    `first_line`: the 0-based line number of the first pair, for messages; progress(n): n more pairs scored."""
     if len(sources) != len(targets):
         raise ValueError("one target per source")
     src_ids = translator.tokenizer.encode_src(translator.source_texts(sources))
     tgt_ids = translator.tokenizer.tgt.encode([normalize(line) for line in targets])
     limit = translator.max_positions
-    for line, (s, t) in enumerate(zip(src_ids, tgt_ids), start=1):
+    for line, (s, t) in enumerate(zip(src_ids, tgt_ids), start=first_line + 1):
         if limit is not None and max(len(s), len(t)) + 1 > limit:
             raise UserError(
                 f"line {line}: {max(len(s), len(t))} subwords, more than the model's {limit - 1} positions hold"
@@ -59,6 +62,8 @@ def score_lines(translator, sources: list[str], targets: list[str]) -> list[Line
         scores = _scores_surviving_oom(translator, [src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
         for i, row in zip(batch, scores):
             found[i] = row
+        if progress:
+            progress(len(batch))
     return [LineScore(scores) for scores in found]
 
 

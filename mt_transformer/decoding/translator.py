@@ -80,6 +80,13 @@ class Translator:
         search.decode = config.decode
         return dataclasses.replace(self, search=search, decode=config.decode, config=config)
 
+    def reseed(self, offset: int) -> None:
+        """Sampling draws from decode.seed + offset from here on: a corpus seeds each window by its
+        number, so that a window translates the same whether or not the ones before it ran."""
+        sampler = getattr(self.search, "sampler", None)
+        if sampler is not None:
+            sampler.generator.manual_seed(self.decode.seed + offset)
+
     def source_texts(self, lines: list[str]) -> list[str]:
         """The lines as the model reads them: normalized, each after the target tag (empty lines stay empty)."""
         texts = [normalize(line) for line in lines]
@@ -90,17 +97,20 @@ class Translator:
     def __call__(
         self,
         lines: list[str],
-        progress: bool = False,
+        progress: bool | Callable[[int], None] = False,
         prefixes: list[str] | None = None,
         constraints: tuple[list[list[str]], list[list[str]]] | None = None,
+        first_line: int = 0,
     ) -> list[list[Translation]]:
         """Per line, up to decode.n_best translations, best first; each begins with its line's
         prefix when `prefixes` are given (one per line, "" for none). `constraints`: per line, the
-        phrases every translation must contain and those none may contain."""
+        phrases every translation must contain and those none may contain. `progress`: a bar, or a
+        function told how many inputs each batch finished. `first_line`: the 0-based number of
+        the first line in a larger file, for messages."""
         texts = self.source_texts(lines)
         ids = self.tokenizer.encode_src(texts)
         forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
-        lexical = self._encode_constraints(*constraints) if constraints is not None else None
+        lexical = self._encode_constraints(*constraints, first_line) if constraints is not None else None
         segments, owners, segment_prefixes = [], [], []  # the parts to translate, their lines and prefixes
         segment_constraints: list[Constraints] = []
         for line, sequence in enumerate(ids):
@@ -109,7 +119,7 @@ class Translator:
                 parts = split_input(sequence, self.tokenizer, self.max_input_len)
                 log.warning(
                     "line %d: %d subwords, more than %d: translated in %d parts",
-                    line + 1,
+                    first_line + line + 1,
                     len(sequence),
                     self.max_input_len,
                     len(parts),
@@ -118,11 +128,13 @@ class Translator:
             owners += [line] * len(parts)
             segment_prefixes += [forced[line] if forced else []] + [[]] * (len(parts) - 1)
             if lexical:
-                segment_constraints += self._constraints_of_parts(line, lexical[line], parts)
+                segment_constraints += self._constraints_of_parts(first_line + line, lexical[line], parts)
 
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
         batches = source_batches([len(s) for s in segments], self.decode.max_tokens)
-        with tqdm(total=sum(map(len, batches)), unit="sent", disable=not progress, leave=False) as bar:
+        advance = progress if callable(progress) else None
+        shown = progress is True
+        with tqdm(total=sum(map(len, batches)), unit="sent", disable=not shown, leave=False) as bar:
             for batch in batches:
                 batch_prefixes = [segment_prefixes[i] for i in batch] if forced else None
                 batch_constraints = [segment_constraints[i] for i in batch] if lexical else None
@@ -131,6 +143,8 @@ class Translator:
                 ):
                     found[i] = hypotheses
                 bar.update(len(batch))
+                if advance:
+                    advance(len(batch))
 
         per_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
         for line, hypotheses in zip(owners, found):
@@ -142,7 +156,7 @@ class Translator:
                 log.warning(
                     "line %d: no translation within the length limit holds every phrase of --constraints; "
                     "printed without them",
-                    line + 1,
+                    first_line + line + 1,
                 )
             whole = ids[line] if len(parts) == 1 else None  # alignment needs the input translated whole
             fills = unknown_fills(
@@ -155,9 +169,11 @@ class Translator:
             results.append(translations)
         return results
 
-    def _encode_constraints(self, include: list[list[str]], avoid: list[list[str]]) -> list[Constraints] | None:
+    def _encode_constraints(
+        self, include: list[list[str]], avoid: list[list[str]], first_line: int
+    ) -> list[Constraints] | None:
         """Each line's Constraints, or None when no line has any."""
-        lexical = encode_constraints(self.tokenizer, include, avoid)
+        lexical = encode_constraints(self.tokenizer, include, avoid, first_line)
         if not any(lexical):
             return None
         if self.decode.sampling:

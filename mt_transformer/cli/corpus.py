@@ -1,0 +1,159 @@
+"""What mt-translate and mt-score share for corpora: the flags of streaming, continuing and
+sharding, the settings a partial output is continued under, and running one job in one process,
+as one shard, or as every rank of torchrun (rank 0 then merges)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+
+from mt_transformer.errors import UserError
+
+# Lines read, sorted by length and batched at a time: throughput within 1% of sorting 120,000
+# lines at once, memory flat in the input's length (docs/benchmarks.md, "Translating corpora").
+BUFFER_LINES = 10_000
+# flags that decide where output goes, not what it is
+NOT_SETTINGS = {"input", "output", "restart", "merge", "shard", "buffer_lines", "src", "tgt"}
+
+
+def corpus_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--buffer-lines",
+        type=int,
+        default=BUFFER_LINES,
+        metavar="N",
+        help=f"read, sort by length and write N lines at a time, so memory does not grow with the input "
+        f"(the first windows are smaller, so a pipe sees output soon; default {BUFFER_LINES})",
+    )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="with -o FILE: start over instead of continuing the FILE.partial an interrupted run left",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="process only windows K, K+N, K+2N, ... (0 <= K < N), into -o FILE; --merge joins the N shards",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="SHARD",
+        help="put the -o files of all N shards of one --shard job back in input order, into -o FILE",
+    )
+
+
+def check_corpus_flags(args) -> None:
+    if args.buffer_lines < 1:
+        raise UserError(f"--buffer-lines: must be at least 1, got {args.buffer_lines}")
+    if (args.shard or args.merge) and args.output in (None, "-"):
+        raise UserError(f"{'--shard' if args.shard else '--merge'}: needs -o FILE")
+
+
+def merge(args) -> None:
+    from mt_transformer.decoding.corpus_job import merge_shards
+
+    lines = merge_shards(args.merge, args.output)
+    print(f"merged {len(args.merge)} shards: {lines} lines in {args.output}", flush=True)
+
+
+def settings_of(args) -> dict:
+    """The flags that decide the output, by flag name, with the model files' identity for --checkpoint."""
+    settings = {}
+    for name, value in sorted(vars(args).items()):
+        if name in NOT_SETTINGS:
+            continue
+        if name == "checkpoint":
+            value = [model_identity(path) for path in value]
+        settings["--" + name.replace("_", "-")] = value
+    return settings
+
+
+def model_identity(path: str) -> str:
+    """The checkpoint a path stands for and a digest of its files' sizes and times: a run whose best
+    checkpoint changed, or a checkpoint written anew, is another model."""
+    from mt_transformer import checkpoint
+
+    try:
+        directory = checkpoint.resolve(path)
+    except UserError:  # an mt-export directory, or a path that loading will report
+        directory = path
+    files = []
+    if os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            stat = os.stat(os.path.join(directory, name))
+            files.append(f"{name} {stat.st_size} {stat.st_mtime_ns}")
+    digest = hashlib.blake2b("\n".join(files).encode(), digest_size=8).hexdigest()
+    return f"{os.path.abspath(directory)} ({digest})"
+
+
+def run_corpus_job(
+    args,
+    streams: Callable[[], tuple[list[Iterator[str]], list[str]]],
+    total: int | None,
+    make_work: Callable[[], Callable],
+) -> None:
+    """Process the corpus in windows into args.output: in this process, as --shard K/N, or under
+    torchrun as rank K of N (on GPU K of the node with --device auto), where rank 0 merges the
+    shards into args.output when all are done. streams(): the input line streams and their names;
+    make_work(): the function from (window, advance) to its output lines, loaded once."""
+    import torch
+
+    from mt_transformer.decoding.corpus_job import CorpusJob, Shard, read_windows
+    from mt_transformer.training import distributed
+
+    settings = settings_of(args)
+    processes = distributed.from_environment()
+    shard = Shard.parse(args.shard) if args.shard else Shard()
+    output = args.output
+    if processes.enabled:
+        if args.shard or args.output in (None, "-"):
+            raise UserError("under torchrun: needs -o FILE and no --shard (each rank takes its own)")
+        shard = Shard(processes.rank, processes.world_size)
+        output = shard.path(args.output)
+        if args.device == "auto" and torch.cuda.is_available():
+            args.device = f"cuda:{processes.local_rank}"
+    job = CorpusJob(output, settings, args.buffer_lines, shard, args.restart)
+    work = make_work()
+    inputs, names = streams()
+    job.run(read_windows(inputs, names, args.buffer_lines), work, total, progress=processes.is_main)
+    if processes.enabled:
+        _merge_ranks(args.output, processes)
+
+
+def translate_file(translator, path: str) -> list[str]:
+    """The best translation of every line of a file, read in windows of BUFFER_LINES (mt-eval)."""
+    from tqdm import tqdm
+
+    from mt_transformer.data.text import count_lines, stream_lines
+    from mt_transformer.decoding.corpus_job import read_windows
+
+    translations = []
+    with tqdm(total=count_lines(path), unit="sent", leave=False, dynamic_ncols=True) as bar:
+        for window in read_windows([stream_lines(path)], [path], BUFFER_LINES):
+            translator.reseed(window.index)
+            results = translator([line for (line,) in window.rows], progress=bar.update)
+            translations += [result[0].text for result in results]
+    return translations
+
+
+def _merge_ranks(output: str, processes) -> None:
+    """After every rank has written its shard: rank 0 merges them into `output` and removes them."""
+    import torch.distributed as dist
+
+    from mt_transformer.decoding.corpus_job import Shard, merge_shards
+
+    if not dist.is_initialized():  # gloo only waits here; ranks may finish hours apart
+        dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+    dist.barrier()
+    if processes.is_main:
+        shards = [Shard(k, processes.world_size).path(output) for k in range(processes.world_size)]
+        merge_shards(shards, output)
+        for path in shards:
+            os.remove(path)
+            os.remove(f"{path}.progress.json")
+    dist.barrier()
+    dist.destroy_process_group()
