@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 
 from mt_transformer.errors import UserError
+
+log = logging.getLogger(__name__)
 
 # Lines read, sorted by length and batched at a time: throughput within 1% of sorting 120,000
 # lines at once, memory flat in the input's length (docs/benchmarks.md, "Translating corpora").
@@ -151,7 +154,8 @@ def _merge_ranks(output: str, processes) -> None:
     dist.barrier()
     if processes.is_main:
         shards = [Shard(k, processes.world_size).path(output) for k in range(processes.world_size)]
-        merge_shards(shards, output)
+        lines = merge_shards(shards, output)
+        log.info("%d ranks' shards merged: %d lines in %s", processes.world_size, lines, output)
         for path in shards:
             os.remove(path)
             os.remove(f"{path}.progress.json")
