@@ -391,6 +391,33 @@ def test_translating_onto_a_full_disk_is_a_one_line_error(trained_run, corpus, s
     assert (small_disk / "out.de").read_text(encoding="utf-8") == "the previous translation\n"
 
 
+def test_a_disk_that_fills_up_mid_translation_keeps_the_windows_done(
+    trained_run, corpus, small_disk, tmp_path, monkeypatch
+):
+    from mt_transformer.decoding.corpus_job import CorpusJob
+
+    args = ["--checkpoint", trained_run, "-i", f"{corpus}/test.en", "--beam", "1", "--buffer-lines", "8"]
+    assert run_cli("mt-translate", *args, "-o", str(tmp_path / "whole.de")).returncode == 0
+    real_write = CorpusJob._write
+
+    def write_then_fill(job, window, lines, record):
+        real_write(job, window, lines, record)
+        if window.index == 1:
+            fill(small_disk)
+
+    monkeypatch.setattr(CorpusJob, "_write", write_then_fill)
+    out = small_disk / "out.de"
+    result = run_cli("mt-translate", *args, "-o", str(out))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].endswith(": No space left on device")
+    monkeypatch.setattr(CorpusJob, "_write", real_write)
+    os.remove(small_disk / "filler")
+    result = run_cli("mt-translate", *args, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "continuing after line 16" in result.stderr
+    assert out.read_bytes() == (tmp_path / "whole.de").read_bytes()
+
+
 @pytest.mark.parametrize("before, after", [("bf16", "fp16"), ("fp16", "fp32")])
 def test_resuming_with_another_precision_continues(corpus, tmp_path, caplog, before, after):
     # a bf16 or fp32 run saves no loss scale, and an fp16 run's scale means nothing without fp16

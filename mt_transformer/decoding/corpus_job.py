@@ -138,6 +138,7 @@ class CorpusJob:
     shard: Shard = field(default_factory=Shard)
     restart: bool = False
     received: int | None = None  # the signal that asks to stop after the current window
+    fresh: bool = False  # whether this run began the partial output (rather than continuing one)
 
     def __post_init__(self):
         self.settings = json.loads(json.dumps(self.settings))  # as the record will hold them
@@ -165,14 +166,15 @@ class CorpusJob:
         moves the progress bar by n of its lines. Nothing is written before the first window is read."""
         windows = iter(windows)
         first = next(windows, None)  # an input that fails at once leaves nothing behind
-        record = self._begin()
+        record = {"windows": []}
         try:
+            record = self._begin()
             lines_done = sum(w["lines"] for w in record["windows"])
             total = shard_lines(total, self.buffer_lines, self.shard)
             with self._signals_handled(), _Progress(total, lines_done, progress) as bar:
                 self._process(itertools.chain([first], windows) if first else iter(()), record, work, bar)
         except BaseException:
-            if not record["windows"]:
+            if self.fresh and not record["windows"]:
                 self._discard()
             raise
         self._finish(record)
@@ -230,6 +232,7 @@ class CorpusJob:
                 f.truncate(sum(w["bytes"] for w in old["windows"]))
             log.info("%s: continuing after line %d", self.output, sum(w["lines"] for w in old["windows"]))
             return old
+        self.fresh = True
         with atomic_path(self.partial) as tmp:
             open(tmp, "wb").close()
         self._save(fresh)
