@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, fsync_dir, write_text
+from mt_transformer.signals import stopping_signals
 
 log = logging.getLogger(__name__)
 
@@ -294,16 +295,8 @@ class CorpusJob:
             self.received = signum
             log.warning("%s received: stopping after this window", signal.Signals(signum).name)
 
-        handled = (signal.SIGTERM, signal.SIGINT)
-        try:
-            previous = {s: signal.signal(s, on_signal) for s in handled}
-        except ValueError:  # not the main thread: leave signals alone
-            previous = {}
-        try:
+        with stopping_signals(on_signal):
             yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
 
 
 class _Progress:

@@ -12,6 +12,7 @@ import time
 
 from mt_transformer.config import TrainConfig
 from mt_transformer.errors import UserError
+from mt_transformer.signals import stopping_signals
 from mt_transformer.training import distributed
 from mt_transformer.training.state import TrainerState
 
@@ -88,16 +89,8 @@ class StopPolicy:
     @contextlib.contextmanager
     def signals_handled(self):
         """SIGTERM and SIGINT mark the run to stop at the next update boundary while inside."""
-        handled = (signal.SIGTERM, signal.SIGINT)
-        try:
-            previous = {s: signal.signal(s, self._on_signal) for s in handled}
-        except ValueError:  # not the main thread: leave signals alone
-            previous = {}
-        try:
+        with stopping_signals(self._on_signal):
             yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
 
     def _on_signal(self, signum, frame) -> None:
         # A second signal stops at once, without saving; not under torchrun, which passes Ctrl-C
