@@ -8,12 +8,12 @@ import signal
 
 import pytest
 
+from mt_transformer.decoding.corpus_files import merge_shards
 from mt_transformer.decoding.corpus_job import (
     FIRST_WINDOW,
     CorpusJob,
     JobStopped,
     Shard,
-    merge_shards,
     read_windows,
     shard_lines,
     window_sizes,

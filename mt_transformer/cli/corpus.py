@@ -57,7 +57,7 @@ def check_corpus_flags(args) -> None:
 
 
 def merge(args) -> None:
-    from mt_transformer.decoding.corpus_job import merge_shards
+    from mt_transformer.decoding.corpus_files import merge_shards
 
     lines = merge_shards(args.merge, args.output)
     print(f"merged {len(args.merge)} shards: {lines} lines in {args.output}", flush=True)
@@ -147,7 +147,8 @@ def _merge_ranks(output: str, processes) -> None:
     """After every rank has written its shard: rank 0 merges them into `output` and removes them."""
     import torch.distributed as dist
 
-    from mt_transformer.decoding.corpus_job import Shard, merge_shards
+    from mt_transformer.decoding.corpus_files import merge_shards
+    from mt_transformer.decoding.corpus_job import Shard
 
     if not dist.is_initialized():  # gloo only waits here; ranks may finish hours apart
         dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))

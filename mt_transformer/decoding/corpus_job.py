@@ -9,13 +9,12 @@ same bytes as a run never interrupted; FILE.partial becomes FILE by one rename a
 SIGTERM and SIGINT finish the current window first.
 
 `--shard K/N` processes windows K, K+N, K+2N, ... only; the shards' records say which output
-lines belong to which window, so that merge_shards puts them back in input order.
+lines belong to which window, so that corpus_files.merge_shards puts them back in input order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import itertools
 import json
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
+from mt_transformer.decoding.corpus_files import RECORD_FORMAT, encoded, read_record
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, fsync_dir, write_text
 from mt_transformer.signals import stopping_signals
@@ -35,7 +35,6 @@ from mt_transformer.signals import stopping_signals
 log = logging.getLogger(__name__)
 
 FIRST_WINDOW = 256  # lines in the first window; each next one doubles, up to buffer_lines
-RECORD_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -325,60 +324,5 @@ class _Progress:
         self.bar.close()
 
 
-def encoded(lines: list[str], gz: bool) -> bytes:
-    """A window's lines as bytes: UTF-8, or one gzip member (concatenated members are one gzip file)."""
-    data = "".join(lines).encode("utf-8")
-    return gzip.compress(data, mtime=0) if gz else data
-
-
-def read_record(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UserError(f"{path}: not a progress record; remove it to start over") from None
-    if record.get("format") != RECORD_FORMAT:
-        raise UserError(f"{path}: a progress record of another version; remove it to start over")
-    return record
-
-
 def _shown(value) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
-
-
-def merge_shards(paths: list[str], output: str) -> int:
-    """Put the outputs of all N shards of one job back in input order, into `output` (written
-    atomically, as one unsharded run would have written it). Returns the lines written."""
-    records = []
-    for path in paths:
-        record = read_record(f"{path}.progress.json")
-        if record is None or not record["done"] or not os.path.exists(path):
-            raise UserError(f"--merge: {path} is not a finished shard (no {path}.progress.json saying it is done)")
-        records.append(record)
-    count = records[0]["shard"][1]
-    by_index = {record["shard"][0]: (path, record) for path, record in zip(paths, records)}
-    if sorted(by_index) != list(range(count)) or len(paths) != count:
-        raise UserError(f"--merge: needs the {count} shards 0/{count} to {count - 1}/{count} of one job, each once")
-    for path, record in zip(paths, records):
-        for key in ("settings", "buffer_lines"):
-            if record[key] != records[0][key]:
-                raise UserError(f"--merge: {path} and {paths[0]} were made with different settings ({key})")
-    pending = {k: list(record["windows"]) for k, (_, record) in by_index.items()}
-    written = 0
-    with contextlib.ExitStack() as files, atomic_path(output) as tmp, open(tmp, "wb") as out:
-        readers = {k: files.enter_context(_opened(path)) for k, (path, _) in by_index.items()}
-        for index in range(sum(map(len, pending.values()))):
-            k = index % count
-            window = pending[k].pop(0)
-            lines = [readers[k].readline().decode("utf-8") for _ in range(window["out_lines"])]
-            if window["index"] != index or not all(line.endswith("\n") for line in lines):
-                raise UserError(f"--merge: {by_index[k][0]} does not hold the lines its record lists")
-            out.write(encoded(lines, gz=output.endswith(".gz")))
-            written += len(lines)
-    return written
-
-
-def _opened(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
