@@ -99,3 +99,19 @@ def test_unknown_settings_and_attention_without_a_model_are_one_line_errors(trai
     ensemble = mt.load([trained_run, trained_run], device="cpu")
     with pytest.raises(UserError, match="attention: needs one model"):
         ensemble.attention("x")
+
+
+def test_the_examples_of_docs_python_md_run(trained_run, capsys):
+    """Every ```python block of docs/python.md, in order, in one namespace, on the test model."""
+    import os
+    import re
+
+    from conftest import ROOT
+
+    text = open(os.path.join(ROOT, "docs", "python.md"), encoding="utf-8").read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert len(blocks) >= 5
+    namespace = {}
+    for block in blocks:
+        exec(compile(block.replace('"runs/demo"', repr(trained_run)), "docs/python.md", "exec"), namespace)
+    assert isinstance(namespace["m"], mt.TranslationModel) and namespace["found"]["cross_attention"]
