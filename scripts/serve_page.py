@@ -1,8 +1,11 @@
 """mt-serve's page in a real headless Chromium (Debian's chromium and chromium-driver, driven by
-Selenium): type a sentence, press Translate, read the translation, and save a screenshot.
+Selenium): type a sentence, press Translate, read the translation, pick an attention head, and
+save a screenshot.
 
     python3 scripts/serve_page.py --checkpoint runs/demo --text "I bought 23 red apples on March 5." \
         --attention --screenshot docs/images/serve_page.png
+    python3 scripts/serve_page.py --checkpoint runs/demo --text "I bought 23 red apples on March 5." \
+        --view encoder 2 3 --screenshot docs/images/serve_page_heads.png
 
 The browser test imports `chromium`, `open_browser` and `try_page` from here.
 """
@@ -37,12 +40,16 @@ def open_browser(width: int = 1100, height: int = 900):
     return webdriver.Chrome(options=options, service=Service(executable_path=driver))
 
 
-def try_page(driver, url: str, text: str, attention: bool = False, screenshot: str | None = None) -> dict:
+def try_page(
+    driver, url: str, text: str, attention: bool = False, screenshot: str | None = None, view: tuple | None = None
+) -> dict:
     """Use the page as a person would; returns what it shows: the translation, the status line,
-    the alignment caption and the heatmap's rows (0 without --attention)."""
+    the alignment caption and the heatmap's rows (0 without attention). `view`: (kind, layer,
+    head), as the page's menus name them (encoder, decoder or cross; layer from 1; a head from 1,
+    or "mean"), chosen before the heatmap is read: its row and column labels and its weights."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     wait = WebDriverWait(driver, 60)
     driver.get(url)
@@ -50,16 +57,32 @@ def try_page(driver, url: str, text: str, attention: bool = False, screenshot: s
     box = driver.find_element(By.ID, "text")
     box.clear()
     box.send_keys(text)
-    if attention:
+    if attention or view:
         driver.find_element(By.ID, "show-attention").click()
     driver.find_element(By.ID, "translate").click()
     wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "done"))
+    if view:
+        kind, layer, head = view
+        for label, value in (("attention", kind), ("layer", str(int(layer) - 1)), ("head", head)):
+            menu = driver.find_element(By.CSS_SELECTOR, f'#attention select[aria-label="{label}"]')
+            Select(menu).select_by_value(value if value == "mean" or label != "head" else str(int(value) - 1))
     shown = {
         "translation": driver.find_element(By.ID, "translation").get_attribute("value"),
         "status": driver.find_element(By.ID, "status").text,
         "alignment": " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, ".alignment")),
         "heatmap_rows": len(driver.find_elements(By.CSS_SELECTOR, "table.heatmap tbody tr")),
     }
+    if view:
+        table = driver.find_element(By.CSS_SELECTOR, "table.heatmap")
+
+        def labels(where: str) -> list[str]:
+            return [th.get_attribute("textContent") for th in table.find_elements(By.CSS_SELECTOR, where)]
+
+        shown["rows"], shown["columns"] = labels("tbody th"), labels("thead th")[1:]
+        shown["weights"] = [
+            [float(td.get_attribute("title")) for td in row.find_elements(By.TAG_NAME, "td")]
+            for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        ]
     if screenshot:
         os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
         driver.save_screenshot(screenshot)
@@ -71,6 +94,12 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--text", required=True)
     parser.add_argument("--attention", action="store_true", help="tick 'show alignment and attention'")
+    parser.add_argument(
+        "--view",
+        nargs=3,
+        metavar=("KIND", "LAYER", "HEAD"),
+        help="draw encoder, decoder or cross attention of LAYER (from 1), HEAD (from 1, or mean)",
+    )
     parser.add_argument("--screenshot", required=True, help="the PNG to write")
     args = parser.parse_args()
     if chromium() is None:
@@ -78,7 +107,8 @@ def main() -> None:
     with ServerProcess(["--checkpoint", args.checkpoint]) as server:
         driver = open_browser()
         try:
-            print(try_page(driver, server.url + "/", args.text, args.attention, args.screenshot))
+            shown = try_page(driver, server.url + "/", args.text, args.attention, args.screenshot, args.view)
+            print({key: value for key, value in shown.items() if key != "weights"})
         finally:
             driver.quit()
 

@@ -39,7 +39,7 @@ class Item:
 class Result:
     hypotheses: list[Translation]  # best first
     alignments: list[str] | None = None  # per hypothesis, Pharaoh format (source-target word pairs)
-    attention: dict | None = None  # the best translation's: source_pieces, target_pieces, weights (rows: target)
+    attention: dict | None = None  # the best translation's pieces and attention weights (serve/v1.py, Attention)
 
 
 class Models:
@@ -78,8 +78,10 @@ class Models:
 
 
 def _with_attention(translator: Translator, text: str, hypotheses: list[Translation]) -> Result:
-    """The hypotheses with their word alignments, and the cross-attention of the best one (the last
-    decoder layer, mean of its heads) as mt-translate --alignment and --attention take them."""
+    """The hypotheses with their word alignments, and every attention weight of the best one:
+    `weights`, the cross-attention of the last decoder layer averaged over its heads (as
+    mt-translate --alignment and --attention take it), and `layers`, each kind's weights per
+    layer and head (model/attention_maps.py)."""
     from mt_transformer.decoding.alignment import cross_attention, format_alignment, select, word_alignment
 
     tokenizer = translator.tokenizer
@@ -93,13 +95,32 @@ def _with_attention(translator: Translator, text: str, hypotheses: list[Translat
         tgt_pieces = tokenizer.tgt_pieces(hypotheses[k].tokens)
         alignments[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
         if k == 0:
-            rounded = [[round(w, 4) for w in row] for row in matrix.tolist()]
             attention = {
                 "source_pieces": src_pieces + ["</s>"],
                 "target_pieces": tgt_pieces + ["</s>"],
-                "weights": rounded,
+                "decoder_pieces": ["<s>"] + tgt_pieces,
+                "weights": _rounded(matrix),
+                "layers": _every_layer(translator, src_ids, hypotheses[k].tokens),
             }
     return Result(hypotheses, alignments, attention)
+
+
+def _every_layer(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dict:
+    """{"encoder": ..., "decoder": ..., "cross": ...}: per layer, per head, the (queries, keys) weights."""
+    import torch
+
+    from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
+    from mt_transformer.model.attention_maps import attention_maps
+
+    source = torch.tensor([src_ids + [EOS_ID]], device=translator.device)  # (1, src_len + 1)
+    target = torch.tensor([[BOS_ID] + tgt_ids], device=translator.device)  # (1, tgt_len + 1)
+    maps = attention_maps(translator.model, source, target)
+    kinds = {"encoder": maps.encoder, "decoder": maps.decoder, "cross": maps.cross}
+    return {kind: [[_rounded(head) for head in layer[0]] for layer in layers] for kind, layers in kinds.items()}
+
+
+def _rounded(matrix) -> list[list[float]]:
+    return [[round(w, 3) for w in row] for row in matrix.tolist()]
 
 
 def load_models(

@@ -36,9 +36,17 @@ class Hypothesis(BaseModel):
 
 
 class Attention(BaseModel):
-    source_pieces: list[str]
-    target_pieces: list[str]
-    weights: list[list[float]] = Field(description="one row per target piece, one column per source piece")
+    source_pieces: list[str] = Field(description="the source's subwords and </s>")
+    target_pieces: list[str] = Field(description="the subwords the decoder wrote, and </s>: one per decoder step")
+    decoder_pieces: list[str] = Field(description="what each decoder step read: <s> and the subwords written before")
+    weights: list[list[float]] = Field(
+        description="cross-attention of the last layer, mean of its heads: one row per target piece, one column "
+        "per source piece"
+    )
+    layers: dict[str, list[list[list[list[float]]]]] = Field(
+        description="encoder (source over source), decoder (steps over the pieces read, causal) and cross (steps "
+        "over source) attention: per layer, per head, rows of weights summing to 1"
+    )
 
 
 class LineResult(BaseModel):
