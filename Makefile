@@ -4,7 +4,7 @@ PIP = $(PYTHON) -m pip
 DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
-.PHONY: install demo test lint bench gpu-check clean
+.PHONY: install demo test tour lint bench gpu-check clean
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
 # first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels.
@@ -25,7 +25,11 @@ demo: install
 	mt-eval --hyp $(DEMO_DATA)/test.en --ref $(DEMO_DATA)/test.de --metrics bleu chrf
 
 test: install
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -m "not notebook"
+
+# docs/tour.ipynb run top to bottom in a fresh kernel (it trains a small model for a minute)
+tour: install
+	$(PYTHON) -m pytest -q -s -m notebook
 
 lint:
 	$(PYTHON) -m ruff check .
