@@ -2,13 +2,14 @@
 the commands use, and attention as bertviz renders it."""
 
 import json
+import os
 import random
 
 import pytest
 import torch
 
 import mt_transformer as mt
-from conftest import run_cli
+from conftest import ROOT, run_cli
 from mt_transformer.errors import UserError
 
 SENTENCES = ["I bought a red apple yesterday.", "", "Tom will sell 5 old cups tomorrow."]
@@ -103,10 +104,7 @@ def test_unknown_settings_and_attention_without_a_model_are_one_line_errors(trai
 
 def test_the_examples_of_docs_python_md_run(trained_run, capsys):
     """Every ```python block of docs/python.md, in order, in one namespace, on the test model."""
-    import os
     import re
-
-    from conftest import ROOT
 
     text = open(os.path.join(ROOT, "docs", "python.md"), encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
@@ -115,3 +113,20 @@ def test_the_examples_of_docs_python_md_run(trained_run, capsys):
     for block in blocks:
         exec(compile(block.replace('"runs/demo"', repr(trained_run)), "docs/python.md", "exec"), namespace)
     assert isinstance(namespace["m"], mt.TranslationModel) and namespace["found"]["cross_attention"]
+
+
+DEMO_RUN = os.path.join(ROOT, "runs", "demo")
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(DEMO_RUN, "checkpoints")), reason="needs make demo's runs/demo")
+def test_the_demo_model_through_the_api():
+    bertviz = pytest.importorskip("bertviz")
+    m = mt.load(DEMO_RUN, device="cpu")
+    source = "I bought 23 red apples on March 5."
+    own = m.translate(source)
+    assert own == "Ich habe am fünften März dreiundzwanzig rote Äpfel gekauft."
+    words = own.split()
+    scrambled = " ".join(words[::-1])
+    assert m.score(source, own) > m.score(source, scrambled)
+    html = bertviz.model_view(**m.attention(source), html_action="return").data
+    assert json.dumps(" Äpfel")[1:-1] in html and " bought" in html
