@@ -130,3 +130,20 @@ def test_the_demo_model_through_the_api():
     assert m.score(source, own) > m.score(source, scrambled)
     html = bertviz.model_view(**m.attention(source), html_action="return").data
     assert json.dumps(" Äpfel")[1:-1] in html and " bought" in html
+
+
+def test_an_export_directory_loads_with_ctranslate2(trained_run, tmp_path):
+    from mt_transformer import checkpoint
+    from mt_transformer.decoding import ctranslate2_engine
+
+    ctranslate2_engine.export(checkpoint.load(trained_run, torch.device("cpu")), str(tmp_path / "ct2"))
+    exported = mt.load(tmp_path / "ct2", device="cpu", beam_size=2)
+    assert exported.translator.model is None  # CTranslate2 runs it, found by the directory's model.bin
+    cli = run_cli(
+        "mt-translate", "--checkpoint", str(tmp_path / "ct2"), "--engine", "ctranslate2", "--beam", "2",
+        input="\n".join(SENTENCES) + "\n",
+    )  # fmt: skip
+    assert exported.translate(SENTENCES) == cli.stdout.splitlines()
+    assert isinstance(exported.score(SENTENCES[0], "Ich habe einen Apfel gekauft."), float)
+    with pytest.raises(UserError, match="attention: needs one model run by the PyTorch engine"):
+        exported.attention(SENTENCES[0])
