@@ -15,14 +15,14 @@ PACKAGE = os.path.join(ROOT, "mt_transformer")
 # The package's parts by layer, lowest first (docs/architecture.md): a module imports from its own
 # part, from parts of lower layers, and from nothing above.
 LAYERS = [
-    {"errors", "files"},
+    {"errors", "files", "signals"},
     {"config", "devices"},
     {"data"},
     {"model"},
     {"checkpoint"},
     {"evaluation"},
     {"decoding"},
-    {"training", "serve"},
+    {"training", "serve", "translation_model"},
     {"cli"},
 ]
 
@@ -47,8 +47,10 @@ def imports(path: str, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & known
+            names.update(submodules)
+            if len(submodules) < len(node.names):  # a name defined by the module itself, not a submodule
+                names.add(node.module)
     return {name for name in names if name in known}
 
 
