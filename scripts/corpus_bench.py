@@ -26,6 +26,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from mt_transformer.devices import cpu_model
@@ -53,14 +54,14 @@ def make_corpus(source: str, lines: int, path: str, seed: int = 1) -> str:
 
 def timed(command: list[str], stdin=None) -> dict:
     """Run a process to its end: seconds and peak RSS (MB)."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - start
-    stderr = process.stderr.read().decode()
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise SystemExit(f"{command[3:]} failed: {stderr[-2000:]}")
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: nothing reads stderr while it runs
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.seek(0)
+            raise SystemExit(f"{command[3:]} failed: {log.read().decode()[-2000:]}")
     return {"seconds": round(seconds, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024)}
 
 
