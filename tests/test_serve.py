@@ -84,55 +84,39 @@ def test_a_real_server_answers_drains_on_sigterm_and_exits_0(trained_run, tmp_pa
 
 
 @pytest.mark.browser
-@pytest.mark.slow  # about 5 s: a server and a browser start
+@pytest.mark.slow  # about 8 s: a server and a browser start
 @pytest.mark.skipif(
     chromium() is None, reason="needs chromium and chromedriver (apt-get install chromium chromium-driver)"
 )
-def test_the_page_translates_in_a_real_browser(trained_run, tmp_path):
+def test_the_page_translates_and_draws_every_kind_layer_and_head_in_a_real_browser(trained_run, tmp_path):
     screenshot = os.environ.get("MT_SERVE_SCREENSHOT") or str(tmp_path / "page.png")
+    text = "a red house"
     with ServerProcess(["--checkpoint", trained_run]) as server:
-        request = {"q": "a red house", "source": "en", "target": "de"}
+        request = {"q": text, "source": "en", "target": "de"}
         expected = post(server.url + "/translate", request)[1]
-        aligned = post(server.url + "/v1/translate", {**request, "alignment": True})[1]["translations"][0]
+        answer = post(server.url + "/v1/translate", {**request, "alignment": True, "attention": True})[1]
+        aligned, attention = answer["translations"][0]["hypotheses"][0], answer["translations"][0]["attention"]
         driver = open_browser()
         try:
-            plain = try_page(driver, server.url + "/", "a red house")
-            shown = try_page(driver, server.url + "/", "a red house", attention=True, screenshot=screenshot)
+            plain = try_page(driver, server.url + "/", text)
+            shown = try_page(driver, server.url + "/", text, attention=True, screenshot=screenshot)
+            encoder = try_page(driver, server.url + "/", text, view=("encoder", 2, "2"))
+            decoder = try_page(driver, server.url + "/", text, view=("decoder", 1, "mean"))
+            cross = try_page(driver, server.url + "/", text, view=("cross", 2, "4"))
         finally:
             driver.quit()
     assert plain["translation"] == expected["translatedText"] and plain["heatmap_rows"] == 0
     assert shown["translation"] == expected["translatedText"]
-    assert shown["alignment"] == "alignment (source-target words): " + aligned["hypotheses"][0]["alignment"]
-    assert shown["heatmap_rows"] == len(translator(trained_run)(["a red house"])[0][0].tokens) + 1  # and EOS
+    assert shown["alignment"] == "alignment (source-target words): " + aligned["alignment"]
+    assert shown["heatmap_rows"] == len(translator(trained_run)([text])[0][0].tokens) + 1  # and EOS
     with open(screenshot, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.mark.browser
-@pytest.mark.slow
-@pytest.mark.skipif(
-    chromium() is None, reason="needs chromium and chromedriver (apt-get install chromium chromium-driver)"
-)
-def test_the_page_draws_any_layer_and_head_of_each_kind_of_attention(trained_run, tmp_path):
-    screenshot = os.environ.get("MT_SERVE_HEADS_SCREENSHOT") or str(tmp_path / "heads.png")
-    text = "a red house"
-    with ServerProcess(["--checkpoint", trained_run]) as server:
-        request = {"q": text, "source": "en", "target": "de", "attention": True}
-        attention = post(server.url + "/v1/translate", request)[1]["translations"][0]["attention"]
-        driver = open_browser()
-        try:
-            encoder = try_page(driver, server.url + "/", text, view=("encoder", 2, "2"))
-            decoder = try_page(driver, server.url + "/", text, view=("decoder", 1, "mean"))
-            cross = try_page(driver, server.url + "/", text, view=("cross", 2, "4"), screenshot=screenshot)
-        finally:
-            driver.quit()
+    # any kind, layer and head: the cells the API gives (layer 2, head 2 of the encoder, ...)
     assert encoder["rows"] == encoder["columns"] == attention["source_pieces"]
-    assert encoder["weights"] == attention["layers"]["encoder"][1][1]  # layer 2, head 2, as the API gives it
+    assert encoder["weights"] == attention["layers"]["encoder"][1][1]
     assert decoder["rows"] == attention["target_pieces"] and decoder["columns"] == attention["decoder_pieces"]
     heads = attention["layers"]["decoder"][0]
     mean = [[sum(h[q][k] for h in heads) / len(heads) for k in range(len(heads[0][0]))] for q in range(len(heads[0]))]
     assert [w for row in decoder["weights"] for w in row] == pytest.approx([w for row in mean for w in row], abs=1e-3)
     assert all(w == 0 for q, row in enumerate(decoder["weights"]) for w in row[q + 1 :])  # causal
     assert cross["rows"] == attention["target_pieces"] and cross["weights"] == attention["layers"]["cross"][1][3]
-    with open(screenshot, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
