@@ -1,5 +1,5 @@
 """What the commands share: the entry-point wrapper (one-line errors, exit codes), the config and
-decoding options, reading input and writing output, and loading a translator from the flags."""
+decoding options, writing output, and loading a translator from the flags."""
 
 from __future__ import annotations
 
@@ -83,14 +83,6 @@ def config_keys() -> str:
         keys = " ".join(f"{f.name}={shown(getattr(values, f.name))}" for f in dataclasses.fields(values))
         lines += textwrap.wrap(keys, width=100, initial_indent=f"  {section.name}: ", subsequent_indent="    ")
     return "\n".join(lines)
-
-
-def read_input(path: str | None) -> list[str]:
-    from mt_transformer.data.text import read_lines
-
-    if path is None or path == "-":
-        return [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]
-    return read_lines(path)
 
 
 def decode_options(parser: argparse.ArgumentParser, checkpoint_required: bool = True) -> None:
