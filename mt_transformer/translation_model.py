@@ -18,10 +18,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-import torch
-
 from mt_transformer.config import DecodeConfig
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.data.text import normalize
 from mt_transformer.decoding.translator import Translation, Translator, load_translator
 from mt_transformer.errors import UserError
@@ -80,9 +77,7 @@ class TranslationModel:
             tgt_ids = t([src])[0][0].tokens
         else:
             tgt_ids = t.tokenizer.encode_tgt([normalize(tgt)])[0]
-        source = torch.tensor([src_ids + [EOS_ID]], device=t.device)  # (1, src_len + 1)
-        target = torch.tensor([[BOS_ID] + tgt_ids], device=t.device)  # (1, tgt_len + 1)
-        maps = attention_maps(t.model, source, target)
+        maps = attention_maps(t.model, src_ids, tgt_ids)
         return {
             "encoder_attention": tuple(maps.encoder),
             "decoder_attention": tuple(maps.decoder),

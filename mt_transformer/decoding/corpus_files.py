@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 
+from mt_transformer.data.text import open_binary
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path
 
@@ -53,7 +54,7 @@ def merge_shards(paths: list[str], output: str) -> int:
     pending = {k: list(record["windows"]) for k, (_, record) in by_index.items()}
     written = 0
     with contextlib.ExitStack() as files, atomic_path(output) as tmp, open(tmp, "wb") as out:
-        readers = {k: files.enter_context(_opened(path)) for k, (path, _) in by_index.items()}
+        readers = {k: files.enter_context(open_binary(path)) for k, (path, _) in by_index.items()}
         for index in range(sum(map(len, pending.values()))):
             k = index % count
             window = pending[k].pop(0)
@@ -63,7 +64,3 @@ def merge_shards(paths: list[str], output: str) -> int:
             out.write(encoded(lines, gz=output.endswith(".gz")))
             written += len(lines)
     return written
-
-
-def _opened(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.model.attention import MultiHeadAttention
 from mt_transformer.model.masks import padding_mask
 
@@ -47,13 +47,17 @@ def _recorded(modules: list[MultiHeadAttention], into: list[torch.Tensor]):
 
 
 @torch.no_grad()
-def attention_maps(model, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionMaps:
-    """src: (batch, src_len) ids, EOS included; tgt_in: (batch, tgt_len) ids, BOS first."""
+def attention_maps(model, src_ids: list[int], tgt_ids: list[int]) -> AttentionMaps:
+    """The weights of one sentence (src_ids, EOS appended) and its translation (tgt_ids, fed
+    after BOS), teacher-forced on the model's device."""
     model.eval()
-    src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids + [EOS_ID]], device=device)  # (1, src_len + 1)
+    tgt_in = torch.tensor([[BOS_ID] + tgt_ids], device=device)  # (1, tgt_len + 1)
+    src_mask = padding_mask(src, PAD_ID)  # (1, 1, 1, src_len + 1)
     encoder, decoder, cross = [], [], []
     with _recorded([layer.self_attn for layer in model.encoder], encoder):
-        memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
+        memory = model.encode(src, src_mask)  # (1, src_len + 1, d_model)
     with (
         _recorded([layer.self_attn for layer in model.decoder], decoder),
         _recorded([layer.cross_attn for layer in model.decoder], cross),

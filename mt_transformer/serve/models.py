@@ -107,14 +107,9 @@ def _with_attention(translator: Translator, text: str, hypotheses: list[Translat
 
 def _every_layer(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dict:
     """{"encoder": ..., "decoder": ..., "cross": ...}: per layer, per head, the (queries, keys) weights."""
-    import torch
-
-    from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
     from mt_transformer.model.attention_maps import attention_maps
 
-    source = torch.tensor([src_ids + [EOS_ID]], device=translator.device)  # (1, src_len + 1)
-    target = torch.tensor([[BOS_ID] + tgt_ids], device=translator.device)  # (1, tgt_len + 1)
-    maps = attention_maps(translator.model, source, target)
+    maps = attention_maps(translator.model, src_ids, tgt_ids)
     kinds = {"encoder": maps.encoder, "decoder": maps.decoder, "cross": maps.cross}
     return {kind: [[_rounded(head) for head in layer[0]] for layer in layers] for kind, layers in kinds.items()}
 
