@@ -89,6 +89,8 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
         f"train.max_tokens: must be at least data.max_len + 1 ({data.max_len + 1}), got {train.max_tokens}",
     )
     _check(train.lr_scale > 0, f"train.lr_scale: must be positive, got {train.lr_scale}")
+    _check(train.peak_lr > 0, f"train.peak_lr: must be positive, got {train.peak_lr}")
+    _check(0 <= train.warmup_fraction < 1, f"train.warmup_fraction: must be in [0, 1), got {train.warmup_fraction}")
     _check(0 <= train.label_smoothing < 1, f"train.label_smoothing: must be in [0, 1), got {train.label_smoothing}")
     _check(
         all(0 <= b < 1 for b in train.adam_betas),

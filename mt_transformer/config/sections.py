@@ -151,8 +151,14 @@ class TrainConfig:
     max_steps: int = 100_000
     max_epochs: int = 0  # 0: no limit
     max_minutes: float = 0.0  # 0: no limit
+    # the learning-rate schedule (training/schedule.py): noam, the paper's, with lr_scale and
+    # warmup; budget, a warmup of warmup_fraction of the run to peak_lr, then a linear decay
+    # that reaches zero when max_steps or max_minutes does
+    schedule: Literal["noam", "budget"] = "noam"
     lr_scale: float = 1.0
     warmup: int = 4000
+    peak_lr: float = 1e-3
+    warmup_fraction: float = 0.1
     label_smoothing: float = 0.1
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9

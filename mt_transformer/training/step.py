@@ -22,7 +22,7 @@ from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, relea
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
 from mt_transformer.training.loss import LogitBuffers, linear_cross_entropy
-from mt_transformer.training.schedule import noam_scheduler
+from mt_transformer.training.schedule import base_lr, scheduler_for
 from mt_transformer.training.state import TrainerState
 
 log = logging.getLogger(__name__)
@@ -38,18 +38,19 @@ def fused_adam(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and Version(torch.__version__).release >= (2, 4))
 
 
-def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, device: torch.device):
-    """Adam with the Noam schedule (section 5.3) and the gradient scaler (fp16 only)."""
+def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, device: torch.device, elapsed=lambda: 0.0):
+    """Adam with train.schedule's learning rates and the gradient scaler (fp16 only); `elapsed`
+    gives the seconds trained so far, for a schedule that follows train.max_minutes."""
     optimizer = torch.optim.Adam(
         model.parameters(),
-        lr=train.lr_scale,
+        lr=base_lr(train),
         betas=train.adam_betas,
         eps=train.adam_eps,
         weight_decay=train.weight_decay,
         fused=fused_adam(device),
     )
     scaler = torch.amp.GradScaler(device.type, init_scale=FP16_INITIAL_SCALE, enabled=train.precision == "fp16")
-    return optimizer, noam_scheduler(optimizer, d_model, train.warmup), scaler
+    return optimizer, scheduler_for(optimizer, train, d_model, elapsed), scaler
 
 
 def training_loss(

@@ -145,8 +145,10 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
             saves=math.ceil(settings.max_steps / checkpoint_every) + 1,
         )
     forward, ddp = wrap_for_processes(model, device, processes, settings.compile)
-    optimizer, scheduler, scaler = optimizer_for(model, settings, config.model.d_model, device)
     state = TrainerState(world_size=processes.world_size)
+    optimizer, scheduler, scaler = optimizer_for(
+        model, settings, config.model.d_model, device, elapsed=lambda: state.elapsed
+    )
     step = TrainingStep(model, optimizer, scheduler, scaler, settings, state, device, forward, ddp, processes)
     if found:
         resume(step, found[-1][1], processes, settings.seed)
