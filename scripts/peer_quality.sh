@@ -12,6 +12,14 @@
 #
 #   PEERS_SCRIPTS=DIR CORPUS=DIR bash scripts/peer_quality.sh fairseq     # or: onmt
 #
+# Tuning fairseq (docs/recipes.md, "Against a tuned fairseq"): FAIRSEQ_LR, FAIRSEQ_DROPOUT,
+# FAIRSEQ_WARMUP, FAIRSEQ_WD and FAIRSEQ_SEED replace the documented values below, BATCH_TOKENS
+# and THREADS the batch and thread count, BUDGET_S the seconds of training (MAX_UPDATES the
+# updates, for a comparison at equal updates); CHECKPOINT=avg3
+# decodes the average of the last three checkpoints (one every 200 updates) instead of the best.
+# Another pair: SRC and TGT (de, en by default), CORPUS its files, and BENCH_DATA a directory
+# that prepare_data.sh filled from them (CORPUS_DIR=... BENCH_DATA=... bash prepare_data.sh).
+#
 # Settings, and where they come from:
 # - fairseq: the IWSLT'14 German-English Transformer example of fairseq's examples/translation
 #   README, its small-data recipe: Adam (0.9, 0.98), lr 5e-4, inverse_sqrt with 4,000 warmup
@@ -39,11 +47,19 @@ source "$PEERS_SCRIPTS/common.sh"
 BUDGET_S="${BUDGET_S:-3600}"
 # The documented warmups (fairseq 4,000, OpenNMT-py 8,000) are longer than the ~1,700 updates the
 # budget holds; WARMUP_FIT=N runs the same settings with the warmup fitted to the budget instead.
-FAIRSEQ_WARMUP="${WARMUP_FIT:-4000}"
+FAIRSEQ_WARMUP="${FAIRSEQ_WARMUP:-${WARMUP_FIT:-4000}}"
+FAIRSEQ_LR="${FAIRSEQ_LR:-5e-4}"
+FAIRSEQ_DROPOUT="${FAIRSEQ_DROPOUT:-0.3}"
+FAIRSEQ_WD="${FAIRSEQ_WD:-0.0001}"
+FAIRSEQ_SEED="${FAIRSEQ_SEED:-42}"
+MAX_UPDATES="${MAX_UPDATES:-1000000}"   # a run of so many updates instead of BUDGET_S (set it long enough)
+CHECKPOINT="${CHECKPOINT:-best}"
+SRC="${SRC:-de}"
+TGT="${TGT:-en}"
 ONMT_WARMUP="${WARMUP_FIT:-8000}"
 CORPUS="${CORPUS:?set CORPUS to the directory of the line-aligned Multi30k files}"
 OUT="$RUNS/$PEER-quality-$TAG"
-DATA="$PEERS_DIR/quality-data"   # full valid (1,014) and test2016 (1,000), in the peers' pieces
+DATA="$BENCH_DATA/quality"   # the whole valid and test sets, in the peers' pieces
 mkdir -p "$DATA" "$OUT"
 
 if [ ! -s "$DATA/test.de" ]; then
@@ -60,18 +76,18 @@ for split in ("valid", "test"):
 PY
 fi
 
-score() {  # score HYP_PIECES -> result.json (BLEU and chrF with signatures, like mt-eval)
-  "$TOOLS_PY" - "$1" "$CORPUS/test.en" "$BENCH_DATA/spm.model" "$OUT/train_measure.json" "$PEER" \
+score() {  # score HYP_PIECES UPDATES -> result.json (BLEU and chrF with signatures, like mt-eval)
+  "$TOOLS_PY" - "$1" "$CORPUS/test.$TGT" "$BENCH_DATA/spm.model" "$OUT/train_measure.json" "$PEER" "$2" \
       > "$OUT/result.json" <<'PY'
 import json, sys, sacrebleu, sentencepiece as spm
-hyp_path, ref_path, model, measure, peer = sys.argv[1:]
+hyp_path, ref_path, model, measure, peer, updates = sys.argv[1:]
 sp = spm.SentencePieceProcessor(model_file=model)
 hyps = [sp.decode(line.split()) for line in open(hyp_path, encoding="utf-8")]
 refs = [line.rstrip("\n") for line in open(ref_path, encoding="utf-8")]
 assert len(hyps) == len(refs), (len(hyps), len(refs))
 bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
 b, c = bleu.corpus_score(hyps, [refs]), chrf.corpus_score(hyps, [refs])
-print(json.dumps({"peer": peer, "bleu": round(b.score, 2), "chrf": round(c.score, 2),
+print(json.dumps({"peer": peer, "updates": int(updates), "bleu": round(b.score, 2), "chrf": round(c.score, 2),
                   "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
                   "train_wall_s": json.load(open(measure))["wall_s"]}, indent=1))
 PY
@@ -84,28 +100,42 @@ fairseq)
   export PYTHONPATH="$PEERS_SCRIPTS/shims/fairseq_py311${PYTHONPATH:+:$PYTHONPATH}"
   if [ "${DECODE_ONLY:-0}" != 1 ]; then
     rm -rf "$OUT"/*
-    "$B/fairseq-preprocess" --source-lang de --target-lang en --trainpref "$BENCH_DATA/sp/train" \
+    "$B/fairseq-preprocess" --source-lang "$SRC" --target-lang "$TGT" --trainpref "$BENCH_DATA/sp/train" \
         --validpref "$DATA/valid" --testpref "$DATA/test" --destdir "$OUT/bin" \
         --joined-dictionary --workers 2 > "$OUT/prepare.stdout" 2>&1
     STOP_H=$("$TOOLS_PY" -c "print($BUDGET_S / 3600)")
-    $MEASURE "$OUT/train_measure.json" -- "$B/fairseq-train" "$OUT/bin" --cpu --seed 42 --num-workers 0 \
+    $MEASURE "$OUT/train_measure.json" -- "$B/fairseq-train" "$OUT/bin" --cpu --seed "$FAIRSEQ_SEED" --num-workers 0 \
         --arch transformer --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256 \
         --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 \
         --decoder-attention-heads 4 --share-all-embeddings \
         --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 0.0 \
-        --lr 5e-4 --lr-scheduler inverse_sqrt --warmup-updates "$FAIRSEQ_WARMUP" \
-        --dropout 0.3 --weight-decay 0.0001 \
+        --lr "$FAIRSEQ_LR" --lr-scheduler inverse_sqrt --warmup-updates "$FAIRSEQ_WARMUP" \
+        --dropout "$FAIRSEQ_DROPOUT" --weight-decay "$FAIRSEQ_WD" \
         --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-        --max-tokens "$BATCH_TOKENS" --max-update 1000000 --stop-time-hours "$STOP_H" \
-        --save-interval-updates 200 --keep-interval-updates 1 --no-epoch-checkpoints \
+        --max-tokens "$BATCH_TOKENS" --max-update "$MAX_UPDATES" --stop-time-hours "$STOP_H" \
+        --save-interval-updates 200 --keep-interval-updates 3 --no-epoch-checkpoints \
         --log-interval 100 --log-format simple --save-dir "$OUT/ckpt" > "$OUT/train.log" 2>&1
   fi
-  "$B/fairseq-generate" "$OUT/bin" --cpu --path "$OUT/ckpt/checkpoint_best.pt" --gen-subset test \
+  MODEL="$OUT/ckpt/checkpoint_best.pt"
+  if [ "$CHECKPOINT" = avg3 ]; then  # the mean of the last three interval checkpoints' weights
+    MODEL="$OUT/ckpt/average3.pt"
+    "$B/python" - "$MODEL" $(ls "$OUT"/ckpt/checkpoint_*_*.pt | awk -F_ '{print $NF, $0}' | sort -n | tail -3 | cut -d' ' -f2) <<'PY'
+import sys, torch
+out, paths = sys.argv[1], sys.argv[2:]
+saved = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+mean = {k: sum(s["model"][k].double() for s in saved).div(len(saved)).to(v.dtype) for k, v in saved[-1]["model"].items()}
+saved[-1]["model"] = mean
+torch.save(saved[-1], out)
+print("averaged", *paths)
+PY
+  fi
+  UPDATES=$(grep -o 'num_updates [0-9]*' "$OUT/train.log" | tail -1 | cut -d' ' -f2)
+  "$B/fairseq-generate" "$OUT/bin" --cpu --path "$MODEL" --gen-subset test \
       --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --batch-size 32 --num-workers 0 \
       --model-overrides "{'checkpoint_activations': True}" \
       > "$OUT/generate.out" 2> "$OUT/generate.stderr"
   grep '^H-' "$OUT/generate.out" | sed 's/^H-//' | sort -n -k1,1 | cut -f3 > "$OUT/hyp.test"
-  score "$OUT/hyp.test"
+  score "$OUT/hyp.test" "${UPDATES:-0}"
   ;;
 onmt)
   B="$PEERS_DIR/onmt/bin"
@@ -134,7 +164,7 @@ onmt)
   "$B/onmt_translate" -model "$MODEL" -src "$DATA/test.de" -output "$OUT/hyp.test" -beam_size 4 \
       -batch_size 32 -batch_type sents -max_length 200 -length_penalty wu -alpha 0.6 -gpu -1 \
       > "$OUT/decode.stdout" 2>&1
-  score "$OUT/hyp.test"
+  score "$OUT/hyp.test" "$(basename "$MODEL" .pt | grep -o '[0-9]*$' || echo 0)"
   ;;
 *) echo "unknown peer: $PEER (fairseq or onmt)" >&2; exit 2 ;;
 esac
