@@ -73,18 +73,18 @@ def probe_speed(config: str, overrides: list[str], steps: int) -> float:
     return round(sum(rates[1:]) / (len(rates) - 1), 1) if len(rates) > 1 else rates[0]
 
 
-def score_average(out: str) -> dict:
-    """Test BLEU and chrF of the average of the last 3 kept checkpoints (written to avg3/): the
-    cell of docs/recipes.md's budget table."""
+def score_last(out: str) -> dict:
+    """Test BLEU and chrF of the last checkpoint and of the average of the last 3 (written to
+    avg3/): the cells of docs/recipes.md's budget table."""
     kept = checkpoint.list_checkpoints(out)
     average = os.path.join(out, "avg3")
     run("mt-average", "--inputs", out, "--last", "3", "--output", average)
-    scores = evaluate(average, "test")
-    return {
-        "avg3_steps": [step for step, _ in kept[-3:]],
-        "test_avg3": {"bleu": scores["bleu"], "chrf": scores["chrf"]},
-        "signatures": scores["signature"],
-    }
+    row = {"last_step": kept[-1][0], "avg3_steps": [step for step, _ in kept[-3:]]}
+    for label, model in (("last", kept[-1][1]), ("avg3", average)):
+        scores = evaluate(model, "test")
+        row[f"test_{label}"] = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+        row["signatures"] = scores["signature"]
+    return row
 
 
 def score_run(out: str, best_name: str, has_test: bool) -> dict:
@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--eval-only", action="store_true", help="score an existing run")
     parser.add_argument("--test", action="store_true", help="also score on data.test")
     parser.add_argument(
-        "--brief", action="store_true", help="score only the average of the last 3 checkpoints, on data.test"
+        "--brief", action="store_true", help="score only the last checkpoint and the last-3 average, on data.test"
     )
     parser.add_argument(
         "--probe",
@@ -166,7 +166,7 @@ def main() -> None:
     if not args.eval_only:
         row["cpu"] = cpu_model()
     if args.brief:
-        row.update(score_average(out))
+        row.update(score_last(out))
     else:
         row.update(score_run(out, best["dir"], args.test and config.data.test is not None))
     with open(os.path.join(args.runs_dir, "results.jsonl"), "a", encoding="utf-8") as f:

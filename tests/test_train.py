@@ -262,3 +262,18 @@ def test_checkpoints_between_validations_are_saved_without_validating(corpus, tm
     assert names == ["best.json", "step_00000002", "step_00000004", "step_00000006", "step_00000008"]
     assert [m["step"] for m in read_metrics(str(out)) if "valid_bleu" in m] == [4, 8]
     assert json.load(open(out / "checkpoints" / "best.json"))["step"] in (4, 8)
+
+
+def test_the_budget_schedule_rises_then_decays_to_zero_at_max_steps(corpus, tmp_path):
+    from mt_transformer.training.schedule import budget_factor
+
+    out = tmp_path / "run"
+    train = {"max_steps": 10, "valid_every": 10, "log_every": 1, "max_tokens": 256}
+    train.update(schedule="budget", peak_lr=3e-3, warmup_fraction=0.2)
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(out), train=train))
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    # each row logs the rate of the next update
+    logged = {m["step"]: m["lr"] for m in read_metrics(str(out)) if "lr" in m}
+    assert logged == pytest.approx({step: 3e-3 * budget_factor((step + 1) / 10, 0.2) for step in range(1, 11)})
+    assert max(logged.values()) == pytest.approx(3e-3) and logged[10] == 0.0
