@@ -15,8 +15,8 @@
 # Tuning fairseq (docs/recipes.md, "Against a tuned fairseq"): FAIRSEQ_LR, FAIRSEQ_DROPOUT,
 # FAIRSEQ_WARMUP, FAIRSEQ_WD and FAIRSEQ_SEED replace the documented values below, BATCH_TOKENS
 # and THREADS the batch and thread count, BUDGET_S the seconds of training (MAX_UPDATES the
-# updates, for a comparison at equal updates); CHECKPOINT=avg3
-# decodes the average of the last three checkpoints (one every 200 updates) instead of the best.
+# updates, for a comparison at equal updates); CHECKPOINT=last decodes the last checkpoint and
+# CHECKPOINT=avg3 the average of the last three (one every 200 updates) instead of the best.
 # Another pair: SRC and TGT (de, en by default), CORPUS its files, and BENCH_DATA a directory
 # that prepare_data.sh filled from them (CORPUS_DIR=... BENCH_DATA=... bash prepare_data.sh).
 #
@@ -116,7 +116,7 @@ fairseq)
         --save-interval-updates 200 --keep-interval-updates 3 --no-epoch-checkpoints \
         --log-interval 100 --log-format simple --save-dir "$OUT/ckpt" > "$OUT/train.log" 2>&1
   fi
-  MODEL="$OUT/ckpt/checkpoint_best.pt"
+  MODEL="$OUT/ckpt/checkpoint_$CHECKPOINT.pt"   # best (valid loss) or last
   if [ "$CHECKPOINT" = avg3 ]; then  # the mean of the last three interval checkpoints' weights
     MODEL="$OUT/ckpt/average3.pt"
     "$B/python" - "$MODEL" $(ls "$OUT"/ckpt/checkpoint_*_*.pt | awk -F_ '{print $NF, $0}' | sort -n | tail -3 | cut -d' ' -f2) <<'PY'
