@@ -172,13 +172,12 @@ def main() -> None:
     with open(os.path.join(args.runs_dir, "results.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps(row))
-    if args.brief:
-        return
-    print(
-        f"| {args.name} | {' '.join(args.set) or '-'} | {row['train_minutes']} min | {row['updates']} | "
-        f"{row['valid_best']} (step {row['best_step']}; greedy {row['valid_best_greedy']}) | "
-        f"{row.get('valid_avg3', '-')} | {row.get('valid_avg5', '-')} |"
-    )
+    if not args.brief:  # the valid-set row of docs/recipes.md's tables
+        print(
+            f"| {args.name} | {' '.join(args.set) or '-'} | {row['train_minutes']} min | {row['updates']} | "
+            f"{row['valid_best']} (step {row['best_step']}; greedy {row['valid_best_greedy']}) | "
+            f"{row.get('valid_avg3', '-')} | {row.get('valid_avg5', '-')} |"
+        )
 
 
 if __name__ == "__main__":
