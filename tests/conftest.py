@@ -24,7 +24,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # room for other kernels while a real error (a wrong mask, a missing scale) moves values by 1e-2
 # or more.
 FP32_TOLERANCE = dict(rtol=1e-4, atol=1e-4)
-torch.set_num_threads(2)
+
+# The suite's two cores shared among pytest-xdist's workers (`make test` runs two), in this
+# process and in the commands it starts: more threads than cores makes every worker slower.
+THREADS = str(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+torch.set_num_threads(int(THREADS))
 
 
 @pytest.fixture(autouse=True)
@@ -111,9 +115,10 @@ def write_config(path, config: dict) -> str:
 
 
 def subprocess_env(**extra: str) -> dict:
-    """This process's environment with the project first on the Python path, and `extra`."""
+    """This process's environment with the project first on the Python path, this process's
+    thread count (a run's floats depend on it), and `extra`."""
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, **extra}
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": THREADS, **extra}
 
 
 COMMANDS = {
@@ -148,7 +153,7 @@ def run_cli(
             capture_output=True,
             text=True,
             cwd=cwd or ROOT,
-            env=subprocess_env(OMP_NUM_THREADS="2", **(env or {})),
+            env=subprocess_env(**(env or {})),
             timeout=600,
         )
     return _run_in_this_process(name, rest, input)

@@ -21,7 +21,7 @@ def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
         [sys.executable, os.path.join(ROOT, "scripts", "profile_step.py"), *args],
         capture_output=True,
         text=True,
-        env=subprocess_env(OMP_NUM_THREADS="2"),
+        env=subprocess_env(),
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
