@@ -25,7 +25,7 @@ demo: install
 	mt-eval --hyp $(DEMO_DATA)/test.en --ref $(DEMO_DATA)/test.de --metrics bleu chrf
 
 test: install
-	$(PYTHON) -m pytest -q -n 2 -m "not notebook"
+	$(PYTHON) -m pytest -q -n 2 --dist loadgroup -m "not notebook"
 
 # docs/tour.ipynb run top to bottom in a fresh kernel (it trains a small model for a minute)
 tour: install

@@ -30,6 +30,19 @@ FP32_TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 THREADS = str(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 torch.set_num_threads(int(THREADS))
 
+# Tests that start several ranks under torchrun run one after another on one worker (make test
+# uses --dist loadgroup): two process groups starting at once on two cores compete for ports
+# and time, and a group's failure should be its own.
+TORCHRUN = pytest.mark.xdist_group("torchrun")
+
+
+def failure_excerpt(stderr: str, limit: int = 3000) -> str:
+    """What a failed multi-process command said: each rank's error lines (an exception, a C++
+    abort) first, which torchrun's closing summary pushes far up, then the end of stderr."""
+    marks = ("Error", "error:", "terminate called", "what()", "Exception", "Traceback")
+    errors = [line for line in stderr.splitlines() if any(mark in line for mark in marks)]
+    return "\n".join(errors)[:limit] + "\n...\n" + stderr[-limit:]
+
 
 @pytest.fixture(autouse=True)
 def _cpu_unless_marked_gpu(request, monkeypatch):

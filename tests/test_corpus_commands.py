@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_cli, subprocess_env
+from conftest import ROOT, TORCHRUN, failure_excerpt, run_cli, subprocess_env
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +162,7 @@ def test_mt_score_streams_continues_and_merges(trained_run, corpus_file, whole, 
 
 
 @pytest.mark.slow
+@TORCHRUN
 def test_torchrun_ranks_translate_their_shards_and_rank_0_merges(trained_run, corpus_file, whole, tmp_path):
     out = tmp_path / "out.de"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -169,7 +170,7 @@ def test_torchrun_ranks_translate_their_shards_and_rank_0_merges(trained_run, co
     result = subprocess.run(
         command + OPTIONS, capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=300
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, failure_excerpt(result.stderr)
     assert out.read_bytes() == whole
     assert f"2 ranks' shards merged: 600 lines in {out}" in result.stderr
     assert os.listdir(tmp_path) == ["out.de"]  # the shards and their records are gone

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import ROOT, run_cli, subprocess_env, tiny_config, write_config
+from conftest import ROOT, TORCHRUN, failure_excerpt, run_cli, subprocess_env, tiny_config, write_config
 from mt_transformer.training.distributed import Processes, shard
 
 # Two ranks sum their halves of the batch and then all-reduce; one process sums the whole batch
@@ -22,6 +22,8 @@ from mt_transformer.training.distributed import Processes, shard
 # on one host, 4e-7 on another). The gradients differ by 2.2e-7 of the largest entry (AMD EPYC,
 # AVX2); the bound below is relative to that entry too.
 GRADIENT_TOLERANCE = 1e-5
+
+pytestmark = TORCHRUN
 
 
 def test_shards_are_disjoint_equal_and_cover_all_but_the_remainder():
@@ -46,7 +48,7 @@ def torchrun(*args, timeout: int = 300) -> subprocess.Popen:
 
 def finish(process: subprocess.Popen, timeout: int = 300) -> str:
     _, stderr = process.communicate(timeout=timeout)
-    assert process.returncode == 0, stderr[-3000:]
+    assert process.returncode == 0, failure_excerpt(stderr)
     return stderr
 
 
