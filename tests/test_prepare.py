@@ -7,7 +7,8 @@ import pytest
 
 from conftest import read_split, tiny_config, write_config
 from mt_transformer.config import load_config
-from mt_transformer.data.prepare import cache_key, encode_split, prepare_data
+from mt_transformer.data.from_text import VOCAB_RANGE
+from mt_transformer.data.prepare import cache_key, chosen_vocab_size, encode_split, prepare_data
 from mt_transformer.data.tokenizer import train_tokenizer
 from mt_transformer.errors import UserError
 
@@ -183,3 +184,22 @@ def test_subword_regularization_segments_every_batch_anew_within_max_tokens(corp
     assert len(drawn) >= 1 + 8  # the draw that sizes the batches, then one per training batch
     assert len(sizes) >= 8 and max(sizes) <= 256  # train.max_tokens holds for the drawn segmentations
     assert (out / "checkpoints" / "step_00000008" / "model.safetensors").exists()
+
+
+def test_a_vocabulary_sized_from_the_data_is_recorded_and_kept(corpus, tmp_path, caplog):
+    run = str(tmp_path / "run")
+
+    def data(**changes):
+        config = tiny_config(corpus, run, data={"valid": None, "vocab_size": 0, **changes})
+        return load_config(write_config(tmp_path / "c.yaml", config)).data
+
+    with caplog.at_level(logging.INFO, logger="mt_transformer"):
+        tokenizer, _, _ = prepare_data(data(), run, seed=1)
+    chosen = chosen_vocab_size(run)
+    assert f"data.vocab_size: {chosen} (sized from the data: " in caplog.text
+    # the tiny corpus has too few words for the smallest size: sentencepiece makes what it can
+    assert chosen == VOCAB_RANGE[0] and 16 < tokenizer.src_vocab_size <= chosen
+    assert prepare_data(data(), run, seed=1)[0].src_vocab_size == tokenizer.src_vocab_size
+    assert prepare_data(data(vocab_size=chosen), run, seed=1)[0].src_vocab_size == tokenizer.src_vocab_size
+    with pytest.raises(UserError, match=rf"data.vocab_size: 300 differs from the tokenizer already in .*\({chosen}\)"):
+        prepare_data(data(vocab_size=300), run, seed=1)

@@ -4,10 +4,8 @@ from mt_transformer.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
-    RICH_COVERAGE,
     UNK_ID,
     Tokenizer,
-    auto_coverage,
     train_tokenizer,
 )
 from mt_transformer.errors import UserError
@@ -44,17 +42,6 @@ def test_a_vocabulary_too_small_for_the_byte_pieces(tmp_path):
         UserError, match=r"^data.vocab_size: 100 is too small .* at least \d+ pieces .*256 byte pieces\)$"
     ):
         train_tokenizer(str(tmp_path), SRC, TGT, True, 100, "bpe", 1.0, 1000, seed=1, byte_fallback=True)
-
-
-def test_coverage_is_chosen_from_the_script():
-    assert auto_coverage(SRC + TGT) == 1.0
-    assert auto_coverage(["Grüße aus Köln, sagte Zoë."] * 10) == 1.0
-    chinese = ["我昨天买了一个红色的苹果。", "他明天会卖五个旧杯子。"]
-    assert auto_coverage(chinese) == RICH_COVERAGE
-    assert auto_coverage([s for pair in zip(TGT, chinese * 100) for s in pair]) == RICH_COVERAGE  # joint zh-en
-    assert auto_coverage(["これは日本語の文です。"]) == RICH_COVERAGE
-    noisy = ["".join(chr(0x100 + i + j) for j in range(50)) for i in range(0, 1500, 50)]  # 1,500 distinct letters
-    assert auto_coverage(noisy) == RICH_COVERAGE
 
 
 def test_auto_coverage_trains_on_text_without_spaces(tmp_path, caplog):

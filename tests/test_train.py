@@ -3,6 +3,7 @@ import os
 
 import pytest
 import torch
+import yaml
 
 from conftest import run_cli, subprocess_env, tiny_config, write_config
 
@@ -277,3 +278,23 @@ def test_the_budget_schedule_rises_then_decays_to_zero_at_max_steps(corpus, tmp_
     logged = {m["step"]: m["lr"] for m in read_metrics(str(out)) if "lr" in m}
     assert logged == pytest.approx({step: 3e-3 * budget_factor((step + 1) / 10, 0.2) for step in range(1, 11)})
     assert max(logged.values()) == pytest.approx(3e-3) and logged[10] == 0.0
+
+
+def test_a_vocabulary_sized_from_the_data_is_the_size_the_run_records(corpus, tmp_path):
+    from mt_transformer.checkpoint import read_metadata
+    from mt_transformer.data.prepare import chosen_vocab_size
+
+    out = tmp_path / "run"
+    train = {"max_steps": 2, "valid_every": 2, "max_tokens": 256}
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(out), data={"vocab_size": 0}, train=train))
+    dry = run_cli("mt-train", "--config", config, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    last_line = dry.stdout.strip().splitlines()[-1]
+    assert last_line == "parameters: known once data.vocab_size 0 has chosen a size from the data"
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    chosen = chosen_vocab_size(str(out))
+    assert yaml.safe_load((out / "config.yaml").read_text())["data"]["vocab_size"] == chosen
+    assert read_metadata(str(out / "checkpoints" / "step_00000002"))["config"]["data"]["vocab_size"] == chosen
+    more = run_cli("mt-train", "--config", config, "--set", "train.max_steps=3")  # resumes with its tokenizer
+    assert more.returncode == 0, more.stderr

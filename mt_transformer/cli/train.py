@@ -29,7 +29,8 @@ def train_main(argv=None):
     config = load_config(args.config, args.set)
     if args.dry_run:
         print(to_yaml(config), end="")
-        print(f"parameters: {parameter_count(config)}")
+        count = parameter_count(config)
+        print(f"parameters: {count if count else 'known once data.vocab_size 0 has chosen a size from the data'}")
         return 0
     try:
         metrics = train(config)

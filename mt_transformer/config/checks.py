@@ -26,7 +26,7 @@ def _check(condition: bool, message: str) -> None:
 def validate(config: Config) -> None:
     """Cross-field and range checks; file existence is checked by `check_data_files`."""
     for section, names in (
-        ("data", ["vocab_size", "max_len", "num_proc", "spm_max_sentences"]),
+        ("data", ["max_len", "num_proc", "spm_max_sentences"]),
         ("model", ["d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "max_positions"]),
         ("train", ["max_tokens", "accumulate", "max_steps", "warmup", "log_every", "valid_every"]),
         ("decode", ["beam_size", "n_best", "max_tokens"]),
@@ -54,7 +54,10 @@ def validate(config: Config) -> None:
 
 
 def _check_data(data: DataConfig) -> None:
-    _check(data.vocab_size >= 16, f"data.vocab_size: must be at least 16, got {data.vocab_size}")
+    _check(
+        data.vocab_size == 0 or data.vocab_size >= 16,
+        f"data.vocab_size: must be at least 16, or 0 to size it from the data, got {data.vocab_size}",
+    )
     _check(
         0 <= data.character_coverage <= 1,
         f"data.character_coverage: must be in (0, 1], or 0 to choose from the text, got {data.character_coverage}",

@@ -69,11 +69,11 @@ class DataConfig(CorpusConfig):
     # with several corpora each epoch draws from corpus i in proportion to (its share of the
     # pairs) ** (1 / T): 1 keeps the sizes' proportions, higher values favour small corpora
     sampling_temperature: float = 1.0
-    # sentencepiece
+    # sentencepiece; vocab_size 0: sized from the training text (data/from_text.py)
     vocab_size: int = 8000
     joint_vocab: bool = True
     spm_type: Literal["unigram", "bpe"] = "unigram"
-    character_coverage: float = 0.0  # 0: 0.9995 for Chinese/Japanese/Korean text, else 1.0 (tokenizer.auto_coverage)
+    character_coverage: float = 0.0  # 0: 0.9995 for Chinese/Japanese/Korean text, else 1.0 (data/from_text.py)
     # characters outside the vocabulary become their UTF-8 bytes (256 byte pieces of the
     # vocabulary) instead of <unk>, for a model to copy; off: on Multi30k it cost 2.9 valid BLEU
     # (docs/recipes.md, "Characters the training data never had")
@@ -115,9 +115,9 @@ class DataConfig(CorpusConfig):
     def tokenizer_conflict(self, saved: dict) -> tuple[str, object, object] | None:
         """The first tokenizer setting in which this config differs from `saved` (the
         tokenizer_settings of an existing tokenizer), as (config key, this value, saved value);
-        None when they agree. character_coverage 0 ("choose from the text") accepts any coverage."""
+        None when they agree. character_coverage and vocab_size 0 ("choose from the text") accept any value."""
         for name, value in self.tokenizer_settings().items():
-            if name == "character_coverage" and value == 0:
+            if name in ("character_coverage", "vocab_size") and value == 0:  # chosen from the text
                 continue
             before = saved.get(name, False if name == "byte_fallback" else None)  # absent: no byte pieces
             if before != value:

@@ -18,6 +18,7 @@ import datasets
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
+from mt_transformer.data.from_text import vocabulary_size_for
 from mt_transformer.data.tokenizer import Tokenizer, train_tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir, write_text
@@ -254,10 +255,14 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
     if len(pairs) == 0:
         where = "data.corpora: their train splits" if data.corpora else f"data.train: {data.train}"
         raise UserError(f"{where}: no pair has text on both sides")
+    size = data.vocab_size
+    if not size:
+        size, words = vocabulary_size_for([pairs["src"], pairs["tgt"]], data.joint_vocab, data.spm_max_sentences)
+        log.info("data.vocab_size: %d (sized from the data: %d distinct words)", size, words)
     log.info(
         "training sentencepiece (%s, vocab %d, %s) on %d pairs",
         data.spm_type,
-        data.vocab_size,
+        size,
         "joint" if data.joint_vocab else "one per side",
         len(pairs),
     )
@@ -266,13 +271,21 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
         pairs["src"],
         pairs["tgt"],
         data.joint_vocab,
-        data.vocab_size,
+        size,
         data.spm_type,
         data.character_coverage,
         data.spm_max_sentences,
         seed,
         data.byte_fallback,
         data.tags,
+        exact_size=bool(data.vocab_size),
     )
-    write_text(settings_path, json.dumps(settings, indent=2))
+    write_text(settings_path, json.dumps({**settings, "vocab_size": size}, indent=2))
     return tokenizer
+
+
+def chosen_vocab_size(run_dir: str) -> int:
+    """The vocabulary size the run's tokenizer was trained for (data.vocab_size, or the size
+    that data.vocab_size 0 chose from the data)."""
+    with open(os.path.join(run_dir, "tokenizer.json"), encoding="utf-8") as f:
+        return json.load(f)["vocab_size"]

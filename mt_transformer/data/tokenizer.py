@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import logging
 import os
 import re
@@ -17,6 +16,7 @@ from collections.abc import Iterable, Iterator
 import sentencepiece as spm
 
 from mt_transformer.config import tag_language
+from mt_transformer.data.from_text import auto_coverage
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.data.vocabulary import WORD_START, VocabularyProcessor, read_vocabulary
 from mt_transformer.errors import UserError
@@ -27,29 +27,7 @@ SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"
 VOCAB_FILE = "vocab.json"  # one vocabulary for both sides' models
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "vocab.src.json", "vocab.tgt.json"
 
-# sentencepiece's advice for character_coverage: 1.0 for languages with a small character set,
-# 0.9995 for rich ones such as Chinese or Japanese, whose rarest characters would otherwise each
-# take a vocabulary entry. "Rich" here: more than 10% of the characters are Han, kana or Hangul,
-# or the text uses more than 1,000 distinct characters (web-crawled data full of stray symbols).
-RICH_COVERAGE = 0.9995
-RICH_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
-RICH_SHARE, RICH_DISTINCT, COVERAGE_SAMPLE = 0.10, 1000, 100_000
-
-
 log = logging.getLogger(__name__)
-
-
-def auto_coverage(sentences: Iterable[str]) -> float:
-    """The character coverage for text like `sentences` (the first 100,000 are looked at)."""
-    distinct: set[str] = set()
-    rich = total = 0
-    for sentence in itertools.islice(sentences, COVERAGE_SAMPLE):
-        distinct.update(sentence)
-        rich += len(RICH_SCRIPT.findall(sentence))
-        total += len(sentence) - sentence.count(" ")
-    if rich > RICH_SHARE * max(total, 1) or len(distinct) > RICH_DISTINCT:
-        return RICH_COVERAGE
-    return 1.0
 
 
 def train_sentencepiece(
@@ -62,10 +40,12 @@ def train_sentencepiece(
     seed: int,
     byte_fallback: bool,
     tags: Iterable[str] = (),
+    exact_size: bool = True,
 ) -> None:
     """Train a sentencepiece model on `sentences` and write it atomically to `path`; each of
     `tags` becomes one piece (ids 4, 5, ... in order) that the text around it never merges into;
-    with `byte_fallback` the 256 byte pieces <0x00>..<0xFF> spell what the other pieces cannot."""
+    with `byte_fallback` the 256 byte pieces <0x00>..<0xFF> spell what the other pieces cannot.
+    Without `exact_size`, `vocab_size` is an upper bound (text too small for it makes fewer)."""
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)
     try:
@@ -84,6 +64,7 @@ def train_sentencepiece(
             max_sentence_length=1 << 16,
             user_defined_symbols=list(tags),
             byte_fallback=byte_fallback,
+            hard_vocab_limit=exact_size,
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
         )
@@ -277,11 +258,14 @@ def train_tokenizer(
     seed: int,
     byte_fallback: bool,
     tags: Iterable[str] = (),
+    exact_size: bool = True,
 ) -> Tokenizer:
     """Train the joint model, or one per side, into `directory`; source `tags` are pieces of the
     source model. `character_coverage` 0 means choose it from the text (`auto_coverage`); the
     lines are then read twice, so they must be sequences, not one-shot iterators."""
-    options = dict(vocab_size=vocab_size, model_type=model_type, seed=seed, byte_fallback=byte_fallback)
+    options = dict(
+        vocab_size=vocab_size, model_type=model_type, seed=seed, byte_fallback=byte_fallback, exact_size=exact_size
+    )
 
     def train(lines, name, limit, tags=()):
         coverage = character_coverage or auto_coverage(lines)

@@ -19,7 +19,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, TrainConfig, check_data_files, to_yaml
-from mt_transformer.data.prepare import prepare_data
+from mt_transformer.data.prepare import chosen_vocab_size, prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
 from mt_transformer.errors import UserError
@@ -46,12 +46,15 @@ def check_output_dir(path: str) -> None:
         raise UserError(f"train.output_dir: cannot write to {path} ({error.strerror})") from None
 
 
-def parameter_count(config: Config) -> int:
-    """Parameters of the model this config builds (with the run's tokenizer if it exists), allocating nothing."""
+def parameter_count(config: Config) -> int | None:
+    """Parameters of the model this config builds (with the run's tokenizer if it exists), allocating
+    nothing; None while the size of a vocabulary sized from the data is not known."""
     run_dir = config.train.output_dir
     if Tokenizer.exists(run_dir):
         tokenizer = Tokenizer(run_dir)
         src_vocab, tgt_vocab, joint = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint
+    elif not config.data.vocab_size:
+        return None
     else:
         src_vocab = tgt_vocab = config.data.vocab_size
         joint = config.data.joint_vocab
@@ -127,6 +130,9 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     if parent and processes.is_main:
         finetune.adopt_tokenizer(parent, run_dir)
     tokenizer, data, corpus_sizes = prepare_for_all_ranks(config.data, run_dir, settings.seed, processes)
+    if not config.data.vocab_size:  # the run's config and checkpoints record the size chosen
+        chosen = dataclasses.replace(config.data, vocab_size=chosen_vocab_size(run_dir))
+        config = dataclasses.replace(config, data=chosen)
     if processes.is_main:
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
