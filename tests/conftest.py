@@ -45,6 +45,16 @@ def failure_excerpt(stderr: str, limit: int = 3000) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _threads_as_they_were():
+    """A test that changes torch's thread count in this process (a script's main() run in
+    process, say) gives it back: the runs of later tests, here and in the commands they start,
+    must use THREADS, or their floats differ from a fresh process's."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _cpu_unless_marked_gpu(request, monkeypatch):
     """Tests marked gpu run on CUDA (skipped without it); every other test runs as on a machine
     without CUDA, in this process and in the commands it starts, so that a GPU machine runs them
