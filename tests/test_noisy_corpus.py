@@ -4,12 +4,16 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, subprocess_env
 
 
 def run(*args: str) -> dict:
     result = subprocess.run(
-        [sys.executable, f"{ROOT}/scripts/noisy_corpus.py", *args], capture_output=True, text=True, check=True
+        [sys.executable, f"{ROOT}/scripts/noisy_corpus.py", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=subprocess_env(),
     )
     return json.loads(result.stdout)
 
