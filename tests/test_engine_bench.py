@@ -13,8 +13,8 @@ def test_both_engines_are_timed_side_by_side_with_the_step_against_its_bound(tra
     pytest.importorskip("ctranslate2")
     out = tmp_path / "bench.json"
     src, ref = f"{corpus}/valid.en", f"{corpus}/valid.de"
-    args = ["--checkpoint", trained_run, "--src", src, "--ref", ref, "--lines", "8", "--single", "2", "--threads", THREADS]
-    engine_bench.main([*args, "--rounds", "1", "--json", str(out)])
+    args = ["--checkpoint", trained_run, "--src", src, "--ref", ref, "--lines", "8", "--single", "2"]
+    engine_bench.main([*args, "--threads", THREADS, "--rounds", "1", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "| ours fp32 |" in printed and "| CTranslate2 int8 |" in printed and "x the bound" in printed
     results = json.loads(out.read_text())
