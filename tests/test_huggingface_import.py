@@ -398,7 +398,7 @@ def test_a_hub_id_offline_is_refused_in_one_line(tmp_path):
     _refused(result, f"Helsinki-NLP/opus-mt-xx-yy: {message}", out)
 
 
-def test_the_readme_imports_translates_and_fine_tunes(corpus, tmp_path):
+def test_the_readme_imports_translates_and_fine_tunes(corpus, tmp_path, monkeypatch):
     """The README's three mt-import lines, run in a fresh directory with the demo data, the hub id
     replaced by an OPUS-MT-shaped model made here (no network), fine-tuning cut to 2 updates."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
@@ -410,11 +410,12 @@ def test_the_readme_imports_translates_and_fine_tunes(corpus, tmp_path):
     source = opus_mt_directory(corpus, tmp_path / "opus")
     shutil.copytree(corpus, tmp_path / "data" / "demo")
     outputs = []
+    monkeypatch.chdir(tmp_path)  # the README's relative paths
     for command in commands:
         args = command.replace(hub_id, source).split()
         if args[0] == "mt-train":
             args += ["train.max_steps=2", "train.valid_every=2", "train.max_tokens=512"]
-        result = run_cli(*args, cwd=str(tmp_path))
+        result = run_cli(*args)
         assert result.returncode == 0, (command, result.stderr)
         outputs.append(result.stdout)
     test_lines = (tmp_path / "data" / "demo" / "test.en").read_text(encoding="utf-8").count("\n")
