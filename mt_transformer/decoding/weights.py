@@ -34,8 +34,8 @@ from mt_transformer.devices import PRECISIONS
 from mt_transformer.errors import UserError
 
 # prepared weights by layer and form, kept while the weight is unchanged: in-place changes through
-# the parameter (an optimizer step, load_state_dict) bump its version and force a new one; writes
-# through `.data` would go unseen
+# the parameter (load_state_dict, the training step's update) bump its version and force a new
+# one; writes through `.data`, or by a fused optimizer kernel left to itself, would go unseen
 _PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

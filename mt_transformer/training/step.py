@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from packaging.version import Version
+from torch.autograd.graph import increment_version
 
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
@@ -199,6 +200,9 @@ class TrainingStep:
         finite = bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(params, clip)))
         if finite:
             self.scaler.step(self.optimizer)
+            # the fused kernel writes the weights without counting a change in their versions, by
+            # which decoding keeps its prepared forms of them (validation decodes in this process)
+            increment_version(params)
             self.scheduler.step()
             self.state.step += 1
             self.bad_in_a_row = 0
