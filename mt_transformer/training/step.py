@@ -202,7 +202,8 @@ class TrainingStep:
             self.scaler.step(self.optimizer)
             # the fused kernel writes the weights without counting a change in their versions, by
             # which decoding keeps its prepared forms of them (validation decodes in this process)
-            increment_version(params)
+            for p in params:  # one at a time: torch 2.3 takes no list
+                increment_version(p)
             self.scheduler.step()
             self.state.step += 1
             self.bad_in_a_row = 0
