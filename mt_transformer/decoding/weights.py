@@ -34,7 +34,7 @@ from mt_transformer.devices import PRECISIONS
 from mt_transformer.errors import UserError
 
 # prepared weights by layer and form, kept while the weight is unchanged: in-place changes through
-# the parameter (load_state_dict, the training step's update) bump its version and force a new
+# the parameter (load_state_dict, a step of the training optimizer) bump its version and force a new
 # one; writes through `.data`, or by a fused optimizer kernel left to itself, would go unseen
 _PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

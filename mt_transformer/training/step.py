@@ -50,8 +50,18 @@ def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, devi
         weight_decay=train.weight_decay,
         fused=fused_adam(device),
     )
+    optimizer.register_step_post_hook(_count_writes)
     scaler = torch.amp.GradScaler(device.type, init_scale=FP16_INITIAL_SCALE, enabled=train.precision == "fp16")
     return optimizer, scheduler_for(optimizer, train, d_model, elapsed), scaler
+
+
+def _count_writes(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    """After each step: the fused kernel writes the weights without counting a change in their
+    versions, by which decoding keeps its prepared forms of them (validation decodes in the
+    training process). One weight at a time: torch 2.3 takes no list."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            increment_version(p)
 
 
 def training_loss(
@@ -200,10 +210,6 @@ class TrainingStep:
         finite = bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(params, clip)))
         if finite:
             self.scaler.step(self.optimizer)
-            # the fused kernel writes the weights without counting a change in their versions, by
-            # which decoding keeps its prepared forms of them (validation decodes in this process)
-            for p in params:  # one at a time: torch 2.3 takes no list
-                increment_version(p)
             self.scheduler.step()
             self.state.step += 1
             self.bad_in_a_row = 0
