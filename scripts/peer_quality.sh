@@ -16,7 +16,9 @@
 # FAIRSEQ_WARMUP, FAIRSEQ_WD and FAIRSEQ_SEED replace the documented values below, BATCH_TOKENS
 # and THREADS the batch and thread count, BUDGET_S the seconds of training (MAX_UPDATES the
 # updates, for a comparison at equal updates); CHECKPOINT=last decodes the last checkpoint and
-# CHECKPOINT=avg3 the average of the last three (one every 200 updates) instead of the best.
+# CHECKPOINT=avg3 the average of the last three (one every 200 updates) instead of the best,
+# CHECKPOINT=E_N (fairseq) the one saved at update N in epoch E; KEEP_CHECKPOINTS (3) how many of
+# those fairseq keeps, for scores at equal updates from a run's earlier checkpoints.
 # Another pair: SRC and TGT (de, en by default), CORPUS its files, and BENCH_DATA a directory
 # that prepare_data.sh filled from them (CORPUS_DIR=... BENCH_DATA=... bash prepare_data.sh).
 #
@@ -113,7 +115,7 @@ fairseq)
         --dropout "$FAIRSEQ_DROPOUT" --weight-decay "$FAIRSEQ_WD" \
         --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
         --max-tokens "$BATCH_TOKENS" --max-update "$MAX_UPDATES" --stop-time-hours "$STOP_H" \
-        --save-interval-updates 200 --keep-interval-updates 3 --no-epoch-checkpoints \
+        --save-interval-updates 200 --keep-interval-updates "${KEEP_CHECKPOINTS:-3}" --no-epoch-checkpoints \
         --log-interval 100 --log-format simple --save-dir "$OUT/ckpt" > "$OUT/train.log" 2>&1
   fi
   MODEL="$OUT/ckpt/checkpoint_$CHECKPOINT.pt"   # best (valid loss) or last
@@ -130,6 +132,7 @@ print("averaged", *paths)
 PY
   fi
   UPDATES=$(grep -o 'num_updates [0-9]*' "$OUT/train.log" | tail -1 | cut -d' ' -f2)
+  case "$CHECKPOINT" in *_*) UPDATES="${CHECKPOINT##*_}" ;; esac   # an interval checkpoint: E_N
   "$B/fairseq-generate" "$OUT/bin" --cpu --path "$MODEL" --gen-subset test \
       --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --batch-size 32 --num-workers 0 \
       --model-overrides "{'checkpoint_activations': True}" \
