@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from conftest import translator
-from mt_transformer.errors import UserError
-from mt_transformer.serve.api import Limits
-from mt_transformer.serve.app import ServerSettings, create_app
-from mt_transformer.serve.models import Models, load_models
-
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
+
+from conftest import translator  # noqa: E402
+from mt_transformer.errors import UserError  # noqa: E402
+from mt_transformer.serve.api import Limits  # noqa: E402
+from mt_transformer.serve.app import ServerSettings, create_app  # noqa: E402
+from mt_transformer.serve.models import Models, load_models  # noqa: E402
 
 
 @contextlib.contextmanager

