@@ -49,6 +49,21 @@ def test_bad_values_name_the_key(override, message):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["train.decay=rsqrt", "train.warmup_fraction=0"], "train.warmup_fraction: decay rsqrt falls from the end"),
+        (["train.decay=constant", "train.cooldown_fraction=0.95"], "train.cooldown_fraction: must be in (0, 1 - warm"),
+        (["train.decay=rsqrt", "train.cooldown_fraction=0"], "train.cooldown_fraction: must be in (0, 1 - warmup"),
+        (["train.decay=cosine"], "train.decay: 'cosine' is not one of linear | rsqrt | constant"),
+    ],
+)
+def test_bad_budget_decays_name_the_key(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        load_config("configs/recipes/small_cpu.yaml", overrides)
+    assert message in str(error.value)
+
+
 def test_corpora_replace_the_sections_own_splits(corpus, tmp_path):
     corpora = [
         {"src_lang": "en", "tgt_lang": "de", "train": f"{corpus}/train"},

@@ -40,6 +40,20 @@ def test_budget_factor_rises_over_the_warmup_fraction_and_ends_at_zero():
     assert budget_factor(0.0, 0.0) == 1.0  # no warmup: the peak from the first update
 
 
+def test_budget_decays_hold_then_cool_down_to_zero():
+    # rsqrt: Noam's inverse square root in parts of the budget, from the peak at the warmup's end
+    assert budget_factor(0.25, 0.25, "rsqrt") == 1.0
+    assert math.isclose(budget_factor(0.5, 0.25, "rsqrt"), 0.5**0.5)
+    assert math.isclose(budget_factor(0.8, 0.2, "rsqrt", cooldown=0.2), 0.5)  # sqrt(0.2 / 0.8), cooldown starts
+    assert math.isclose(budget_factor(0.9, 0.2, "rsqrt", cooldown=0.2), (0.2 / 0.9) ** 0.5 * 0.5)
+    # constant: the peak until the cooldown, then a straight line to zero
+    assert budget_factor(0.5, 0.1, "constant", cooldown=0.2) == 1.0
+    assert math.isclose(budget_factor(0.9, 0.1, "constant", cooldown=0.2), 0.5)
+    for decay in ("linear", "rsqrt", "constant"):
+        assert budget_factor(1.0, 0.1, decay) == 0.0
+        assert math.isclose(budget_factor(0.05, 0.1, decay), 0.5)  # the same warmup
+
+
 def test_budget_progress_is_the_larger_of_steps_and_minutes():
     by_steps = TrainConfig(max_steps=1000)
     assert budget_progress(250, by_steps, elapsed_s=1e6) == 0.25  # no time limit: minutes do not count
@@ -82,3 +96,13 @@ def test_noam_stays_the_default():
     train = TrainConfig(lr_scale=2.0, warmup=10)
     seen = _lrs(train, 12, lambda: 0.0)
     assert all(math.isclose(a, 2.0 * noam_factor(n, 64, 10)) for n, a in enumerate(seen, start=1))
+
+
+def test_the_budget_schedule_takes_its_decay_from_the_config():
+    train = TrainConfig(
+        schedule="budget", peak_lr=1e-3, warmup_fraction=0.1, decay="constant", cooldown_fraction=0.5, max_steps=20
+    )
+    seen = _lrs(train, 20, lambda: 0.0)
+    assert all(math.isclose(lr, 1e-3) for lr in seen[1:10])  # updates 2-10: the peak held
+    assert all(a > b for a, b in zip(seen[9:], seen[10:]))  # then the cooldown over the last half
+    assert math.isclose(seen[-1], 0.0, abs_tol=1e-12)

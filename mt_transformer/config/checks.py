@@ -94,6 +94,14 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
     _check(train.lr_scale > 0, f"train.lr_scale: must be positive, got {train.lr_scale}")
     _check(train.peak_lr > 0, f"train.peak_lr: must be positive, got {train.peak_lr}")
     _check(0 <= train.warmup_fraction < 1, f"train.warmup_fraction: must be in [0, 1), got {train.warmup_fraction}")
+    _check(
+        train.decay != "rsqrt" or train.warmup_fraction > 0,
+        "train.warmup_fraction: decay rsqrt falls from the end of the warmup, so it must be positive",
+    )
+    _check(
+        train.decay == "linear" or 0 < train.cooldown_fraction <= 1 - train.warmup_fraction,
+        f"train.cooldown_fraction: must be in (0, 1 - warmup_fraction], got {train.cooldown_fraction}",
+    )
     _check(0 <= train.label_smoothing < 1, f"train.label_smoothing: must be in [0, 1), got {train.label_smoothing}")
     _check(
         all(0 <= b < 1 for b in train.adam_betas),

@@ -152,13 +152,16 @@ class TrainConfig:
     max_epochs: int = 0  # 0: no limit
     max_minutes: float = 0.0  # 0: no limit
     # the learning-rate schedule (training/schedule.py): noam, the paper's, with lr_scale and
-    # warmup; budget, a warmup of warmup_fraction of the run to peak_lr, then a linear decay
-    # that reaches zero when max_steps or max_minutes does
+    # warmup; budget, a warmup of warmup_fraction of the run to peak_lr, then a decay that
+    # reaches zero when max_steps or max_minutes does: linear all the way, or rsqrt (an inverse
+    # square root) or constant, each ending in a linear cooldown over cooldown_fraction of the run
     schedule: Literal["noam", "budget"] = "noam"
     lr_scale: float = 1.0
     warmup: int = 4000
     peak_lr: float = 1e-3
     warmup_fraction: float = 0.1
+    decay: Literal["linear", "rsqrt", "constant"] = "linear"
+    cooldown_fraction: float = 0.2
     label_smoothing: float = 0.1
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9

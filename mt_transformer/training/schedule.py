@@ -9,12 +9,15 @@ knows nothing of how long the run will be.
 
 budget, for a run of known length (train.max_steps, or train.max_minutes):
 
-    lrate = peak_lr * p / w            while p < w
-    lrate = peak_lr * (1 - p) / (1 - w) after
+    lrate = peak_lr * p / w                                 while p < w
+    lrate = peak_lr * (1 - p) / (1 - w)                     after, decay: linear
+    lrate = peak_lr * hold(p) * min(1, (1 - p) / c)         after, decay: rsqrt or constant
 
 where p in [0, 1] is the part of the budget spent, the larger of step / max_steps and
-elapsed / max_minutes, and w is train.warmup_fraction. The rate reaches zero exactly when the
-run stops, so the last checkpoints are the settled ones whatever the budget.
+elapsed / max_minutes, w is train.warmup_fraction and c train.cooldown_fraction; hold(p) is
+sqrt(w / p) for rsqrt (Noam's inverse square root, counted in parts of the budget) and 1 for
+constant. The rate reaches zero exactly when the run stops, so the last checkpoints are the
+settled ones whatever the budget.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ def noam_factor(step: int, d_model: int, warmup: int) -> float:
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def budget_factor(progress: float, warmup_fraction: float) -> float:
+def budget_factor(progress: float, warmup_fraction: float, decay: str = "linear", cooldown: float = 0.2) -> float:
     """The budget schedule's share of the peak rate once `progress` of the budget is spent."""
     progress = min(max(progress, 0.0), 1.0)
     if progress < warmup_fraction:
         return progress / warmup_fraction
-    return (1.0 - progress) / (1.0 - warmup_fraction)
+    if decay == "linear":
+        return (1.0 - progress) / (1.0 - warmup_fraction)
+    hold = (warmup_fraction / progress) ** 0.5 if decay == "rsqrt" else 1.0
+    return hold * min(1.0, (1.0 - progress) / cooldown)
 
 
 def budget_progress(step: int, train: TrainConfig, elapsed_s: float) -> float:
@@ -60,7 +66,9 @@ def scheduler_for(
     if train.schedule == "budget":
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer,
-            lambda step: budget_factor(budget_progress(step + 1, train, elapsed()), train.warmup_fraction),
+            lambda step: budget_factor(
+                budget_progress(step + 1, train, elapsed()), train.warmup_fraction, train.decay, train.cooldown_fraction
+            ),
         )
     return noam_scheduler(optimizer, d_model, train.warmup)
 
