@@ -145,3 +145,20 @@ def test_the_feed_forward_activation_is_the_one_configured():
     assert not torch.allclose(outputs["relu"], outputs["swish"]) and not torch.allclose(
         outputs["swish"], outputs["gelu"]
     )
+
+
+def test_fairseq_initialisation_draws_smaller_attention_and_ffn_weights():
+    from mt_transformer.model.attention import MultiHeadAttention
+    from mt_transformer.model.layers import FeedForward
+
+    torch.manual_seed(0)
+    xavier_attention, fairseq_attention = MultiHeadAttention(64, 4), MultiHeadAttention(64, 4, init="fairseq")
+    # Xavier-uniform bounds: sqrt(6 / (64 + 128)) = 0.177 for the joint W^K W^V, and
+    # sqrt(6 / 128) / sqrt(2) = 0.153 for each 64 x 64 matrix with fairseq's gain
+    bound = (6 / 128 / 2) ** 0.5
+    assert bound < xavier_attention.kv_proj.weight.abs().max() <= (6 / 192) ** 0.5
+    assert 0.9 * bound < fairseq_attention.kv_proj.weight.abs().max() <= bound
+    assert fairseq_attention.q_proj.weight.abs().max() <= bound < xavier_attention.q_proj.weight.abs().max()
+    xavier_ffn, fairseq_ffn = FeedForward(64, 256), FeedForward(64, 256, init="fairseq")
+    assert xavier_ffn.linear2.weight.abs().max() > 256**-0.5 and not xavier_ffn.linear2.bias.any()
+    assert fairseq_ffn.linear2.weight.abs().max() <= 256**-0.5 and fairseq_ffn.linear2.bias.any()

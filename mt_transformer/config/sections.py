@@ -141,6 +141,10 @@ class ModelConfig:
     max_positions: int = 1024
     tie_embeddings: bool = True
     output_bias: bool = False  # a learned bias on the output logits (Marian's, as OPUS-MT models have)
+    # attention and FFN weights: xavier, Xavier-uniform for all; fairseq, W^Q, W^K, W^V with gain
+    # 1/sqrt(2) and the FFN at PyTorch's default, which learns faster per update
+    # (docs/recipes.md, "The decay's shape, and the initialisation")
+    init: Literal["xavier", "fairseq"] = "xavier"
 
 
 @dataclass(frozen=True)

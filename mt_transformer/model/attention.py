@@ -52,7 +52,7 @@ class MultiHeadAttention(nn.Module):
     """One module for self- and cross-attention: keys/values are projected by `project_kv`,
     so the decoder can cache them (self-attention: appended per step; cross: once per sentence)."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, init: str = "xavier"):
         super().__init__()
         self.n_heads, self.head_dim, self.dropout = n_heads, d_model // n_heads, dropout
         self.q_proj = nn.Linear(d_model, d_model)  # W^Q for all heads
@@ -61,6 +61,10 @@ class MultiHeadAttention(nn.Module):
         for linear in (self.q_proj, self.kv_proj, self.out_proj):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
+        if init == "fairseq":  # W^Q, W^K, W^V each as its own d_model x d_model matrix, gain 1/sqrt(2)
+            nn.init.xavier_uniform_(self.q_proj.weight, gain=2**-0.5)
+            for w in self.kv_proj.weight.data.chunk(2):  # (d_model, d_model) views: W^K, W^V
+                nn.init.xavier_uniform_(w, gain=2**-0.5)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape

@@ -24,13 +24,16 @@ class FeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3), with swish or GELU in place of max(0, .)
     as model.activation says."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu"):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", init: str = "xavier"):
         super().__init__()
+        # init fairseq keeps PyTorch's default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and
+        # biases, as fairseq does: W_2's entries under half a Xavier draw's
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]
-        for linear in (self.linear1, self.linear2):
-            nn.init.xavier_uniform_(linear.weight)
-            nn.init.zeros_(linear.bias)
+        if init == "xavier":
+            for linear in (self.linear1, self.linear2):
+                nn.init.xavier_uniform_(linear.weight)
+                nn.init.zeros_(linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear2(self.activation(self.linear1(x)))  # (batch, len, d_model)
@@ -54,8 +57,8 @@ class _ResidualLayer(nn.Module):
 class EncoderLayer(_ResidualLayer):
     def __init__(self, c: ModelConfig):
         super().__init__(c, n_sublayers=2)
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.init)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, c.init)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """x: (batch, src_len, d_model); src_mask: (batch, 1, 1, src_len)."""
@@ -78,9 +81,9 @@ class LayerCache:
 class DecoderLayer(_ResidualLayer):
     def __init__(self, c: ModelConfig):
         super().__init__(c, n_sublayers=3)
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
-        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.init)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.init)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, c.init)
 
     def forward(
         self,
