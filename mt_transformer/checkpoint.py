@@ -311,6 +311,8 @@ def check_compatible(
     checkpoint's; `hint` ends the message."""
     saved = read_metadata(directory)["config"]
     for name, new in config.to_dict()["model"].items():
+        if name == "init":  # how the weights started: a checkpoint's own weights replace them
+            continue
         if saved["model"].get(name) != new:
             raise UserError(
                 f"model.{name}: {new!r} in the config but {saved['model'].get(name)!r} in {directory}; {hint}"

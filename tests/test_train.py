@@ -108,6 +108,16 @@ def test_resume_refuses_a_changed_model(trained_run, corpus, tmp_path):
     assert "model.d_model: 64 in the config but 32 in" in result.stderr
 
 
+def test_resume_takes_a_changed_initialisation(trained_run, corpus, tmp_path):
+    """model.init only shapes a fresh model: a checkpoint's weights replace it on resuming."""
+    from mt_transformer import checkpoint
+    from mt_transformer.config import load_config
+
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, trained_run, model={"init": "fairseq"}))
+    last = sorted(p for p in os.listdir(os.path.join(trained_run, "checkpoints")) if p.startswith("step_"))[-1]
+    checkpoint.check_compatible(os.path.join(trained_run, "checkpoints", last), load_config(config, []))  # no error
+
+
 @pytest.mark.slow
 def test_gradient_accumulation_consumes_batches_per_update(corpus, tmp_path):
     out = str(tmp_path / "acc")
