@@ -58,13 +58,16 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = nn.Linear(d_model, d_model)  # W^Q for all heads
         self.kv_proj = nn.Linear(d_model, 2 * d_model)  # W^K and W^V for all heads, one matmul
         self.out_proj = nn.Linear(d_model, d_model)  # W^O
-        for linear in (self.q_proj, self.kv_proj, self.out_proj):
-            nn.init.xavier_uniform_(linear.weight)
-            nn.init.zeros_(linear.bias)
         if init == "fairseq":  # W^Q, W^K, W^V each as its own d_model x d_model matrix, gain 1/sqrt(2)
             nn.init.xavier_uniform_(self.q_proj.weight, gain=2**-0.5)
             for w in self.kv_proj.weight.data.chunk(2):  # (d_model, d_model) views: W^K, W^V
                 nn.init.xavier_uniform_(w, gain=2**-0.5)
+        else:
+            nn.init.xavier_uniform_(self.q_proj.weight)
+            nn.init.xavier_uniform_(self.kv_proj.weight)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        for linear in (self.q_proj, self.kv_proj, self.out_proj):
+            nn.init.zeros_(linear.bias)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
