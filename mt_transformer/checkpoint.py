@@ -16,6 +16,7 @@ previous checkpoints intact.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -309,15 +310,12 @@ def check_compatible(
 ) -> None:
     """Refuse to resume (or fine-tune) when the model or tokenizer settings differ from the
     checkpoint's; `hint` ends the message."""
-    saved = read_metadata(directory)["config"]
-    for name, new in config.to_dict()["model"].items():
-        if name == "init":  # how the weights started: a checkpoint's own weights replace them
-            continue
-        if saved["model"].get(name) != new:
-            raise UserError(
-                f"model.{name}: {new!r} in the config but {saved['model'].get(name)!r} in {directory}; {hint}"
-            )
-    conflict = config.data.tokenizer_conflict(config_from_dict(saved).data.tokenizer_settings())
+    saved = config_from_dict(read_metadata(directory)["config"])  # a key added since takes its default
+    for name, new in dataclasses.asdict(config.model).items():
+        old = getattr(saved.model, name)
+        if name != "init" and old != new:  # init: how the weights started; the checkpoint's replace them
+            raise UserError(f"model.{name}: {new!r} in the config but {old!r} in {directory}; {hint}")
+    conflict = config.data.tokenizer_conflict(saved.data.tokenizer_settings())
     if conflict:
         key, new, old = conflict
         raise UserError(f"{key}: {new!r} in the config but {old!r} in {directory}; {hint}")

@@ -118,6 +118,26 @@ def test_resume_takes_a_changed_initialisation(trained_run, corpus, tmp_path):
     checkpoint.check_compatible(os.path.join(trained_run, "checkpoints", last), load_config(config, []))  # no error
 
 
+def test_resume_fills_a_key_the_checkpoint_predates(trained_run, corpus, tmp_path):
+    """A checkpoint written before a model key existed compares as that key's default."""
+    import json
+    import shutil
+
+    from mt_transformer import checkpoint
+    from mt_transformer.config import load_config
+    from mt_transformer.errors import UserError
+
+    last = sorted(p for p in os.listdir(os.path.join(trained_run, "checkpoints")) if p.startswith("step_"))[-1]
+    older = shutil.copytree(os.path.join(trained_run, "checkpoints", last), tmp_path / "older")
+    metadata = json.loads((older / checkpoint.CONFIG_FILE).read_text())
+    del metadata["config"]["model"]["output_bias"]
+    (older / checkpoint.CONFIG_FILE).write_text(json.dumps(metadata))
+    checkpoint.check_compatible(str(older), load_config(write_config(tmp_path / "c.yaml", tiny_config(corpus, "x")), []))
+    biased = write_config(tmp_path / "b.yaml", tiny_config(corpus, "x", model={"output_bias": True}))
+    with pytest.raises(UserError, match="model.output_bias: True in the config but False"):
+        checkpoint.check_compatible(str(older), load_config(biased, []))
+
+
 @pytest.mark.slow
 def test_gradient_accumulation_consumes_batches_per_update(corpus, tmp_path):
     out = str(tmp_path / "acc")

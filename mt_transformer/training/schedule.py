@@ -35,7 +35,9 @@ def noam_factor(step: int, d_model: int, warmup: int) -> float:
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def budget_factor(progress: float, warmup_fraction: float, decay: str = "linear", cooldown: float = 0.2) -> float:
+def budget_factor(
+    progress: float, warmup_fraction: float, decay: str = "linear", cooldown: float = TrainConfig.cooldown_fraction
+) -> float:
     """The budget schedule's share of the peak rate once `progress` of the budget is spent."""
     progress = min(max(progress, 0.0), 1.0)
     if progress < warmup_fraction:
