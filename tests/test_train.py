@@ -132,7 +132,8 @@ def test_resume_fills_a_key_the_checkpoint_predates(trained_run, corpus, tmp_pat
     metadata = json.loads((older / checkpoint.CONFIG_FILE).read_text())
     del metadata["config"]["model"]["output_bias"]
     (older / checkpoint.CONFIG_FILE).write_text(json.dumps(metadata))
-    checkpoint.check_compatible(str(older), load_config(write_config(tmp_path / "c.yaml", tiny_config(corpus, "x")), []))
+    plain = write_config(tmp_path / "c.yaml", tiny_config(corpus, "x"))
+    checkpoint.check_compatible(str(older), load_config(plain, []))  # no error
     biased = write_config(tmp_path / "b.yaml", tiny_config(corpus, "x", model={"output_bias": True}))
     with pytest.raises(UserError, match="model.output_bias: True in the config but False"):
         checkpoint.check_compatible(str(older), load_config(biased, []))
