@@ -8,7 +8,7 @@
 # Uses the peers' virtual environments and prepared data: $PEERS_SCRIPTS names the directory of
 # the peers' install and run scripts (run its install_*.sh and prepare_data.sh first), $CORPUS
 # the line-aligned Multi30k files (valid.de, test.en, ...). Results:
-# $RUNS/<peer>-quality-$TAG/result.json.
+# $RUNS/<peer>-quality-$TAG/result.json (result-$CHECKPOINT.json for a later DECODE_ONLY=1 decoding).
 #
 #   PEERS_SCRIPTS=DIR CORPUS=DIR bash scripts/peer_quality.sh fairseq     # or: onmt
 #
@@ -78,9 +78,14 @@ for split in ("valid", "test"):
 PY
 fi
 
-score() {  # score HYP_PIECES UPDATES -> result.json (BLEU and chrF with signatures, like mt-eval)
+# A run's own decoding writes hyp.test and result.json; a later one (DECODE_ONLY=1) names its
+# files by the checkpoint, e.g. result-avg3.json, so that each decoding keeps its result.
+NAMED=""
+if [ "${DECODE_ONLY:-0}" = 1 ]; then NAMED="-$CHECKPOINT"; fi
+
+score() {  # score HYP_PIECES UPDATES -> result$NAMED.json (BLEU and chrF with signatures, like mt-eval)
   "$TOOLS_PY" - "$1" "$CORPUS/test.$TGT" "$BENCH_DATA/spm.model" "$OUT/train_measure.json" "$PEER" "$2" \
-      > "$OUT/result.json" <<'PY'
+      > "$OUT/result$NAMED.json" <<'PY'
 import json, sys, sacrebleu, sentencepiece as spm
 hyp_path, ref_path, model, measure, peer, updates = sys.argv[1:]
 sp = spm.SentencePieceProcessor(model_file=model)
@@ -93,7 +98,7 @@ print(json.dumps({"peer": peer, "updates": int(updates), "bleu": round(b.score, 
                   "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
                   "train_wall_s": json.load(open(measure))["wall_s"]}, indent=1))
 PY
-  cat "$OUT/result.json"
+  cat "$OUT/result$NAMED.json"
 }
 
 case "$PEER" in
@@ -136,9 +141,9 @@ PY
   "$B/fairseq-generate" "$OUT/bin" --cpu --path "$MODEL" --gen-subset test \
       --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --batch-size 32 --num-workers 0 \
       --model-overrides "{'checkpoint_activations': True}" \
-      > "$OUT/generate.out" 2> "$OUT/generate.stderr"
-  grep '^H-' "$OUT/generate.out" | sed 's/^H-//' | sort -n -k1,1 | cut -f3 > "$OUT/hyp.test"
-  score "$OUT/hyp.test" "${UPDATES:-0}"
+      > "$OUT/generate$NAMED.out" 2> "$OUT/generate$NAMED.stderr"
+  grep '^H-' "$OUT/generate$NAMED.out" | sed 's/^H-//' | sort -n -k1,1 | cut -f3 > "$OUT/hyp.test$NAMED"
+  score "$OUT/hyp.test$NAMED" "${UPDATES:-0}"
   ;;
 onmt)
   B="$PEERS_DIR/onmt/bin"
@@ -163,11 +168,11 @@ onmt)
       MODEL="$m"; break
     fi
   done
-  echo "decoding $MODEL" | tee "$OUT/model_used"
-  "$B/onmt_translate" -model "$MODEL" -src "$DATA/test.de" -output "$OUT/hyp.test" -beam_size 4 \
+  echo "decoding $MODEL" | tee "$OUT/model_used$NAMED"
+  "$B/onmt_translate" -model "$MODEL" -src "$DATA/test.de" -output "$OUT/hyp.test$NAMED" -beam_size 4 \
       -batch_size 32 -batch_type sents -max_length 200 -length_penalty wu -alpha 0.6 -gpu -1 \
-      > "$OUT/decode.stdout" 2>&1
-  score "$OUT/hyp.test" "$(basename "$MODEL" .pt | grep -o '[0-9]*$' || echo 0)"
+      > "$OUT/decode$NAMED.stdout" 2>&1
+  score "$OUT/hyp.test$NAMED" "$(basename "$MODEL" .pt | grep -o '[0-9]*$' || echo 0)"
   ;;
 *) echo "unknown peer: $PEER (fairseq or onmt)" >&2; exit 2 ;;
 esac
