@@ -310,7 +310,7 @@ def check_compatible(
 ) -> None:
     """Refuse to resume (or fine-tune) when the model or tokenizer settings differ from the
     checkpoint's; `hint` ends the message."""
-    saved = config_from_dict(read_metadata(directory)["config"])  # a key added since takes its default
+    saved = read_config(directory)  # a key added since the checkpoint takes its default
     for name, new in dataclasses.asdict(config.model).items():
         old = getattr(saved.model, name)
         if name != "init" and old != new:  # init: how the weights started; the checkpoint's replace them

@@ -114,8 +114,8 @@ def test_resume_takes_a_changed_initialisation(trained_run, corpus, tmp_path):
     from mt_transformer.config import load_config
 
     config = write_config(tmp_path / "c.yaml", tiny_config(corpus, trained_run, model={"init": "fairseq"}))
-    last = sorted(p for p in os.listdir(os.path.join(trained_run, "checkpoints")) if p.startswith("step_"))[-1]
-    checkpoint.check_compatible(os.path.join(trained_run, "checkpoints", last), load_config(config, []))  # no error
+    last = checkpoint.list_checkpoints(trained_run)[-1][1]
+    checkpoint.check_compatible(last, load_config(config, []))  # no error
 
 
 def test_resume_fills_a_key_the_checkpoint_predates(trained_run, corpus, tmp_path):
@@ -127,8 +127,7 @@ def test_resume_fills_a_key_the_checkpoint_predates(trained_run, corpus, tmp_pat
     from mt_transformer.config import load_config
     from mt_transformer.errors import UserError
 
-    last = sorted(p for p in os.listdir(os.path.join(trained_run, "checkpoints")) if p.startswith("step_"))[-1]
-    older = shutil.copytree(os.path.join(trained_run, "checkpoints", last), tmp_path / "older")
+    older = shutil.copytree(checkpoint.list_checkpoints(trained_run)[-1][1], tmp_path / "older")
     metadata = json.loads((older / checkpoint.CONFIG_FILE).read_text())
     del metadata["config"]["model"]["output_bias"]
     (older / checkpoint.CONFIG_FILE).write_text(json.dumps(metadata))
