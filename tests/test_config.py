@@ -56,6 +56,7 @@ def test_bad_values_name_the_key(override, message):
         (["train.decay=constant", "train.cooldown_fraction=0.95"], "train.cooldown_fraction: must be in (0, 1 - warm"),
         (["train.decay=rsqrt", "train.cooldown_fraction=0"], "train.cooldown_fraction: must be in (0, 1 - warmup"),
         (["train.decay=cosine"], "train.decay: 'cosine' is not one of linear | rsqrt | constant"),
+        (["train.dropout_min_epochs=-1"], "train.dropout_min_epochs: must be at least 0, got -1"),
     ],
 )
 def test_bad_budget_decays_name_the_key(overrides, message):

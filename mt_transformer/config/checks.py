@@ -93,6 +93,9 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
     )
     _check(train.lr_scale > 0, f"train.lr_scale: must be positive, got {train.lr_scale}")
     _check(train.peak_lr > 0, f"train.peak_lr: must be positive, got {train.peak_lr}")
+    _check(
+        train.dropout_min_epochs >= 0, f"train.dropout_min_epochs: must be at least 0, got {train.dropout_min_epochs}"
+    )
     _check(0 <= train.warmup_fraction < 1, f"train.warmup_fraction: must be in [0, 1), got {train.warmup_fraction}")
     _check(
         train.decay != "rsqrt" or train.warmup_fraction > 0,

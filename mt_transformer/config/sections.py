@@ -167,6 +167,9 @@ class TrainConfig:
     decay: Literal["linear", "rsqrt", "constant"] = "linear"
     cooldown_fraction: float = 0.2
     label_smoothing: float = 0.1
+    # dropout only where the run is expected to read its training data at least this many times
+    # (training/dropout_fit.py); 0: always
+    dropout_min_epochs: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0

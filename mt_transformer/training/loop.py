@@ -22,6 +22,7 @@ from mt_transformer.config import Config
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed, random_state
+from mt_transformer.training.dropout_fit import DropoutFit
 from mt_transformer.training.epochs import TrainingBatches
 from mt_transformer.training.run_log import RunLog
 from mt_transformer.training.step import TrainingStep, Update
@@ -82,6 +83,8 @@ class TrainingLoop:
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
         batches_since_update = 0  # a whole epoch of them means the run cannot make progress
         self.step.model.train()
+        updates_per_epoch = len(self.batches.epoch(state.epoch)) // train.accumulate
+        dropout = DropoutFit(self.step.model, self.config, state, updates_per_epoch, self.processes.is_main)
         bar = tqdm(
             total=train.max_steps,
             initial=state.step,
@@ -111,6 +114,7 @@ class TrainingLoop:
                     interval = Interval(self.device)
                 bar.update(1)
                 state.elapsed = policy.elapsed()
+                dropout.check(state.step, state.elapsed)
                 if state.step % train.valid_every == 0:
                     started = time.monotonic()
                     last_metrics, validated_at = self.validate_and_save(), state.step

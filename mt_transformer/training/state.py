@@ -19,6 +19,7 @@ class TrainerState:
     out_of_memory: int = 0  # updates redone in smaller pieces for lack of memory
     oom_dropped: int = 0  # updates dropped: single sentences did not fit
     world_size: int = 1  # processes that trained it
+    dropout_on: bool | None = None  # train.dropout_min_epochs's decision; None: not (yet) made
 
     def record_validation(self, bleu: float | None) -> bool:
         """Count a validation's BLEU (None: the run has no valid set) against the best so far;

@@ -1,0 +1,82 @@
+"""`train.dropout_min_epochs`: dropout only in a run long enough to overfit without it.
+
+Dropout (model.dropout, model.attention_dropout) keeps a model from learning its training data
+by heart, which takes many passes over it; a run that reads its data only a few times is still
+underfitting, and there dropout only slows learning (docs/recipes.md, "Dropout fitted to the
+run's length"). With train.dropout_min_epochs > 0 the run estimates how many times it will read
+its data and turns dropout off when that is fewer:
+
+    epochs = min(max_steps, max_epochs * U, updates the minutes hold) / U
+
+where U is the updates in one epoch. The updates a time limit holds come from the run's own
+speed: its updates so far over its elapsed time, taken once MEASURE_FRACTION of the minutes
+has passed; until then the model trains with the dropout it was built with. The decision is
+saved with the run's state, so that a resumed run keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from torch import nn
+
+from mt_transformer.config import TrainConfig
+from mt_transformer.model.attention import MultiHeadAttention
+from mt_transformer.model.dropout import Dropout
+from mt_transformer.training.state import TrainerState
+
+log = logging.getLogger(__name__)
+
+MEASURE_FRACTION = 0.05  # of train.max_minutes, before the run's speed is taken as known
+
+
+def expected_epochs(train: TrainConfig, updates_per_epoch: int, step: int, elapsed_s: float) -> float | None:
+    """The epochs the run will read, from its limits and, under train.max_minutes, its speed after
+    `step` updates in `elapsed_s` seconds; None while it is too early to measure that speed."""
+    limits = [train.max_steps]
+    if train.max_epochs:
+        limits.append(train.max_epochs * updates_per_epoch)
+    if train.max_minutes:
+        if step == 0 or elapsed_s < MEASURE_FRACTION * 60 * train.max_minutes:
+            return None
+        limits.append(step / elapsed_s * 60 * train.max_minutes)
+    return min(limits) / updates_per_epoch
+
+
+def set_dropout(model: nn.Module, keep: bool, residual: float, attention: float) -> None:
+    """Every dropout of `model` at the configured rates (`keep`) or off."""
+    for module in model.modules():
+        if isinstance(module, Dropout):
+            module.p = residual if keep else 0.0
+        elif isinstance(module, MultiHeadAttention):
+            module.dropout = attention if keep else 0.0
+
+
+class DropoutFit:
+    """Decides once per run whether dropout stays on; `check` after every update."""
+
+    def __init__(self, model: nn.Module, config, state: TrainerState, updates_per_epoch: int, announce: bool):
+        self.model, self.train, self.state, self.announce = model, config.train, state, announce
+        self.rates = (config.model.dropout, config.model.attention_dropout)
+        self.updates_per_epoch = max(updates_per_epoch, 1)
+        self.active = bool(self.train.dropout_min_epochs) and any(self.rates)
+        if self.active and state.dropout_on is not None:  # a resumed run keeps its decision
+            set_dropout(model, state.dropout_on, *self.rates)
+        self.check(state.step, state.elapsed)
+
+    def check(self, step: int, elapsed_s: float) -> None:
+        if not self.active or self.state.dropout_on is not None:
+            return
+        epochs = expected_epochs(self.train, self.updates_per_epoch, step, elapsed_s)
+        if epochs is None:
+            return
+        keep = epochs >= self.train.dropout_min_epochs
+        self.state.dropout_on = keep
+        set_dropout(self.model, keep, *self.rates)
+        if self.announce:
+            log.info(
+                "dropout %s: the run is expected to read its training data %.1f times (train.dropout_min_epochs %g)",
+                "kept" if keep else "off",
+                epochs,
+                self.train.dropout_min_epochs,
+            )

@@ -1,0 +1,66 @@
+import os
+
+import pytest
+import torch
+from test_train import read_metrics
+
+from conftest import run_cli, tiny_config, write_config
+from mt_transformer.checkpoint import load_trainer_state
+from mt_transformer.config import ModelConfig, TrainConfig
+from mt_transformer.model.attention import MultiHeadAttention
+from mt_transformer.model.dropout import Dropout
+from mt_transformer.model.transformer import Transformer
+from mt_transformer.training.dropout_fit import expected_epochs, set_dropout
+
+
+def test_expected_epochs_follow_the_step_and_epoch_limits():
+    assert expected_epochs(TrainConfig(max_steps=1000), 100, step=0, elapsed_s=0.0) == 10
+    assert expected_epochs(TrainConfig(max_steps=1000, max_epochs=3), 100, step=0, elapsed_s=0.0) == 3
+
+
+def test_expected_epochs_under_a_time_limit_wait_for_the_runs_speed():
+    train = TrainConfig(max_steps=100_000, max_minutes=10)
+    # 5% of 10 minutes is 30 seconds: before it the speed is not yet known
+    assert expected_epochs(train, 100, step=40, elapsed_s=20.0) is None
+    # 100 updates a minute for 10 minutes: 1,000 updates, 10 epochs of 100
+    assert expected_epochs(train, 100, step=50, elapsed_s=30.0) == pytest.approx(10)
+    # the step limit still caps it
+    assert expected_epochs(TrainConfig(max_steps=300, max_minutes=10), 100, step=50, elapsed_s=30.0) == 3
+
+
+def test_set_dropout_turns_every_dropout_off_and_back_to_the_configured_rates():
+    sizes = {"d_model": 16, "n_heads": 2, "d_ff": 32, "encoder_layers": 1, "decoder_layers": 1}
+    model = Transformer(ModelConfig(**sizes, dropout=0.3, attention_dropout=0.2), 50, 50, share_vocab=True)
+    residual = [m for m in model.modules() if isinstance(m, Dropout)]
+    attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(residual) == 3 and len(attention) == 3
+    set_dropout(model, False, 0.3, 0.2)
+    assert {m.p for m in residual} == {0.0} and {m.dropout for m in attention} == {0.0}
+    model.train()
+    src, tgt = torch.randint(4, 50, (2, 5)), torch.randint(4, 50, (2, 6))
+    assert torch.equal(model(src, tgt), model(src, tgt))  # nothing random left in training mode
+    set_dropout(model, True, 0.3, 0.2)
+    assert {m.p for m in residual} == {0.3} and {m.dropout for m in attention} == {0.2}
+
+
+def losses_and_decision(corpus, out, model, train):
+    config = write_config(out.with_suffix(".yaml"), tiny_config(corpus, str(out), model=model, train=train))
+    result = run_cli("mt-train", "--config", config)
+    assert result.returncode == 0, result.stderr
+    state = load_trainer_state(os.path.join(out, "checkpoints", "step_00000006"))
+    return [m["loss"] for m in read_metrics(str(out)) if "loss" in m], state["dropout_on"], result.stderr
+
+
+def test_a_run_too_short_for_its_dropout_trains_as_one_without(corpus, tmp_path):
+    train = {"max_steps": 6, "valid_every": 6, "log_every": 1, "max_tokens": 256}
+    # 6 updates of 256 tokens read a small part of the 2,000 training pairs
+    fitted, decided, stderr = losses_and_decision(
+        corpus, tmp_path / "fitted", {"dropout": 0.3}, {**train, "dropout_min_epochs": 1}
+    )
+    assert decided is False and "dropout off" in stderr
+    without, _, _ = losses_and_decision(corpus, tmp_path / "without", {"dropout": 0.0}, train)
+    assert fitted == without
+    kept, decided, stderr = losses_and_decision(
+        corpus, tmp_path / "kept", {"dropout": 0.3}, {**train, "dropout_min_epochs": 0.01}
+    )
+    assert decided is True and "dropout kept" in stderr and kept != without
