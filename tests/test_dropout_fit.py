@@ -6,11 +6,12 @@ from test_train import read_metrics
 
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer.checkpoint import load_trainer_state
-from mt_transformer.config import ModelConfig, TrainConfig
+from mt_transformer.config import Config, ModelConfig, TrainConfig
 from mt_transformer.model.attention import MultiHeadAttention
 from mt_transformer.model.dropout import Dropout
 from mt_transformer.model.transformer import Transformer
-from mt_transformer.training.dropout_fit import expected_epochs, set_dropout
+from mt_transformer.training.dropout_fit import DropoutFit, expected_epochs, set_dropout
+from mt_transformer.training.state import TrainerState
 
 
 def test_expected_epochs_follow_the_step_and_epoch_limits():
@@ -28,9 +29,13 @@ def test_expected_epochs_under_a_time_limit_wait_for_the_runs_speed():
     assert expected_epochs(TrainConfig(max_steps=300, max_minutes=10), 100, step=50, elapsed_s=30.0) == 3
 
 
-def test_set_dropout_turns_every_dropout_off_and_back_to_the_configured_rates():
+def small_model(**rates) -> Transformer:
     sizes = {"d_model": 16, "n_heads": 2, "d_ff": 32, "encoder_layers": 1, "decoder_layers": 1}
-    model = Transformer(ModelConfig(**sizes, dropout=0.3, attention_dropout=0.2), 50, 50, share_vocab=True)
+    return Transformer(ModelConfig(**sizes, **rates), 50, 50, share_vocab=True)
+
+
+def test_set_dropout_turns_every_dropout_off_and_back_to_the_configured_rates():
+    model = small_model(dropout=0.3, attention_dropout=0.2)
     residual = [m for m in model.modules() if isinstance(m, Dropout)]
     attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     assert len(residual) == 3 and len(attention) == 3
@@ -64,3 +69,20 @@ def test_a_run_too_short_for_its_dropout_trains_as_one_without(corpus, tmp_path)
         corpus, tmp_path / "kept", {"dropout": 0.3}, {**train, "dropout_min_epochs": 0.01}
     )
     assert decided is True and "dropout kept" in stderr and kept != without
+
+
+def test_a_resumed_run_keeps_its_decision_and_an_unset_one_measures_nothing():
+    config = Config(model=ModelConfig(dropout=0.3), train=TrainConfig(max_steps=1000, dropout_min_epochs=2))
+    model = small_model(dropout=0.3)
+    # 1,000 updates of 100 per epoch would keep dropout; the saved decision turned it off
+    DropoutFit(model, config, TrainerState(step=500, dropout_on=False), lambda: 100, announce=False)
+    assert {m.p for m in model.modules() if isinstance(m, Dropout)} == {0.0}
+    fresh = TrainerState()
+    DropoutFit(small_model(dropout=0.3), config, fresh, lambda: 100, announce=False)
+    assert fresh.dropout_on is True
+    unset = Config(model=ModelConfig(dropout=0.3), train=TrainConfig())
+
+    def never():
+        raise AssertionError("the epoch's batches were counted with the setting off")
+
+    DropoutFit(small_model(dropout=0.3), unset, TrainerState(), never, announce=False)

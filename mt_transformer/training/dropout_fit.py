@@ -17,6 +17,7 @@ saved with the run's state, so that a resumed run keeps it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from torch import nn
 
@@ -55,11 +56,12 @@ def set_dropout(model: nn.Module, keep: bool, residual: float, attention: float)
 class DropoutFit:
     """Decides once per run whether dropout stays on; `check` after every update."""
 
-    def __init__(self, model: nn.Module, config, state: TrainerState, updates_per_epoch: int, announce: bool):
+    def __init__(self, model: nn.Module, config, state: TrainerState, epoch_updates: Callable[[], int], announce: bool):
+        """`epoch_updates()`: the updates in one epoch, asked only where the setting is on."""
         self.model, self.train, self.state, self.announce = model, config.train, state, announce
         self.rates = (config.model.dropout, config.model.attention_dropout)
-        self.updates_per_epoch = max(updates_per_epoch, 1)
         self.active = bool(self.train.dropout_min_epochs) and any(self.rates)
+        self.updates_per_epoch = max(epoch_updates(), 1) if self.active else 1
         if self.active and state.dropout_on is not None:  # a resumed run keeps its decision
             set_dropout(model, state.dropout_on, *self.rates)
         self.check(state.step, state.elapsed)

@@ -83,8 +83,13 @@ class TrainingLoop:
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
         batches_since_update = 0  # a whole epoch of them means the run cannot make progress
         self.step.model.train()
-        updates_per_epoch = len(self.batches.epoch(state.epoch)) // train.accumulate
-        dropout = DropoutFit(self.step.model, self.config, state, updates_per_epoch, self.processes.is_main)
+        dropout = DropoutFit(
+            self.step.model,
+            self.config,
+            state,
+            lambda: len(self.batches.epoch(state.epoch)) // train.accumulate,
+            self.processes.is_main,
+        )
         bar = tqdm(
             total=train.max_steps,
             initial=state.step,
