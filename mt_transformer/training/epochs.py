@@ -31,6 +31,7 @@ class TrainingBatches:
         self.corpus_sizes = list(corpus_sizes)
         self.src_lens, self.tgt_lens = lengths(dataset)
         self.pairs, self.resample, self.batch_tokens = self._segmentation(dataset, tokenizer_dir)
+        self._last_epoch = (None, [])  # (epoch, its batches): asked for again at a run's start
 
     def _segmentation(self, dataset, tokenizer_dir: str):
         """The columns the loader reads, the encoder that segments each batch anew under
@@ -52,6 +53,11 @@ class TrainingBatches:
 
     def epoch(self, epoch: int) -> list:
         """This rank's batches (arrays of row indices) of `epoch`."""
+        if self._last_epoch[0] != epoch:
+            self._last_epoch = (epoch, self._draw_epoch(epoch))
+        return self._last_epoch[1]
+
+    def _draw_epoch(self, epoch: int) -> list:
         seed = self.train.seed
         rows = corpus_rows(self.corpus_sizes, self.data.sampling_temperature, seed, epoch)
         if rows is None:
