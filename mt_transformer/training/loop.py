@@ -4,7 +4,8 @@ checkpoints alone every train.save_every), until the stop policy says the run is
 process or on every rank of a torchrun group.
 
 Under torchrun every rank runs this loop on its shard of each epoch's batches. The ranks agree
-once per update (one small all-reduce) on the token count, the loss and whether to stop; rank 0
+once per update (one small all-reduce) on the token count, the loss, whether to stop and the
+elapsed time (the mean of their clocks, which the budget schedule follows); rank 0
 alone validates and writes files, and tells the others the early-stopping count.
 """
 
@@ -118,7 +119,7 @@ class TrainingLoop:
                     self.log_train(interval, bar)
                     interval = Interval(self.device)
                 bar.update(1)
-                state.elapsed = policy.elapsed()
+                state.elapsed = policy.elapsed_at_update()
                 dropout.check(state.step, state.elapsed)
                 if state.step % train.valid_every == 0:
                     started = time.monotonic()
@@ -162,13 +163,13 @@ class TrainingLoop:
     def share(self, loss: torch.Tensor, tokens: int) -> tuple[torch.Tensor, int]:
         """The update's loss and target tokens summed over the ranks, with what each rank knows of
         stopping (its time limit, a signal), in one all-reduce; the stop policy then decides."""
-        time_up, signalled = self.policy.local_view()
+        time_up, signalled, elapsed = self.policy.local_view()
         if not self.processes.enabled:
             return loss, tokens
-        loss_sum, tokens, time_up, signalled = distributed.sum_over_ranks(
-            [float(loss), tokens, time_up, signalled], self.device
+        loss_sum, tokens, time_up, signalled, elapsed_sum = distributed.sum_over_ranks(
+            [float(loss), tokens, time_up, signalled, elapsed], self.device
         )
-        self.policy.agree(time_up > 0, signalled > 0)
+        self.policy.agree(time_up > 0, signalled > 0, elapsed_sum / self.processes.world_size)
         return torch.tensor(loss_sum, device=self.device), int(tokens)
 
     def log_train(self, interval: Interval, bar) -> None:

@@ -36,10 +36,19 @@ class StopPolicy:
         self.received = None  # the signal this process received, set by the handler at any moment
         self.agreed = None  # under torchrun: the signal all ranks agreed on at the last update
         self.clock = (time.monotonic(), state.elapsed)  # (when this process started, elapsed before it)
+        self.shared_elapsed = None  # under torchrun: the ranks' mean elapsed time at the last update
         self.time_up = self.over_time()
 
     def elapsed(self) -> float:
         return self.clock[1] + time.monotonic() - self.clock[0]
+
+    def elapsed_at_update(self) -> float:
+        """The run's elapsed seconds as of the update just made, for the budget schedule and
+        train.dropout_min_epochs. Under torchrun the value the ranks agreed on, so that every rank
+        computes the same learning rate and makes the same dropout decision."""
+        if self.processes.enabled and self.shared_elapsed is not None:
+            return self.shared_elapsed
+        return self.elapsed()
 
     def over_time(self) -> bool:
         return bool(self.train.max_minutes) and self.elapsed() >= 60 * self.train.max_minutes
@@ -53,15 +62,18 @@ class StopPolicy:
         epochs_done = bool(train.max_epochs and state.epoch >= train.max_epochs)
         return state.step >= train.max_steps or self.time_up or epochs_done or self.out_of_patience()
 
-    def local_view(self) -> tuple[bool, bool]:
-        """What this process knows at an update: whether its time is up, and whether it received a
-        signal. Under torchrun the ranks pool these (`agree`), so that all stop at the same update."""
+    def local_view(self) -> tuple[bool, bool, float]:
+        """What this process knows at an update: whether its time is up, whether it received a
+        signal, and its clock. Under torchrun the ranks pool these (`agree`), so that all stop at
+        the same update and follow one clock."""
         self.time_up = self.over_time()
-        return self.time_up, self.received is not None
+        return self.time_up, self.received is not None, self.elapsed()
 
-    def agree(self, time_up_anywhere: bool, signalled_anywhere: bool) -> None:
-        """Take the ranks' pooled view: time up or a signal on any rank stops all of them."""
+    def agree(self, time_up_anywhere: bool, signalled_anywhere: bool, mean_elapsed: float) -> None:
+        """Take the ranks' pooled view: time up or a signal on any rank stops all of them, and the
+        mean of their clocks is the run's elapsed time."""
         self.time_up = time_up_anywhere
+        self.shared_elapsed = mean_elapsed
         # another rank's signal stops this one too (torchrun sends them to all ranks anyway)
         self.agreed = (self.received or signal.SIGTERM) if signalled_anywhere else None
 
