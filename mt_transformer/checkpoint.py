@@ -305,6 +305,11 @@ def load(path: str, device: torch.device) -> LoadedModel:
     return LoadedModel(model.to(device).eval(), tokenizer, config, directory, metadata.get("step"))
 
 
+# model keys a checkpoint's weights fit whatever their value: how fresh weights are drawn (the
+# checkpoint's replace them) and dropout, which a resumed or fine-tuned run may change
+TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout")
+
+
 def check_compatible(
     directory: str, config: Config, hint: str = "use a new train.output_dir or restore the setting"
 ) -> None:
@@ -313,7 +318,7 @@ def check_compatible(
     saved = read_config(directory)  # a key added since the checkpoint takes its default
     for name, new in dataclasses.asdict(config.model).items():
         old = getattr(saved.model, name)
-        if name != "init" and old != new:  # init: how the weights started; the checkpoint's replace them
+        if name not in TRAINING_ONLY_MODEL_KEYS and old != new:
             raise UserError(f"model.{name}: {new!r} in the config but {old!r} in {directory}; {hint}")
     conflict = config.data.tokenizer_conflict(saved.data.tokenizer_settings())
     if conflict:

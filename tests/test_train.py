@@ -108,12 +108,14 @@ def test_resume_refuses_a_changed_model(trained_run, corpus, tmp_path):
     assert "model.d_model: 64 in the config but 32 in" in result.stderr
 
 
-def test_resume_takes_a_changed_initialisation(trained_run, corpus, tmp_path):
-    """model.init only shapes a fresh model: a checkpoint's weights replace it on resuming."""
+@pytest.mark.parametrize("change", [{"init": "fairseq"}, {"dropout": 0.3, "attention_dropout": 0.1}])
+def test_resume_takes_a_changed_initialisation_or_dropout(trained_run, corpus, tmp_path, change):
+    """model.init only shapes a fresh model (a checkpoint's weights replace it on resuming), and
+    dropout only training: neither changes what the checkpoint's weights are."""
     from mt_transformer import checkpoint
     from mt_transformer.config import load_config
 
-    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, trained_run, model={"init": "fairseq"}))
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, trained_run, model=change))
     last = checkpoint.list_checkpoints(trained_run)[-1][1]
     checkpoint.check_compatible(last, load_config(config, []))  # no error
 
