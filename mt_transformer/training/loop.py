@@ -162,7 +162,8 @@ class TrainingLoop:
 
     def share(self, loss: torch.Tensor, tokens: int) -> tuple[torch.Tensor, int]:
         """The update's loss and target tokens summed over the ranks, with what each rank knows of
-        stopping (its time limit, a signal), in one all-reduce; the stop policy then decides."""
+        stopping (its time limit, a signal) and its clock, in one all-reduce; the stop policy then
+        decides, and keeps the mean clock."""
         time_up, signalled, elapsed = self.policy.local_view()
         if not self.processes.enabled:
             return loss, tokens
