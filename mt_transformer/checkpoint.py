@@ -38,6 +38,9 @@ MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.
 # what an export (mt-export: CTranslate2, transformers) records of the checkpoint it came from
 EXPORT_SETTINGS_FILE = "mt_transformer.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
+# model keys a checkpoint's weights fit whatever their value: how fresh weights are drawn (the
+# checkpoint's replace them) and dropout, which a resumed or fine-tuned run may change
+TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout")
 
 
 class SaveError(UserError):
@@ -303,11 +306,6 @@ def load(path: str, device: torch.device) -> LoadedModel:
     model = Transformer(config.model, *vocab_sizes, share_vocab=joint)
     load_weights(model, directory)
     return LoadedModel(model.to(device).eval(), tokenizer, config, directory, metadata.get("step"))
-
-
-# model keys a checkpoint's weights fit whatever their value: how fresh weights are drawn (the
-# checkpoint's replace them) and dropout, which a resumed or fine-tuned run may change
-TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout")
 
 
 def check_compatible(
