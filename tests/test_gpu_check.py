@@ -76,3 +76,10 @@ def test_decode_precisions_are_measured_and_reported(trained_run, corpus):
     verdict = gpu_check.Verdicts()
     text = "\n".join(gpu_check.translation_lines(rows, verdict))
     assert verdict.failed == 2 and "| fp16 | FAIL | RuntimeError: no kernel | |" in text and "| bf16 | FAIL |" in text
+
+
+def test_checks_left_out_are_reported_as_not_run():
+    text, ok = gpu_check.report("1 x GPU", {"passed": 3}, None, None, None, None)
+    assert ok and "gpu-marked tests: pass (3 passed)" in text
+    assert "precisions, base model, 300 updates: not run" in text and "restarted: not run" in text
+    assert "two processes (NCCL): not run\n" in text

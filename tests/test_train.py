@@ -249,8 +249,10 @@ def precision_losses(corpus, tmp_path, precision: str) -> list[float]:
     return [m["loss"] for m in read_metrics(out) if "loss" in m]
 
 
-# The largest relative gap to fp32 of any logged loss (each the mean over 20 updates).
-PRECISION_TOLERANCE = 0.03
+# The largest relative gap to fp32 of any logged loss (each the mean over 20 updates). Measured:
+# fp16 within 1.5% (H100), bf16 3.3% below fp32 at update 180 (H200: rounding takes the runs apart
+# at this rate of 4e-2 to 1e-2); a run that stops learning ends ~20% above fp32.
+PRECISION_TOLERANCE = 0.05
 
 
 @pytest.mark.gpu
