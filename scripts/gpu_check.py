@@ -173,14 +173,15 @@ def check_two_processes(corpus: str, workdir: str, reference: list[tuple[int, fl
     }
 
 
+def table_start(title: str, columns: list[str]) -> list[str]:
+    """A report item's title line and the head of its Markdown table."""
+    return [f"- {title}:", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def translation_lines(rows: dict, verdict) -> list[str]:
     """The report's table of bench_decode_precisions' rows, each judged against fp32's BLEU."""
-    lines = [
-        f"- translation with the bf16 run's checkpoint, beam 4, the valid set; BLEU within {BLEU_TOLERANCE} of fp32's:",
-        "",
-        "| decode precision | result | sentences/s | BLEU |",
-        "|---|---|---|---|",
-    ]
+    title = f"translation with the bf16 run's checkpoint, beam 4, the valid set; BLEU within {BLEU_TOLERANCE} of fp32's"
+    lines = table_start(title, ["decode precision", "result", "sentences/s", "BLEU"])
     reference = rows["fp32"].get("bleu", float("nan"))
     for name, row in rows.items():
         if not row["ok"]:
@@ -269,12 +270,9 @@ def report(
 
 def precision_lines(precisions: dict, verdict) -> list[str]:
     """The report's table of the precision runs, each judged against fp32's losses."""
-    lines = [
-        f"- precisions, base model, {UPDATES} updates; each logged loss within {LOSS_TOLERANCE:.0%} of fp32's:",
-        "",
-        "| precision | result | largest gap to fp32 | skipped updates | loss at each log | seconds |",
-        "|---|---|---|---|---|---|",
-    ]
+    title = f"precisions, base model, {UPDATES} updates; each logged loss within {LOSS_TOLERANCE:.0%} of fp32's"
+    columns = ["precision", "result", "largest gap to fp32", "skipped updates", "loss at each log", "seconds"]
+    lines = table_start(title, columns)
     for name, row in precisions.items():
         ok = row["ok"] and row["gap"] <= LOSS_TOLERANCE
         losses = " ".join(f"{loss:.3f}" for _, loss in row["losses"]) or row["error"]
