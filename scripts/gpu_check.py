@@ -19,6 +19,7 @@ took 98 s on an H100.
 
 --checks runs some of them. The report is rewritten after each check, so a run cut short leaves
 what it finished.
+
 Prints one Markdown block to paste into an issue and writes it to --output, and a line per
 finished check as it goes. On a machine without CUDA it says so in one line and exits 0; it
 exits 1 when a check fails.
