@@ -316,6 +316,7 @@ def main() -> int:
         return 0
     started = time.monotonic()
     results = dict.fromkeys(("tests", "precisions", "speed", "two", "resume", "translation"))
+    machine = environment()
 
     def finished(what: str, result, shown=None):
         """Keeps a check's result, prints a line and rewrites the report, so a run cut short still
@@ -323,7 +324,7 @@ def main() -> int:
         results[what] = result
         shown = result if shown is None else shown
         print(f"gpu-check: {what} done at {time.monotonic() - started:.0f} s: {shown}", file=sys.stderr, flush=True)
-        write_text(args.output, report(environment(), **results)[0])
+        write_text(args.output, report(machine, **results)[0])
 
     if "tests" in checks:
         pytest_run = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"])
@@ -335,7 +336,7 @@ def main() -> int:
         finished("speed", speed, "\n" + speed["table"])
     if "precisions" in checks:
         run_checks_on_the_generated_corpus(checks, finished)
-    text, ok = report(environment(), **results)
+    text, ok = report(machine, **results)
     text += f"\nall checks: {time.monotonic() - started:.0f} s\n"
     print(text)
     write_text(args.output, text)
