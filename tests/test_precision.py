@@ -14,7 +14,7 @@ from mt_transformer.config import load_config
 from mt_transformer.data.batching import Batch, token_batches
 from mt_transformer.training import precision as precision_module
 from mt_transformer.training import train as train_module
-from mt_transformer.training.precision import calibration, choose_precision, first_batches
+from mt_transformer.training.precision import calibration, choose_precision, first_batches, pass_seconds, speedup
 
 CPU = torch.device("cpu")
 AVX2 = ("AMD EPYC", ["avx2", "fma"])
@@ -68,6 +68,40 @@ def test_calibration_times_both_precisions_and_leaves_the_random_state_alone():
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_calibration_times_each_batch_in_both_precisions_back_to_back_in_alternating_order(monkeypatch):
+    passes = []
+    real_loss = precision_module.training_loss
+
+    def recorded(model, batch, smoothing, precision):
+        passes.append((batch.src.size(0), precision))
+        return real_loss(model, batch, smoothing, precision)
+
+    monkeypatch.setattr(precision_module, "training_loss", recorded)
+    model = tiny_model(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
+    batches = [
+        Batch(src=torch.full((n, 3), 5), tgt_in=torch.full((n, 3), 5), tgt_out=torch.full((n, 3), 5))
+        for n in (1, 2, 3, 4)
+    ]
+    timings = pass_seconds(model, CPU, batches)
+    assert passes == [
+        (1, "fp32"),
+        (1, "bf16"),
+        (2, "bf16"),
+        (2, "fp32"),
+        (3, "fp32"),
+        (3, "bf16"),
+        (4, "bf16"),
+        (4, "fp32"),
+    ]
+    assert len(timings) == 3 and all(set(t) == {"fp32", "bf16"} and min(t.values()) > 0 for t in timings)
+
+
+def test_the_speedup_weighs_each_batch_by_its_seconds():
+    # a large batch twice as fast in bf16 outweighs two small ones that are not faster at all
+    timings = [{"fp32": 4.0, "bf16": 2.0}, {"fp32": 0.5, "bf16": 0.5}, {"fp32": 0.5, "bf16": 0.5}]
+    assert speedup(timings) == pytest.approx(5.0 / 3.0)
+
+
 def test_calibration_batches_are_the_first_that_training_draws():
     rng = np.random.default_rng(0)
     src_lens, tgt_lens = rng.integers(1, 30, 200), rng.integers(1, 30, 200)
@@ -80,8 +114,8 @@ def test_calibration_batches_are_the_first_that_training_draws():
         }
     )
     batches = first_batches(dataset, max_tokens=128, seed=3)
-    expected = token_batches(src_lens, tgt_lens, 128, seed=3)[:3]
-    assert len(batches) == 3
+    expected = token_batches(src_lens, tgt_lens, 128, seed=3)[: precision_module.CALIBRATION_BATCHES]
+    assert len(batches) == precision_module.CALIBRATION_BATCHES
     for batch, rows in zip(batches, expected):
         assert batch.src.size(0) == len(rows) and batch.src.numel() <= 128 and batch.tgt_in.numel() <= 128
         assert batch.target_tokens == int((tgt_lens[rows] + 1).sum())  # each target and its EOS

@@ -7,6 +7,11 @@ calibration times training passes of the model over the run's own first batches 
 precisions and keeps bf16 only if it is clearly faster, since the gain depends on the model's
 shapes and the host. Those batches change shape from one pass to the next, as training's do:
 bf16 matrix products on a CPU build a kernel per new shape, which a repeated batch would hide.
+
+A host's other work comes and goes within seconds (a neighbour starting, a data loader), so each
+batch is timed in both precisions back to back, in alternating order, over a dozen batches: with
+two of them, a run beside another's data preparation once measured bf16 at 1.08x on a host where
+it trains 1.3-1.4x as fast (docs/benchmarks.md, "Performance decisions").
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from mt_transformer.training.step import training_loss
 # bf16 is kept only when the calibration finds it at least this much faster than fp32: a smaller
 # gain is within the noise of a shared host and not worth bf16's rounding.
 MIN_SPEEDUP = 1.1
-CALIBRATION_BATCHES = 3  # the first warms up, the others are timed
+CALIBRATION_BATCHES = 13  # the first warms up, the others are timed
 
 
 def choose_precision(
@@ -59,17 +64,30 @@ def first_batches(dataset, max_tokens: int, seed: int, count: int = CALIBRATION_
 
 
 def calibration(model, device: torch.device, batches: list[Batch]) -> float:
-    """bf16's speed over fp32's on forward and backward passes of `model`: each batch in turn,
-    in both precisions one after the other; the first batch warms up, the others are timed.
-    The run's random state is left as it was; the gradients are cleared."""
-    seconds = {"fp32": 0.0, "bf16": 0.0}
+    """bf16's speed over fp32's on forward and backward passes of `model` (`speedup` of the
+    batches' timings). The run's random state is left as it was; the gradients are cleared."""
+    return speedup(pass_seconds(model, device, batches))
+
+
+def pass_seconds(model, device: torch.device, batches: list[Batch]) -> list[dict[str, float]]:
+    """Seconds of a forward and backward pass in each precision, per batch after the first
+    (which warms up both): each batch in both precisions back to back, the order alternating
+    from one batch to the next so that neither precision always runs second."""
+    timings = []
     with torch.random.fork_rng(devices=[]):
         for i, batch in enumerate(batches):
             batch = batch.to(device)
-            for precision in seconds:
+            seconds = {}
+            for precision in ("fp32", "bf16") if i % 2 == 0 else ("bf16", "fp32"):
                 started = time.perf_counter()
                 training_loss(model, batch, 0.1, precision).backward()
-                if i > 0:
-                    seconds[precision] += time.perf_counter() - started
+                seconds[precision] = time.perf_counter() - started
+            if i > 0:
+                timings.append(seconds)
     model.zero_grad(set_to_none=True)
-    return seconds["fp32"] / seconds["bf16"]
+    return timings
+
+
+def speedup(timings: list[dict[str, float]]) -> float:
+    """bf16's speed over fp32's: fp32's seconds over bf16's, summed over the batches."""
+    return sum(t["fp32"] for t in timings) / sum(t["bf16"] for t in timings)
