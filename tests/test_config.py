@@ -57,6 +57,11 @@ def test_bad_values_name_the_key(override, message):
         (["train.decay=rsqrt", "train.cooldown_fraction=0"], "train.cooldown_fraction: must be in (0, 1 - warmup"),
         (["train.decay=cosine"], "train.decay: 'cosine' is not one of linear | rsqrt | constant"),
         (["train.dropout_min_epochs=-1"], "train.dropout_min_epochs: must be at least 0, got -1"),
+        (
+            ["train.long_run_dropout=[10, 1.5]"],
+            "train.long_run_dropout: expected [epochs >= 0, a rate in [0, 1)], got [10.0, 1.5]",
+        ),
+        (["train.long_run_dropout=0.2"], "train.long_run_dropout: expected a list of 2 values, got 0.2"),
     ],
 )
 def test_bad_budget_decays_name_the_key(overrides, message):

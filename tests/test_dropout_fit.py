@@ -86,3 +86,39 @@ def test_a_resumed_run_keeps_its_decision_and_an_unset_one_measures_nothing():
         raise AssertionError("the epoch's batches were counted with the setting off")
 
     DropoutFit(small_model(dropout=0.3), unset, TrainerState(), never, announce=False)
+
+
+def residual_rates(model) -> set[float]:
+    return {m.p for m in model.modules() if isinstance(m, Dropout)}
+
+
+@pytest.mark.parametrize(
+    "min_epochs, long_run, rates, decided",
+    [
+        (2, (5.0, 0.2), {0.2}, 0.2),  # 10 epochs: a long run
+        (2, (20.0, 0.2), {0.3}, None),  # 10 epochs: not long enough, model.dropout kept
+        (15.0, (5.0, 0.2), {0.0}, None),  # too short for any dropout
+        (0, (5.0, 0.2), {0.2}, 0.2),  # the long-run rate alone
+    ],
+)
+def test_a_long_run_trains_with_the_long_run_rate(min_epochs, long_run, rates, decided):
+    train = TrainConfig(max_steps=1000, dropout_min_epochs=min_epochs, long_run_dropout=long_run)
+    config = Config(model=ModelConfig(dropout=0.3, attention_dropout=0.1), train=train)
+    model, state = small_model(dropout=0.3, attention_dropout=0.1), TrainerState()
+    DropoutFit(model, config, state, lambda: 100, announce=False)  # 1,000 updates of 100 per epoch
+    assert residual_rates(model) == rates and state.dropout_rate == decided
+    attention = {m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)}
+    assert attention == ({0.0} if rates == {0.0} else {0.1})
+    # a resumed run takes the saved decision back, whatever its limits now say
+    resumed = small_model(dropout=0.3, attention_dropout=0.1)
+    shorter = Config(
+        model=config.model, train=TrainConfig(max_steps=10, dropout_min_epochs=2, long_run_dropout=long_run)
+    )
+    DropoutFit(
+        resumed,
+        shorter,
+        TrainerState(step=500, dropout_on=state.dropout_on, dropout_rate=decided),
+        lambda: 100,
+        announce=False,
+    )
+    assert residual_rates(resumed) == rates

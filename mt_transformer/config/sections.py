@@ -170,6 +170,9 @@ class TrainConfig:
     # dropout only where the run is expected to read its training data at least this many times
     # (training/dropout_fit.py); 0: always
     dropout_min_epochs: float = 0.0
+    # (epochs, rate): a run expected to read its training data at least `epochs` times trains
+    # with residual dropout `rate` instead of model.dropout (training/dropout_fit.py); (0, 0): off
+    long_run_dropout: tuple[float, float] = (0.0, 0.0)
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0

@@ -1,10 +1,12 @@
-"""`train.dropout_min_epochs`: dropout only in a run long enough to overfit without it.
+"""`train.dropout_min_epochs`, `train.long_run_dropout`: dropout fitted to the run's length.
 
 Dropout (model.dropout, model.attention_dropout) keeps a model from learning its training data
 by heart, which takes many passes over it; a run that reads its data only a few times is still
-underfitting, and there dropout only slows learning (docs/recipes.md, "Dropout fitted to the
-run's length"). With train.dropout_min_epochs > 0 the run estimates how many times it will read
-its data and turns dropout off when that is fewer:
+underfitting, and there dropout only slows learning, while a run that reads it many times needs
+more of it (docs/recipes.md, "Dropout fitted to the run's length"). With either setting on, the
+run estimates how many times it will read its data, E, and trains without dropout where
+E < train.dropout_min_epochs, with residual dropout `rate` where long_run_dropout = (epochs,
+rate) and E >= epochs, and as built otherwise:
 
     epochs = min(max_steps, max_epochs * U, updates the minutes hold) / U
 
@@ -60,11 +62,16 @@ class DropoutFit:
         """`epoch_updates()`: the updates in one epoch, asked only where the setting is on."""
         self.model, self.train, self.state, self.announce = model, config.train, state, announce
         self.rates = (config.model.dropout, config.model.attention_dropout)
-        self.active = bool(self.train.dropout_min_epochs) and any(self.rates)
+        self.long_epochs, self.long_rate = self.train.long_run_dropout
+        self.active = (bool(self.train.dropout_min_epochs) and any(self.rates)) or self.long_epochs > 0
         self.updates_per_epoch = max(epoch_updates(), 1) if self.active else 1
         if self.active and state.dropout_on is not None:  # a resumed run keeps its decision
-            set_dropout(model, state.dropout_on, *self.rates)
+            set_dropout(model, state.dropout_on, *self.decided_rates(state.dropout_rate))
         self.check(state.step, state.elapsed)
+
+    def decided_rates(self, residual: float | None) -> tuple[float, float]:
+        """(residual, attention) dropout once decided: `residual` where long_run_dropout chose it."""
+        return (self.rates[0] if residual is None else residual), self.rates[1]
 
     def check(self, step: int, elapsed_s: float) -> None:
         if not self.active or self.state.dropout_on is not None:
@@ -73,12 +80,15 @@ class DropoutFit:
         if epochs is None:
             return
         keep = epochs >= self.train.dropout_min_epochs
+        long = keep and self.long_epochs > 0 and epochs >= self.long_epochs
         self.state.dropout_on = keep
-        set_dropout(self.model, keep, *self.rates)
+        self.state.dropout_rate = self.long_rate if long else None
+        set_dropout(self.model, keep, *self.decided_rates(self.state.dropout_rate))
         if self.announce:
+            decision = f"{self.long_rate:g} (train.long_run_dropout)" if long else "kept" if keep else "off"
             log.info(
                 "dropout %s: the run is expected to read its training data %.1f times (train.dropout_min_epochs %g)",
-                "kept" if keep else "off",
+                decision,
                 epochs,
                 self.train.dropout_min_epochs,
             )

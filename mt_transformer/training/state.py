@@ -20,6 +20,7 @@ class TrainerState:
     oom_dropped: int = 0  # updates dropped: single sentences did not fit
     world_size: int = 1  # processes that trained it
     dropout_on: bool | None = None  # train.dropout_min_epochs's decision; None: not (yet) made
+    dropout_rate: float | None = None  # the residual dropout it chose (train.long_run_dropout)
 
     def record_validation(self, bleu: float | None) -> bool:
         """Count a validation's BLEU (None: the run has no valid set) against the best so far;
