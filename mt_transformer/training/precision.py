@@ -10,8 +10,8 @@ bf16 matrix products on a CPU build a kernel per new shape, which a repeated bat
 
 A host's other work comes and goes within seconds (a neighbour starting, a data loader), so each
 batch is timed in both precisions back to back, in alternating order, over a dozen batches: with
-two of them, a run beside another's data preparation once measured bf16 at 1.08x on a host where
-it trains 1.3-1.4x as fast (docs/benchmarks.md, "Performance decisions").
+two, a run beside another's data preparation measured bf16 at 1.08x on a host where it trains
+1.3-1.4x as fast (docs/benchmarks.md, "Performance decisions").
 """
 
 from __future__ import annotations
