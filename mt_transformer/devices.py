@@ -157,12 +157,14 @@ CPU_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_f
 
 
 def decode_precision(device: torch.device, setting: str) -> str:
-    """decode.precision as the search runs it: auto is bf16 where the device has bf16 matrix units
-    (a GPU of compute capability 8.0 or later, an x86 CPU with avx512_bf16 or amx_bf16), else fp32."""
+    """decode.precision as the search runs it: auto is bf16 on an x86 CPU with bf16 matrix units
+    (avx512_bf16 or amx_bf16), else fp32. On a GPU fp32 (TF32 products): a search's steps are too
+    small to keep it busy, and autocast's casts made bf16 beam 4 run at 0.62x (H200) and 0.65x
+    (H100) fp32's sentences/s (docs/benchmarks.md, "Performance decisions")."""
     if setting != "auto":
         return setting
     if device.type == "cuda":
-        return "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp32"
+        return "fp32"
     flags = cpu_info()[1] if device.type == "cpu" else None
     return "bf16" if set(CPU_UNITS["bf16"]) & set(flags or ()) else "fp32"
 

@@ -96,7 +96,7 @@ def test_the_cpu_is_named_with_its_family_model_and_vector_extensions(monkeypatc
     assert devices.cpu_model() == "AMD EPYC (family 25, model 17) [avx2, avx512f]"
 
 
-def test_decode_precision_auto_is_bf16_only_where_the_device_has_bf16_units(monkeypatch):
+def test_decode_precision_auto_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC", ["avx2", "fma", "avx512f"]))
     assert decode_precision(cpu, "auto") == "fp32"
@@ -107,9 +107,10 @@ def test_decode_precision_auto_is_bf16_only_where_the_device_has_bf16_units(monk
         assert decode_precision(cpu, "fp32") == "fp32"
     monkeypatch.setattr(devices, "cpu_info", lambda: ("Apple M2", None))  # no flags to read
     assert decode_precision(cpu, "auto") == "fp32"
-    for capability, chosen in (((7, 0), "fp32"), ((8, 0), "bf16"), ((9, 0), "bf16")):
+    for capability in ((7, 0), (8, 0), (9, 0)):  # bf16 units or not, a GPU decodes in fp32
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
-        assert decode_precision(torch.device("cuda", 0), "auto") == chosen
+        assert decode_precision(torch.device("cuda", 0), "auto") == "fp32"
+        assert decode_precision(torch.device("cuda", 0), "bf16") == "bf16"
 
 
 def test_the_cpu_gets_a_small_onednn_kernel_cache_unless_the_user_set_one(monkeypatch):
