@@ -66,13 +66,13 @@ def test_a_run_too_short_for_its_dropout_trains_as_one_without(corpus, tmp_path)
     fitted, decided, stderr = losses_and_decision(
         corpus, tmp_path / "fitted", {"dropout": 0.3}, {**train, "dropout_min_epochs": 1}
     )
-    assert decided is False and "dropout off" in stderr
+    assert decided is False and "dropout off (train.dropout_min_epochs 1)" in stderr
     without, _, _ = losses_and_decision(corpus, tmp_path / "without", {"dropout": 0.0}, train)
     assert fitted == without
     kept, decided, stderr = losses_and_decision(
         corpus, tmp_path / "kept", {"dropout": 0.3}, {**train, "dropout_min_epochs": 0.01}
     )
-    assert decided is True and "dropout kept" in stderr and kept != without
+    assert decided is True and "dropout kept at 0.3 (model.dropout)" in stderr and kept != without
 
 
 def test_a_resumed_run_keeps_its_decision_and_an_unset_one_measures_nothing():

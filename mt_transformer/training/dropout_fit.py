@@ -85,10 +85,10 @@ class DropoutFit:
         self.state.dropout_rate = self.long_rate if long else None
         set_dropout(self.model, keep, *self.decided_rates(self.state.dropout_rate))
         if self.announce:
-            decision = f"{self.long_rate:g} (train.long_run_dropout)" if long else "kept" if keep else "off"
-            log.info(
-                "dropout %s: the run is expected to read its training data %.1f times (train.dropout_min_epochs %g)",
-                decision,
-                epochs,
-                self.train.dropout_min_epochs,
-            )
+            if long:
+                decision = f"{self.long_rate:g} (train.long_run_dropout from {self.long_epochs:g} epochs)"
+            elif not keep:
+                decision = f"off (train.dropout_min_epochs {self.train.dropout_min_epochs:g})"
+            else:
+                decision = f"kept at {self.rates[0]:g} (model.dropout)"
+            log.info("dropout %s: the run is expected to read its training data %.1f times", decision, epochs)
