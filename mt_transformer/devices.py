@@ -158,9 +158,8 @@ CPU_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_f
 
 def decode_precision(device: torch.device, setting: str) -> str:
     """decode.precision as the search runs it: auto is bf16 on an x86 CPU with bf16 matrix units
-    (avx512_bf16 or amx_bf16), else fp32. On a GPU fp32 (TF32 products): a search's steps are too
-    small to keep it busy, and autocast's casts made bf16 beam 4 run at 0.62x (H200) and 0.65x
-    (H100) fp32's sentences/s (docs/benchmarks.md, "Performance decisions")."""
+    (avx512_bf16 or amx_bf16), else fp32. On a GPU fp32 (TF32 products): there bf16 beam 4 ran at
+    0.62x (H200) and 0.65x (H100) fp32's sentences/s (docs/benchmarks.md, "Performance decisions")."""
     if setting != "auto":
         return setting
     if device.type == "cuda":
