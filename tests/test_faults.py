@@ -95,6 +95,28 @@ def test_sentence_too_big_for_memory_drops_its_update_and_is_counted(corpus, tmp
     assert state["batch_in_epoch"] == 8 + state["oom_dropped"]
 
 
+@pytest.mark.gpu
+def test_a_batch_too_big_for_the_gpu_is_retried_in_pieces_and_the_run_goes_on(corpus, tmp_path, caplog):
+    """A real CUDA out-of-memory: the process may take 2 GiB of the GPU, and a batch of the whole
+    corpus through FFNs 4,096 wide needs more."""
+    model = {"d_model": 256, "n_heads": 4, "d_ff": 4096, "encoder_layers": 2, "decoder_layers": 2}
+    train = {"device": "cuda", "max_tokens": 200_000, "max_steps": 2, "valid_every": 2, "log_every": 1}
+    config = load_config(
+        write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run"), model=model, train=train))
+    )
+    torch.cuda.empty_cache()  # what earlier tests left cached would count against the cap
+    torch.cuda.set_per_process_memory_fraction(2 * 2**30 / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        with caplog.at_level("WARNING"):
+            train_module.train(config)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000002", "trainer.pt"), weights_only=True)
+    assert state["step"] == 2 and state["out_of_memory"] >= 1 and state["oom_dropped"] == 0
+    assert "retrying in 2 pieces each" in caplog.text
+
+
 def test_an_epoch_without_a_single_update_is_an_error_not_an_endless_loop(corpus, tmp_path, monkeypatch):
     out_of_memory_when(monkeypatch, lambda src, tgt_in, call: True)
     with pytest.raises(UserError, match=r"^epoch 1 ended without a single update \(\d+ dropped for lack of memory"):
