@@ -30,6 +30,11 @@ def config_for(corpus, tmp_path, **train):
     return load_config(write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run"), train=values)))
 
 
+def saved_state(tmp_path, step: int) -> dict:
+    """The trainer state that the run in tmp_path/run saved at `step`, read as mt-train reads it."""
+    return checkpoint.load_trainer_state(checkpoint.step_dir(str(tmp_path / "run"), step))
+
+
 def test_diverging_run_stops_and_names_the_last_good_checkpoint(corpus, tmp_path, monkeypatch):
     real_loss = training_step.linear_cross_entropy  # the training loss (validation computes its own)
     calls = {"training": 0}
@@ -76,7 +81,7 @@ def test_out_of_memory_batch_is_split_and_retried(corpus, tmp_path, monkeypatch)
     # the second micro-batch of the second update: the first one's gradients must be cleared too
     out_of_memory_when(monkeypatch, lambda src, tgt_in, call: call == 4)
     train_module.train(config_for(corpus, tmp_path, **settings))
-    state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000006", "trainer.pt"), weights_only=True)
+    state = saved_state(tmp_path, 6)
     assert state["out_of_memory"] == 1 and state["oom_dropped"] == 0
     assert state["step"] == 6 and state["batch_in_epoch"] == 12  # nothing dropped
     # the same losses step by step (to float rounding); gradients counted twice drift by 1e-2 at step 3
@@ -90,7 +95,7 @@ def test_out_of_memory_batch_is_split_and_retried(corpus, tmp_path, monkeypatch)
 def test_sentence_too_big_for_memory_drops_its_update_and_is_counted(corpus, tmp_path, monkeypatch):
     out_of_memory_when(monkeypatch, lambda src, tgt_in, call: tgt_in.size(1) > 28)
     train_module.train(config_for(corpus, tmp_path, max_steps=8, valid_every=8))
-    state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000008", "trainer.pt"), weights_only=True)
+    state = saved_state(tmp_path, 8)
     assert state["step"] == 8 and state["oom_dropped"] > 0
     assert state["batch_in_epoch"] == 8 + state["oom_dropped"]
 
@@ -112,7 +117,7 @@ def test_a_batch_too_big_for_the_gpu_is_retried_in_pieces_and_the_run_goes_on(co
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()
-    state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000002", "trainer.pt"), weights_only=True)
+    state = saved_state(tmp_path, 2)
     assert state["step"] == 2 and state["out_of_memory"] >= 1 and state["oom_dropped"] == 0
     assert "retrying in 2 pieces each" in caplog.text
 
@@ -127,7 +132,7 @@ def test_fp16_overflows_are_skipped_while_the_grad_scaler_lowers_its_scale(corpu
     # fp16 autocast runs on CPU too; a loss scale of 2^16 overflows at first
     monkeypatch.setattr(training_step, "FP16_INITIAL_SCALE", 2.0**16)
     train_module.train(config_for(corpus, tmp_path, precision="fp16", device="cpu", max_steps=10, valid_every=10))
-    state = torch.load(os.path.join(tmp_path, "run", "checkpoints", "step_00000010", "trainer.pt"), weights_only=True)
+    state = saved_state(tmp_path, 10)
     scale = state["scaler"]["scale"]
     assert state["step"] == 10 and 0 < state["skipped"] < 20
     assert scale == 2.0**16 / 2 ** state["skipped"]  # each skipped update halved the scale, nothing else did
@@ -448,7 +453,7 @@ def test_resuming_with_another_precision_continues(corpus, tmp_path, caplog, bef
         train_module.train(config_for(corpus, tmp_path, precision=after, device="cpu", max_steps=6, valid_every=2))
     assert "resuming from" in caplog.text
     assert ("loss scale starts at 128" in caplog.text) == (after == "fp16")
-    saved = torch.load(tmp_path / "run" / "checkpoints" / "step_00000006" / "trainer.pt", weights_only=True)
+    saved = saved_state(tmp_path, 6)
     assert saved["step"] == 6 and bool(saved["scaler"]) == (after == "fp16")
 
 
@@ -461,5 +466,5 @@ def test_resuming_on_another_device_takes_that_device_adam_kernel(corpus, tmp_pa
         group["fused"] = not here  # as another device or torch version saves it
     torch.save(saved, path)
     train_module.train(config_for(corpus, tmp_path, device="cpu", max_steps=6, valid_every=2))
-    saved = torch.load(tmp_path / "run" / "checkpoints" / "step_00000006" / "trainer.pt", weights_only=True)
+    saved = saved_state(tmp_path, 6)
     assert [group["fused"] for group in saved["optimizer"]["param_groups"]] == [here]
