@@ -62,6 +62,7 @@ def test_bad_values_name_the_key(override, message):
             "train.long_run_dropout: expected [epochs >= 0, a rate in [0, 1)], got [10.0, 1.5]",
         ),
         (["train.long_run_dropout=0.2"], "train.long_run_dropout: expected a list of 2 values, got 0.2"),
+        (["train.dropout_from=1"], "train.dropout_from: must be in [0, 1), got 1.0"),
     ],
 )
 def test_bad_budget_decays_name_the_key(overrides, message):

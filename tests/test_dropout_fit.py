@@ -122,3 +122,45 @@ def test_a_long_run_trains_with_the_long_run_rate(min_epochs, long_run, rates, d
         announce=False,
     )
     assert residual_rates(resumed) == rates
+
+
+def test_late_dropout_starts_once_its_part_of_the_run_is_spent():
+    train = TrainConfig(max_steps=1000, long_run_dropout=(5.0, 0.2), dropout_from=0.5)
+    config = Config(model=ModelConfig(dropout=0.3, attention_dropout=0.1), train=train)
+    model, state = small_model(dropout=0.3, attention_dropout=0.1), TrainerState()
+    fit = DropoutFit(model, config, state, lambda: 100, announce=False)  # 10 epochs: the long-run rate
+    assert state.dropout_on is True and state.dropout_rate == 0.2
+    assert residual_rates(model) == {0.0}  # decided, not yet started
+    fit.check(499, 0.0)
+    assert residual_rates(model) == {0.0}
+    fit.check(500, 0.0)
+    assert residual_rates(model) == {0.2}
+    assert {m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)} == {0.1}
+    # a run resumed past the start trains with it at once, one resumed before it without
+    for step, rates in ((600, {0.2}), (100, {0.0})):
+        resumed = small_model(dropout=0.3, attention_dropout=0.1)
+        saved = TrainerState(step=step, dropout_on=True, dropout_rate=0.2)
+        DropoutFit(resumed, config, saved, lambda: 100, announce=False)
+        assert residual_rates(resumed) == rates
+
+
+def test_late_dropout_follows_the_minutes_and_waits_off_for_the_decision():
+    train = TrainConfig(max_steps=100_000, max_minutes=10, dropout_from=0.5)
+    config = Config(model=ModelConfig(dropout=0.3), train=train)
+    model, state = small_model(dropout=0.3), TrainerState()
+    fit = DropoutFit(model, config, state, lambda: 100, announce=False)
+    assert state.dropout_on is None and residual_rates(model) == {0.0}  # the speed is not yet known
+    fit.check(50, 30.0)  # 1,000 updates in 10 minutes: kept
+    assert state.dropout_on is True and residual_rates(model) == {0.0}
+    fit.check(400, 299.0)
+    assert residual_rates(model) == {0.0}
+    fit.check(401, 300.0)  # half the minutes
+    assert residual_rates(model) == {0.3}
+
+
+def test_late_dropout_on_a_run_that_drops_dropout_keeps_it_off():
+    train = TrainConfig(max_steps=1000, dropout_min_epochs=20, dropout_from=0.5)
+    model, state = small_model(dropout=0.3), TrainerState()
+    fit = DropoutFit(model, Config(model=ModelConfig(dropout=0.3), train=train), state, lambda: 100, announce=False)
+    fit.check(900, 0.0)
+    assert state.dropout_on is False and residual_rates(model) == {0.0}

@@ -101,6 +101,7 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
         long_epochs >= 0 and 0 <= long_rate < 1,
         f"train.long_run_dropout: expected [epochs >= 0, a rate in [0, 1)], got {list(train.long_run_dropout)}",
     )
+    _check(0 <= train.dropout_from < 1, f"train.dropout_from: must be in [0, 1), got {train.dropout_from}")
     _check(0 <= train.warmup_fraction < 1, f"train.warmup_fraction: must be in [0, 1), got {train.warmup_fraction}")
     _check(
         train.decay != "rsqrt" or train.warmup_fraction > 0,

@@ -1,4 +1,5 @@
-"""`train.dropout_min_epochs`, `train.long_run_dropout`: dropout fitted to the run's length.
+"""`train.dropout_min_epochs`, `train.long_run_dropout`, `train.dropout_from`: dropout fitted to
+the run's length.
 
 Dropout (model.dropout, model.attention_dropout) keeps a model from learning its training data
 by heart, which takes many passes over it; a run that reads its data only a few times is still
@@ -14,6 +15,11 @@ where U is the updates in one epoch. The updates a time limit holds come from th
 speed: its updates so far over its elapsed time, taken once MEASURE_FRACTION of the minutes
 has passed; until then the model trains with the dropout it was built with. The decision is
 saved with the run's state, so that a resumed run keeps it.
+
+With train.dropout_from = f > 0, dropout that is kept starts only once the part f of the run is
+spent, the larger of step / max_steps, elapsed / max_minutes and epochs read / max_epochs: early
+in a run the model underfits and learns faster without it, late in a long one it overfits
+without it ("late dropout"; docs/recipes.md).
 """
 
 from __future__ import annotations
@@ -56,34 +62,59 @@ def set_dropout(model: nn.Module, keep: bool, residual: float, attention: float)
 
 
 class DropoutFit:
-    """Decides once per run whether dropout stays on; `check` after every update."""
+    """Decides once per run whether dropout stays on, and at what rate; `check` after every update."""
 
     def __init__(self, model: nn.Module, config, state: TrainerState, epoch_updates: Callable[[], int], announce: bool):
-        """`epoch_updates()`: the updates in one epoch, asked only where the setting is on."""
+        """`epoch_updates()`: the updates in one epoch, asked only where a setting is on."""
         self.model, self.train, self.state, self.announce = model, config.train, state, announce
         self.rates = (config.model.dropout, config.model.attention_dropout)
         self.long_epochs, self.long_rate = self.train.long_run_dropout
-        self.active = (bool(self.train.dropout_min_epochs) and any(self.rates)) or self.long_epochs > 0
+        fitted = bool(self.train.dropout_min_epochs or self.train.dropout_from) and any(self.rates)
+        self.active = fitted or self.long_epochs > 0
         self.updates_per_epoch = max(epoch_updates(), 1) if self.active else 1
-        if self.active and state.dropout_on is not None:  # a resumed run keeps its decision
-            set_dropout(model, state.dropout_on, *self.decided_rates(state.dropout_rate))
+        self.applied = None  # whether the dropout modules are now on
+        if self.active and self.train.dropout_from > 0:
+            self.apply(False)
         self.check(state.step, state.elapsed)
 
     def decided_rates(self, residual: float | None) -> tuple[float, float]:
         """(residual, attention) dropout once decided: `residual` where long_run_dropout chose it."""
         return (self.rates[0] if residual is None else residual), self.rates[1]
 
+    def apply(self, on: bool) -> None:
+        if on != self.applied:
+            set_dropout(self.model, on, *self.decided_rates(self.state.dropout_rate))
+            self.applied = on
+
+    def progress(self, step: int, elapsed_s: float) -> float:
+        """The part of the run spent: the furthest of its limits, as the budget schedule counts it."""
+        parts = [step / self.train.max_steps]
+        if self.train.max_minutes:
+            parts.append(elapsed_s / (60.0 * self.train.max_minutes))
+        if self.train.max_epochs:
+            parts.append(step / (self.train.max_epochs * self.updates_per_epoch))
+        return max(parts)
+
     def check(self, step: int, elapsed_s: float) -> None:
-        if not self.active or self.state.dropout_on is not None:
+        if not self.active:
             return
+        if self.state.dropout_on is None and not self.decide(step, elapsed_s):
+            return
+        started = self.progress(step, elapsed_s) >= self.train.dropout_from
+        if self.state.dropout_on and started and not self.applied and self.train.dropout_from > 0 and self.announce:
+            log.info("dropout on from update %d (train.dropout_from %g)", step, self.train.dropout_from)
+        self.apply(bool(self.state.dropout_on) and started)
+
+    def decide(self, step: int, elapsed_s: float) -> bool:
+        """Makes and logs the decision, once the run's length is known; False while it is not."""
         epochs = expected_epochs(self.train, self.updates_per_epoch, step, elapsed_s)
         if epochs is None:
-            return
+            return False
         keep = epochs >= self.train.dropout_min_epochs
         long = keep and self.long_epochs > 0 and epochs >= self.long_epochs
         self.state.dropout_on = keep
         self.state.dropout_rate = self.long_rate if long else None
-        set_dropout(self.model, keep, *self.decided_rates(self.state.dropout_rate))
+        self.applied = None  # the rate may have changed
         if self.announce:
             if long:
                 decision = f"{self.long_rate:g} (train.long_run_dropout from {self.long_epochs:g} epochs)"
@@ -92,3 +123,4 @@ class DropoutFit:
             else:
                 decision = f"kept at {self.rates[0]:g} (model.dropout)"
             log.info("dropout %s: the run is expected to read its training data %.1f times", decision, epochs)
+        return True
