@@ -173,8 +173,8 @@ class TrainConfig:
     # (epochs, rate): a run expected to read its training data at least `epochs` times trains
     # with residual dropout `rate` instead of model.dropout (training/dropout_fit.py); (0, 0): off
     long_run_dropout: tuple[float, float] = (0.0, 0.0)
-    # with either setting above: dropout, where kept, starts only once this part of the run is
-    # spent (training/dropout_fit.py); 0: from the first update
+    # dropout (where the settings above keep it) starts only once this part of the run is spent
+    # (training/dropout_fit.py); 0: from the first update
     dropout_from: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
