@@ -32,6 +32,7 @@ from torch import nn
 from mt_transformer.config import TrainConfig
 from mt_transformer.model.attention import MultiHeadAttention
 from mt_transformer.model.dropout import Dropout
+from mt_transformer.training.schedule import budget_progress
 from mt_transformer.training.state import TrainerState
 
 log = logging.getLogger(__name__)
@@ -87,13 +88,11 @@ class DropoutFit:
             self.applied = on
 
     def progress(self, step: int, elapsed_s: float) -> float:
-        """The part of the run spent: the furthest of its limits, as the budget schedule counts it."""
-        parts = [step / self.train.max_steps]
-        if self.train.max_minutes:
-            parts.append(elapsed_s / (60.0 * self.train.max_minutes))
+        """The part of the run spent: the budget schedule's steps and minutes, and the epochs."""
+        spent = budget_progress(step, self.train, elapsed_s)
         if self.train.max_epochs:
-            parts.append(step / (self.train.max_epochs * self.updates_per_epoch))
-        return max(parts)
+            spent = max(spent, step / (self.train.max_epochs * self.updates_per_epoch))
+        return spent
 
     def check(self, step: int, elapsed_s: float) -> None:
         if not self.active:
