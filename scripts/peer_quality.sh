@@ -19,6 +19,9 @@
 # CHECKPOINT=avg3 the average of the last three (one every 200 updates) instead of the best,
 # CHECKPOINT=E_N (fairseq) the one saved at update N in epoch E; KEEP_CHECKPOINTS (3) how many of
 # those fairseq keeps, for scores at equal updates from a run's earlier checkpoints.
+# Decoding: LENPEN (0.6) the length penalty (fairseq's --lenpen, OpenNMT-py's GNMT -alpha);
+# SPLIT=valid decodes and scores the valid set instead of the test set, for choosing LENPEN on
+# valid as `mt-eval --split valid --alpha A` does for mt_transformer.
 # Another pair: SRC and TGT (de, en by default), CORPUS its files, and BENCH_DATA a directory
 # that prepare_data.sh filled from them (CORPUS_DIR=... BENCH_DATA=... bash prepare_data.sh).
 #
@@ -58,6 +61,8 @@ MAX_UPDATES="${MAX_UPDATES:-1000000}"   # a run of so many updates instead of BU
 CHECKPOINT="${CHECKPOINT:-best}"
 SRC="${SRC:-de}"
 TGT="${TGT:-en}"
+LENPEN="${LENPEN:-0.6}"
+SPLIT="${SPLIT:-test}"
 ONMT_WARMUP="${WARMUP_FIT:-8000}"
 CORPUS="${CORPUS:?set CORPUS to the directory of the line-aligned Multi30k files}"
 OUT="$RUNS/$PEER-quality-$TAG"
@@ -82,9 +87,10 @@ fi
 # files by the checkpoint, e.g. result-avg3.json, so that each decoding keeps its result.
 NAMED=""
 if [ "${DECODE_ONLY:-0}" = 1 ]; then NAMED="-$CHECKPOINT"; fi
+if [ "$SPLIT" != test ] || [ "$LENPEN" != 0.6 ]; then NAMED="$NAMED-$SPLIT-lenpen$LENPEN"; fi
 
 score() {  # score HYP_PIECES UPDATES -> result$NAMED.json (BLEU and chrF with signatures, like mt-eval)
-  "$TOOLS_PY" - "$1" "$CORPUS/test.$TGT" "$BENCH_DATA/spm.model" "$OUT/train_measure.json" "$PEER" "$2" \
+  "$TOOLS_PY" - "$1" "$CORPUS/$SPLIT.$TGT" "$BENCH_DATA/spm.model" "$OUT/train_measure.json" "$PEER" "$2" \
       > "$OUT/result$NAMED.json" <<'PY'
 import json, sys, sacrebleu, sentencepiece as spm
 hyp_path, ref_path, model, measure, peer, updates = sys.argv[1:]
@@ -138,12 +144,12 @@ PY
   fi
   UPDATES=$(grep -o 'num_updates [0-9]*' "$OUT/train.log" | tail -1 | cut -d' ' -f2)
   case "$CHECKPOINT" in *_*) UPDATES="${CHECKPOINT##*_}" ;; esac   # an interval checkpoint: E_N
-  "$B/fairseq-generate" "$OUT/bin" --cpu --path "$MODEL" --gen-subset test \
-      --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --batch-size 32 --num-workers 0 \
+  "$B/fairseq-generate" "$OUT/bin" --cpu --path "$MODEL" --gen-subset "$SPLIT" \
+      --beam 4 --lenpen "$LENPEN" --max-len-a 1 --max-len-b 50 --batch-size 32 --num-workers 0 \
       --model-overrides "{'checkpoint_activations': True}" \
       > "$OUT/generate$NAMED.out" 2> "$OUT/generate$NAMED.stderr"
-  grep '^H-' "$OUT/generate$NAMED.out" | sed 's/^H-//' | sort -n -k1,1 | cut -f3 > "$OUT/hyp.test$NAMED"
-  score "$OUT/hyp.test$NAMED" "${UPDATES:-0}"
+  grep '^H-' "$OUT/generate$NAMED.out" | sed 's/^H-//' | sort -n -k1,1 | cut -f3 > "$OUT/hyp.$SPLIT$NAMED"
+  score "$OUT/hyp.$SPLIT$NAMED" "${UPDATES:-0}"
   ;;
 onmt)
   B="$PEERS_DIR/onmt/bin"
@@ -169,10 +175,10 @@ onmt)
     fi
   done
   echo "decoding $MODEL" | tee "$OUT/model_used$NAMED"
-  "$B/onmt_translate" -model "$MODEL" -src "$DATA/test.de" -output "$OUT/hyp.test$NAMED" -beam_size 4 \
-      -batch_size 32 -batch_type sents -max_length 200 -length_penalty wu -alpha 0.6 -gpu -1 \
+  "$B/onmt_translate" -model "$MODEL" -src "$DATA/$SPLIT.$SRC" -output "$OUT/hyp.$SPLIT$NAMED" -beam_size 4 \
+      -batch_size 32 -batch_type sents -max_length 200 -length_penalty wu -alpha "$LENPEN" -gpu -1 \
       > "$OUT/decode$NAMED.stdout" 2>&1
-  score "$OUT/hyp.test$NAMED" "$(basename "$MODEL" .pt | grep -o '[0-9]*$' || echo 0)"
+  score "$OUT/hyp.$SPLIT$NAMED" "$(basename "$MODEL" .pt | grep -o '[0-9]*$' || echo 0)"
   ;;
 *) echo "unknown peer: $PEER (fairseq or onmt)" >&2; exit 2 ;;
 esac
