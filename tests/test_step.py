@@ -1,5 +1,6 @@
 """The training step's loss under mixed precision and its gradient scaler."""
 
+import pytest
 import torch
 
 from conftest import tiny_model
@@ -8,6 +9,7 @@ from mt_transformer.data.batching import Batch
 from mt_transformer.data.special_tokens import PAD_ID
 from mt_transformer.decoding.weights import PACK_FROM_ELEMENTS, prepared_linears
 from mt_transformer.devices import autocast
+from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.loss import label_smoothed_loss
 from mt_transformer.training.state import TrainerState
@@ -81,3 +83,43 @@ def test_decoding_after_an_update_computes_with_the_updated_weights():
         with torch.no_grad(), prepared_linears(model, precision):
             after = layer(x)
         assert torch.allclose(after, expected, atol=tolerance * bound), precision
+
+
+def test_adamw_decays_matrices_by_lr_times_weight_decay_and_spares_biases_and_norms():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    train = TrainConfig(
+        optimizer="adamw", weight_decay=0.1, schedule="budget", decay="constant", warmup_fraction=0.0, peak_lr=0.5
+    )
+    optimizer, _, _ = optimizer_for(model, train, 3, torch.device("cpu"))
+    before = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # no gradient: only the decay moves a weight
+    optimizer.step()
+    weight, bias, gain, shift = (p.detach() for p in model.parameters())
+    assert torch.allclose(weight, before[0] * (1 - 0.5 * 0.1))
+    for after, start in zip((bias, gain, shift), before[1:]):
+        assert torch.equal(after, start)
+
+
+def test_adam_weight_decay_is_an_l2_gradient_term():
+    model = torch.nn.Linear(3, 3)
+    train = TrainConfig(weight_decay=0.1, schedule="budget", decay="constant", warmup_fraction=0.0, peak_lr=0.5)
+    optimizer, _, _ = optimizer_for(model, train, 3, torch.device("cpu"))
+    before = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    # Adam normalizes the L2 term: each nonzero weight moves by about lr, the bias too
+    for after, start in zip(model.parameters(), before):
+        moved = (after.detach() - start).abs()
+        assert torch.allclose(moved[start != 0], torch.full_like(moved[start != 0], 0.5), rtol=1e-3)
+
+
+def test_resuming_with_the_other_optimizer_is_a_user_error():
+    model = torch.nn.Linear(3, 3)
+    device = torch.device("cpu")
+    saved = optimizer_for(model, TrainConfig(), 3, device)[0].state_dict()
+    optimizer, scheduler, scaler = optimizer_for(model, TrainConfig(optimizer="adamw"), 3, device)
+    step = TrainingStep(model, optimizer, scheduler, scaler, TrainConfig(optimizer="adamw"), TrainerState(), device)
+    with pytest.raises(UserError, match="train.optimizer"):
+        step.load_optimizer_state(saved)

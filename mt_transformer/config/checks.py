@@ -117,6 +117,7 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
         f"train.adam_betas: each must be in [0, 1), got {list(train.adam_betas)}",
     )
     _check(train.adam_eps > 0, f"train.adam_eps: must be positive, got {train.adam_eps}")
+    _check(train.weight_decay >= 0, f"train.weight_decay: must be zero or positive, got {train.weight_decay}")
     _check(train.clip_norm >= 0, f"train.clip_norm: must be zero or positive, got {train.clip_norm}")
     _check(
         train.device == "auto" or train.device == "cpu" or train.device.startswith("cuda"),

@@ -178,6 +178,9 @@ class TrainConfig:
     dropout_from: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
+    # adam: weight_decay is an L2 term added to the gradient (torch's Adam); adamw: decoupled,
+    # each update shrinks the matrices by lr * weight_decay (biases and norms are not decayed)
+    optimizer: Literal["adam", "adamw"] = "adam"
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0: no clipping
     max_bad_updates: int = 20  # stop after this many non-finite updates in a row; 0: never

@@ -40,10 +40,11 @@ def fused_adam(device: torch.device) -> bool:
 
 
 def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, device: torch.device, elapsed=lambda: 0.0):
-    """Adam with train.schedule's learning rates and the gradient scaler (fp16 only); `elapsed`
-    gives the seconds trained so far, for a schedule that follows train.max_minutes."""
-    optimizer = torch.optim.Adam(
-        model.parameters(),
+    """Adam (or AdamW) with train.schedule's learning rates and the gradient scaler (fp16 only);
+    `elapsed` gives the seconds trained so far, for a schedule that follows train.max_minutes."""
+    kind = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
+    optimizer = kind(
+        parameter_groups(model, train),
         lr=base_lr(train),
         betas=train.adam_betas,
         eps=train.adam_eps,
@@ -53,6 +54,17 @@ def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, devi
     optimizer.register_step_post_hook(_count_writes)
     scaler = torch.amp.GradScaler(device.type, init_scale=FP16_INITIAL_SCALE, enabled=train.precision == "fp16")
     return optimizer, scheduler_for(optimizer, train, d_model, elapsed), scaler
+
+
+def parameter_groups(model: torch.nn.Module, train: TrainConfig) -> list[dict]:
+    """Adam's single group; AdamW's decayed matrices and its undecayed biases and norm gains."""
+    params = list(model.parameters())
+    if train.optimizer == "adam":
+        return [{"params": params}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2]},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 def _count_writes(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
@@ -122,7 +134,13 @@ class TrainingStep:
     def load_optimizer_state(self, saved: dict) -> None:
         """Adam's state from a checkpoint, run with this device's kernel whatever device or torch
         wrote it."""
-        self.optimizer.load_state_dict(saved)
+        try:
+            self.optimizer.load_state_dict(saved)
+        except ValueError:
+            raise UserError(
+                f"train.optimizer: {self.train.optimizer} does not match the optimizer state in the checkpoint; "
+                "resume with the optimizer the run was started with"
+            ) from None
         for group in self.optimizer.param_groups:
             group["fused"] = fused_adam(self.device)
 
