@@ -81,26 +81,37 @@ def release_memory(device: torch.device) -> None:
 
 
 # oneDNN builds a kernel for every shape of bf16/fp16 matrix product on the CPU and caches 1,024
-# of them. Training's batches, and a search's shrinking rows and growing keys, bring new shapes all
-# the time, so a full cache only holds memory: with 64 (an update's worth), bf16 updates of the
-# small_cpu recipe ran ~1.08x as fast on a Zen 4 host and the process held 0.5-0.7 GB less, and a
-# bf16 beam search ran level in 0.6 GB less (docs/benchmarks.md, "Performance decisions").
+# of them. A search's shrinking rows and growing keys bring new shapes all the time, and so do
+# training's batches, so on most CPUs a full cache only holds memory: with 64 (an update's worth),
+# bf16 updates of the small_cpu recipe ran ~1.08x as fast on a Zen 4 host and the process held
+# 0.5-0.7 GB less, and a bf16 beam search ran level in 0.6 GB less. With AMX a new shape costs
+# several times its product (a 1,000 x 1,024 by 1,024 x 256 product: 0.4 ms cached, 3.8 ms new),
+# and training's shapes recur (its loss pads its blocks to a few row counts), so training there
+# keeps oneDNN's 1,024: small_cpu's bf16 updates 1.21x as fast on one core, 1.28x on two
+# (docs/benchmarks.md, "Performance decisions").
 ONEDNN_KERNEL_CACHE = 64
+AMX_TRAINING_KERNEL_CACHE = 1024
 
 
-def limit_kernel_cache(device: torch.device) -> None:
-    """On the CPU, oneDNN's kernel cache holds ONEDNN_KERNEL_CACHE kernels unless
+def limit_kernel_cache(device: torch.device, capacity: int = ONEDNN_KERNEL_CACHE) -> None:
+    """On the CPU, oneDNN's kernel cache holds `capacity` kernels unless
     ONEDNN_PRIMITIVE_CACHE_CAPACITY says otherwise. oneDNN reads it at the process's first
     bf16/fp16 matrix product, so this must come before."""
     if device.type == "cpu":
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNEL_CACHE))
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
+
+
+def training_kernel_cache() -> int:
+    """The kernel cache for training on this CPU: AMX_TRAINING_KERNEL_CACHE with AMX, else
+    ONEDNN_KERNEL_CACHE."""
+    return AMX_TRAINING_KERNEL_CACHE if "amx_bf16" in (cpu_info()[1] or []) else ONEDNN_KERNEL_CACHE
 
 
 def use_fast_matmul(device: torch.device) -> None:
     """On CUDA, let float32 matrix products and convolutions run on TF32 tensor cores (10-bit
     mantissa inputs, float32 accumulation), as mt-train and the benchmark both do; on the CPU,
-    `limit_kernel_cache`. Call it before the first matrix product."""
-    limit_kernel_cache(device)
+    `limit_kernel_cache` to training's size. Call it before the first matrix product."""
+    limit_kernel_cache(device, training_kernel_cache())
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

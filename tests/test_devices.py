@@ -114,8 +114,18 @@ def test_decode_precision_auto_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch
 
 
 def test_the_cpu_gets_a_small_onednn_kernel_cache_unless_the_user_set_one(monkeypatch):
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    devices.use_fast_matmul(torch.device("cpu"))
+    for flags, capacity in (
+        (["avx2", "avx512f", "avx512_bf16"], devices.ONEDNN_KERNEL_CACHE),
+        (["avx512_bf16", "amx_bf16"], devices.AMX_TRAINING_KERNEL_CACHE),  # training on AMX keeps more
+        (None, devices.ONEDNN_KERNEL_CACHE),
+    ):
+        monkeypatch.setattr(devices, "cpu_info", lambda flags=flags: ("x86", flags))
+        monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+        devices.use_fast_matmul(torch.device("cpu"))
+        assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(capacity)
+    assert devices.AMX_TRAINING_KERNEL_CACHE > devices.ONEDNN_KERNEL_CACHE
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    devices.limit_kernel_cache(torch.device("cpu"))  # decoding's size, whatever the CPU
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(devices.ONEDNN_KERNEL_CACHE)
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "4096")
     devices.use_fast_matmul(torch.device("cpu"))

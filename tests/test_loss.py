@@ -7,7 +7,14 @@ import torch
 
 from conftest import FP32_TOLERANCE
 from mt_transformer.data.special_tokens import PAD_ID
-from mt_transformer.training.loss import LogitBuffers, blockwise_losses, label_smoothed_loss, linear_cross_entropy
+from mt_transformer.training.loss import (
+    ROW_MULTIPLE,
+    LogitBuffers,
+    blockwise_losses,
+    label_smoothed_loss,
+    linear_cross_entropy,
+    padded_rows,
+)
 
 
 def test_label_smoothed_loss_matches_the_formula():
@@ -57,6 +64,26 @@ def test_fused_loss_in_bf16_is_close_to_float32():
     exact = linear_cross_entropy(hidden[None], weight, target, 0.1)
     bf16 = linear_cross_entropy(hidden[None], weight, target, 0.1, torch.bfloat16)
     assert bf16.dtype == torch.float32 and math.isclose(bf16.item(), exact.item(), rel_tol=2e-2)
+
+
+def test_bf16_blocks_padded_on_the_cpu_give_their_rows_gradients_and_nothing_from_the_padding():
+    cpu, bf16 = torch.device("cpu"), torch.bfloat16
+    assert padded_rows(37, bf16, cpu) == ROW_MULTIPLE and padded_rows(37, torch.float32, cpu) == 37
+    torch.manual_seed(0)
+    hidden = torch.randn(1, 37, 16, requires_grad=True)
+    weight = (0.2 * torch.randn(50, 16)).requires_grad_()
+    target = torch.randint(4, 50, (1, 37))
+    buffers = LogitBuffers()
+    for buffer in buffers.get(ROW_MULTIPLE, 50, bf16, cpu):
+        buffer.fill_(float("nan"))  # what an earlier batch might have left in the padding rows
+    fused = linear_cross_entropy(hidden, weight, target, 0.1, bf16, buffers=buffers)
+    fused_grads = torch.autograd.grad(fused, (hidden, weight))
+    plain = label_smoothed_loss(hidden @ weight.t(), target, 0.1)
+    plain_grads = torch.autograd.grad(plain, (hidden, weight))
+    assert math.isclose(fused.item(), plain.item(), rel_tol=2e-2)
+    for ours, theirs in zip(fused_grads, plain_grads):
+        assert ours.shape == theirs.shape and torch.isfinite(ours).all()
+        assert (ours - theirs).norm() < 2e-2 * theirs.norm()
 
 
 def test_buffers_kept_across_calls_change_nothing():

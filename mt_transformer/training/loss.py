@@ -15,6 +15,11 @@ import torch.nn.functional as F
 from mt_transformer.data.special_tokens import PAD_ID
 
 BLOCK_ROWS = 1024
+# bf16/fp16 products on a CPU run through oneDNN, which builds a kernel for every new row count
+# (2-25 ms for a block's three products, several times the product itself); the blocks' rows are
+# padded to a multiple of this, so that a run meets a few row counts and reuses their kernels
+# (docs/benchmarks.md, "Performance decisions")
+ROW_MULTIPLE = 64
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -63,6 +68,13 @@ class LogitBuffers:
         return self.low[:rows], self.high[:rows]
 
 
+def padded_rows(rows: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The rows a block's products run on: `rows`, rounded up to ROW_MULTIPLE for bf16/fp16 on a CPU."""
+    if dtype == torch.float32 or device.type != "cpu":
+        return rows
+    return -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
+
+
 def _block_logits(h, w, bias, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
     """h @ w.T (+ bias, in float32) computed in w's dtype into `low`'s first rows, returned as
     float32 in `high`'s (low itself in fp32). h: (rows, d_model); bias: (vocab,) or None;
@@ -85,12 +97,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         grad_bias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=bias.device)
-        low, high = buffers.get(min(block_rows, hidden.size(0)), vocab, dtype, hidden.device)
+        device = hidden.device
+        low, high = buffers.get(padded_rows(min(block_rows, hidden.size(0)), dtype, device), vocab, dtype, device)
         for start in range(0, hidden.size(0), block_rows):
-            h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
             t = target[start : start + block_rows]  # (rows,)
             rows = t.size(0)
-            logits = _block_logits(h, w, b, low, high)  # (rows, vocab) float32
+            h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
+            padded = padded_rows(rows, dtype, device)
+            h = F.pad(h, (0, 0, 0, padded - rows))  # (padded, d_model), zero rows below `rows`
+            logits = _block_logits(h, w, b, low, high)[:rows]  # (rows, vocab) float32
             block_loss, _, probs = _block_losses(logits, t, smoothing)
             loss += block_loss.sum()
             # d loss / d logits = softmax - the smoothed target distribution
@@ -99,8 +114,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_bias is not None:
                 grad_bias += grad.sum(0)  # (vocab,)
             if dtype != torch.float32:
-                grad = low[:rows].copy_(grad)  # in the products' dtype
-            grad_hidden[start : start + block_rows] = grad @ w  # (rows, d_model)
+                # (padded, vocab) in the products' dtype; the padding rows keep their logits, 0
+                grad = low[:padded]
+                grad[:rows].copy_(probs)
+            grad_hidden[start : start + block_rows] = (grad @ w)[:rows]  # (rows, d_model)
             grad_weight += (grad.t() @ h).float()  # (vocab, d_model)
         ctx.save_for_backward(
             grad_hidden, grad_weight.to(weight.dtype), None if bias is None else grad_bias.to(bias.dtype)
