@@ -94,6 +94,28 @@ def test_calibration_times_each_batch_in_both_precisions_back_to_back_in_alterna
         (4, "fp32"),
     ]
     assert len(timings) == 3 and all(set(t) == {"fp32", "bf16"} and min(t.values()) > 0 for t in timings)
+    passes.clear()
+    pass_seconds(model, CPU, batches[:2], repeat=True)  # each pass twice: the second is timed
+    assert passes == [
+        (1, "fp32"),
+        (1, "fp32"),
+        (1, "bf16"),
+        (1, "bf16"),
+        (2, "bf16"),
+        (2, "bf16"),
+        (2, "fp32"),
+        (2, "fp32"),
+    ]
+
+
+def test_calibration_times_second_passes_where_training_keeps_its_kernels(monkeypatch):
+    seen = []
+    monkeypatch.setattr(precision_module, "pass_seconds", lambda *a, repeat: seen.append(repeat) or [])
+    monkeypatch.setattr(precision_module, "speedup", lambda timings: 1.0)
+    for cache, repeat in ((devices.AMX_TRAINING_KERNEL_CACHE, True), (devices.ONEDNN_KERNEL_CACHE, False)):
+        monkeypatch.setattr(precision_module, "training_kernel_cache", lambda cache=cache: cache)
+        calibration(None, CPU, [])
+        assert seen.pop() is repeat
 
 
 def test_the_speedup_weighs_each_batch_by_its_seconds():
