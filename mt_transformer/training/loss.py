@@ -104,7 +104,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             rows = t.size(0)
             h = hidden[start : start + block_rows].to(dtype)  # (rows, d_model)
             padded = padded_rows(rows, dtype, device)
-            h = F.pad(h, (0, 0, 0, padded - rows))  # (padded, d_model), zero rows below `rows`
+            if padded > rows:
+                h = F.pad(h, (0, 0, 0, padded - rows))  # (padded, d_model), zero rows below `rows`
             logits = _block_logits(h, w, b, low, high)[:rows]  # (rows, vocab) float32
             block_loss, _, probs = _block_losses(logits, t, smoothing)
             loss += block_loss.sum()
