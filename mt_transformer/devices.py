@@ -107,6 +107,13 @@ def training_kernel_cache() -> int:
     return AMX_TRAINING_KERNEL_CACHE if "amx_bf16" in (cpu_info()[1] or []) else ONEDNN_KERNEL_CACHE
 
 
+def kernel_cache_in_effect() -> int:
+    """The kernels oneDNN keeps in this process: ONEDNN_PRIMITIVE_CACHE_CAPACITY where it is set
+    (by the user, or by `limit_kernel_cache`), else `training_kernel_cache`."""
+    value = os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "").strip()
+    return int(value) if value.isdigit() else training_kernel_cache()
+
+
 def use_fast_matmul(device: torch.device) -> None:
     """On CUDA, let float32 matrix products and convolutions run on TF32 tensor cores (10-bit
     mantissa inputs, float32 accumulation), as mt-train and the benchmark both do; on the CPU,

@@ -112,8 +112,14 @@ def test_calibration_times_second_passes_where_training_keeps_its_kernels(monkey
     seen = []
     monkeypatch.setattr(precision_module, "pass_seconds", lambda *a, repeat: seen.append(repeat) or [])
     monkeypatch.setattr(precision_module, "speedup", lambda timings: 1.0)
-    for cache, repeat in ((devices.AMX_TRAINING_KERNEL_CACHE, True), (devices.ONEDNN_KERNEL_CACHE, False)):
-        monkeypatch.setattr(precision_module, "training_kernel_cache", lambda cache=cache: cache)
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    for flags, repeat in ((["avx512_bf16", "amx_bf16"], True), (["avx512f", "avx512_bf16"], False)):
+        monkeypatch.setattr(devices, "cpu_info", lambda flags=flags: ("x86", flags))
+        calibration(None, CPU, [])
+        assert seen.pop() is repeat
+    # the cache in effect decides, wherever its size came from: a user's setting on either CPU
+    for capacity, repeat in (("4096", True), ("64", False), ("not a number", False)):  # CPU without AMX
+        monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", capacity)
         calibration(None, CPU, [])
         assert seen.pop() is repeat
 

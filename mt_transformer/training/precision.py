@@ -8,11 +8,11 @@ precisions and keeps bf16 only if it is clearly faster, since the gain depends o
 shapes and the host. Those batches change shape from one pass to the next, as training's do:
 bf16 matrix products on a CPU build a kernel per new shape, which a repeated batch would hide.
 
-Where training keeps its kernels (`devices.training_kernel_cache`: CPUs with AMX), a shape met
-again runs without building one, and most of training's shapes are met again: there each batch is
-timed on its second pass in each precision, the first having built its kernels. Timed on first
-passes, two threads of an AMX host measured bf16 at 0.88-1.03x fp32 where it trained 1.18x as
-fast.
+Where training keeps its kernels (`devices.training_kernel_cache`: CPUs with AMX, or any CPU
+whose ONEDNN_PRIMITIVE_CACHE_CAPACITY the user raised), a shape met again runs without building
+one, and most of training's shapes are met again: there each batch is timed on its second pass
+in each precision, the first having built its kernels. Timed on first passes, two threads of an
+AMX host measured bf16 at 0.88-1.03x fp32 where it trained 1.18x as fast.
 
 A host's other work comes and goes within seconds (a neighbour starting, a data loader), so each
 batch is timed in both precisions back to back, in alternating order, over a dozen batches: with
@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 
 from mt_transformer.data.batching import Batch, BatchedDataset, lengths, token_batches
-from mt_transformer.devices import ONEDNN_KERNEL_CACHE, slow_precision, training_kernel_cache
+from mt_transformer.devices import ONEDNN_KERNEL_CACHE, kernel_cache_in_effect, slow_precision
 from mt_transformer.training.step import training_loss
 
 # bf16 is kept only when the calibration finds it at least this much faster than fp32: a smaller
@@ -73,7 +73,7 @@ def calibration(model, device: torch.device, batches: list[Batch]) -> float:
     """bf16's speed over fp32's on forward and backward passes of `model` (`speedup` of the
     batches' timings), second passes where training keeps its kernels. The run's random state is
     left as it was; the gradients are cleared."""
-    return speedup(pass_seconds(model, device, batches, repeat=training_kernel_cache() > ONEDNN_KERNEL_CACHE))
+    return speedup(pass_seconds(model, device, batches, repeat=kernel_cache_in_effect() > ONEDNN_KERNEL_CACHE))
 
 
 def pass_seconds(model, device: torch.device, batches: list[Batch], repeat: bool = False) -> list[dict[str, float]]:
