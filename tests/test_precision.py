@@ -118,10 +118,15 @@ def test_calibration_times_second_passes_where_training_keeps_its_kernels(monkey
         calibration(None, CPU, [])
         assert seen.pop() is repeat
     # the cache in effect decides, wherever its size came from: a user's setting on either CPU
-    for capacity, repeat in (("4096", True), ("64", False), ("not a number", False)):  # CPU without AMX
-        monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", capacity)
-        calibration(None, CPU, [])
-        assert seen.pop() is repeat
+    for flags in (["avx512_bf16", "amx_bf16"], ["avx512f", "avx512_bf16"]):
+        monkeypatch.setattr(devices, "cpu_info", lambda flags=flags: ("x86", flags))
+        for capacity, repeat in (("4096", True), ("64", False)):
+            monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", capacity)
+            calibration(None, CPU, [])
+            assert seen.pop() is repeat
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "not a number")  # the CPU's size: no AMX here
+    calibration(None, CPU, [])
+    assert seen.pop() is False
 
 
 def test_the_speedup_weighs_each_batch_by_its_seconds():
