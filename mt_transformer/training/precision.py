@@ -8,11 +8,12 @@ precisions and keeps bf16 only if it is clearly faster, since the gain depends o
 shapes and the host. Those batches change shape from one pass to the next, as training's do:
 bf16 matrix products on a CPU build a kernel per new shape, which a repeated batch would hide.
 
-Where training keeps its kernels (`devices.kernel_cache_in_effect` above 64: CPUs with AMX, or
-any CPU whose ONEDNN_PRIMITIVE_CACHE_CAPACITY the user raised), a shape met again runs without
-building one, and most of training's shapes are met again: there each batch is timed on its
-second pass in each precision, the first having built its kernels. Timed on first passes, two
-threads of an AMX host measured bf16 at 0.88-1.03x fp32 where it trained 1.18x as fast.
+Where training keeps its kernels (`devices.kernel_cache_in_effect` above oneDNN's default,
+`devices.ONEDNN_KERNEL_CACHE`: CPUs with AMX, or any CPU whose ONEDNN_PRIMITIVE_CACHE_CAPACITY
+the user raised), a shape met again runs without building one, and most of training's shapes
+are met again: there each batch is timed on its second pass in each precision, the first having
+built its kernels. Timed on first passes, two threads of an AMX host measured bf16 at
+0.88-1.03x fp32 where it trained 1.18x as fast.
 
 A host's other work comes and goes within seconds (a neighbour starting, a data loader), so each
 batch is timed in both precisions back to back, in alternating order, over a dozen batches: with
