@@ -3,8 +3,7 @@
 
 On an H200 the checks took 547 s: the gpu tests 122 s, the speed runs 162 s (torch.compile's
 included), the three precisions 180 s, the resumed run 76 s, translation 5 s (one GPU, so no
-two-process run). One call of at most ~10 minutes runs them all, without a margin:
-`--checks tests,precisions,resume,translation` then `--checks speed` is safer.
+two-process run).
 
 1. The gpu-marked tests.
 2. Training speed of the base and big models per precision, and bf16 under torch.compile:
