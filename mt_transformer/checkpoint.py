@@ -40,7 +40,7 @@ EXPORT_SETTINGS_FILE = "mt_transformer.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
 # model keys a checkpoint's weights fit whatever their value: how fresh weights are drawn (the
 # checkpoint's replace them) and dropout, which a resumed or fine-tuned run may change
-TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout")
+TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout", "word_dropout")
 
 
 class SaveError(UserError):

@@ -33,6 +33,7 @@ def test_loads_and_applies_overrides(corpus, tmp_path):
         ("decode.precision=fp8", "decode.precision: 'fp8' is not one of auto | fp32 | bf16 | fp16"),
         ("data.joint_vocab=maybe", "data.joint_vocab: expected true or false"),
         ("model.dropout=1.5", "model.dropout: must be in [0, 1)"),
+        ("model.word_dropout=1", "model.word_dropout: must be in [0, 1)"),
         ("train.adam_betas=[0.9]", "train.adam_betas: expected a list of 2 values"),
         ("nodot=1", "--set nodot=1: expected section.key=value"),
         ("data.corpora=[{src_lang: de, tgt_lang: de}]", "data.corpora[0].tgt_lang: must differ from"),
@@ -62,6 +63,7 @@ def test_bad_values_name_the_key(override, message):
             "train.long_run_dropout: expected [epochs >= 0, a rate in [0, 1)], got [10.0, 1.5]",
         ),
         (["train.long_run_dropout=0.2"], "train.long_run_dropout: expected a list of 2 values, got 0.2"),
+        (["train.long_run_word_dropout=-0.1"], "train.long_run_word_dropout: must be in [0, 1), got -0.1"),
         (["train.dropout_from=1"], "train.dropout_from: must be in [0, 1), got 1.0"),
     ],
 )

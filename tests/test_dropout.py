@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from mt_transformer.model.dropout import Dropout, apply_dropout, cpu_dropout
+from mt_transformer.model.dropout import Dropout, WordDropout, apply_dropout, cpu_dropout
 
 # n draws of a Bernoulli(q) fraction have standard deviation sqrt(q (1 - q) / n); six of them
 # bound a correct mask's deviation on any host (the draws depend on the seed only), while a
@@ -74,3 +74,17 @@ def test_the_extremes_and_the_module():
     assert (layer.train()(torch.ones(1000)) == 0).any()
     with pytest.raises(ValueError, match="dropout probability"):
         Dropout(1.5)
+
+
+def test_word_dropout_zeroes_whole_words_at_its_rate_and_nothing_at_evaluation():
+    torch.manual_seed(5)
+    layer = WordDropout(0.2)
+    x = torch.randn(500, 400, 3) + 5.0  # no element is zero by chance
+    y = layer.train()(x)
+    zeroed = (y == 0).all(-1)  # (batch, len): whole embeddings
+    assert torch.all(zeroed | (y == x).all(-1))  # a word is dropped whole or kept unscaled
+    assert abs(zeroed.float().mean().item() - 0.2) < six_sigma(0.2, 500 * 400)
+    assert layer.eval()(x) is x
+    assert WordDropout(0.0).train()(x) is x
+    with pytest.raises(ValueError, match="word dropout probability"):
+        WordDropout(1.0)

@@ -39,17 +39,19 @@ def small_model(**rates) -> Transformer:
 
 
 def test_set_dropout_turns_every_dropout_off_and_back_to_the_configured_rates():
-    model = small_model(dropout=0.3, attention_dropout=0.2)
+    model = small_model(dropout=0.3, attention_dropout=0.2, word_dropout=0.1)
     residual = [m for m in model.modules() if isinstance(m, Dropout)]
     attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     assert len(residual) == 3 and len(attention) == 3
-    set_dropout(model, False, 0.3, 0.2)
+    set_dropout(model, False, 0.3, 0.2, 0.1)
     assert {m.p for m in residual} == {0.0} and {m.dropout for m in attention} == {0.0}
+    assert model.word_dropout.p == 0.0
     model.train()
     src, tgt = torch.randint(4, 50, (2, 5)), torch.randint(4, 50, (2, 6))
     assert torch.equal(model(src, tgt), model(src, tgt))  # nothing random left in training mode
-    set_dropout(model, True, 0.3, 0.2)
+    set_dropout(model, True, 0.3, 0.2, 0.1)
     assert {m.p for m in residual} == {0.3} and {m.dropout for m in attention} == {0.2}
+    assert model.word_dropout.p == 0.1
 
 
 def losses_and_decision(corpus, out, model, train):
@@ -92,27 +94,35 @@ def test_a_resumed_run_keeps_its_decision_and_an_unset_one_measures_nothing():
     DropoutFit(small_model(dropout=0.3), unset, TrainerState(), never, announce=False)
 
 
+def word_rate(model) -> float:
+    return model.word_dropout.p
+
+
 @pytest.mark.parametrize(
-    "min_epochs, long_run, rates, decided",
+    "min_epochs, long_run, rates, decided, word",
     [
-        (2, (5.0, 0.2), {0.2}, 0.2),  # 10 epochs: a long run
-        (2, (20.0, 0.2), {0.3}, None),  # 10 epochs: not long enough, model.dropout kept
-        (15.0, (5.0, 0.2), {0.0}, None),  # too short for any dropout
-        (0, (5.0, 0.2), {0.2}, 0.2),  # the long-run rate alone
+        (2, (5.0, 0.2), {0.2}, 0.2, 0.15),  # 10 epochs: a long run
+        (2, (20.0, 0.2), {0.3}, None, 0.05),  # 10 epochs: not long enough, the model's rates kept
+        (15.0, (5.0, 0.2), {0.0}, None, 0.0),  # too short for any dropout
+        (0, (5.0, 0.2), {0.2}, 0.2, 0.15),  # the long-run rates alone
     ],
 )
-def test_a_long_run_trains_with_the_long_run_rate(min_epochs, long_run, rates, decided):
-    train = TrainConfig(max_steps=1000, dropout_min_epochs=min_epochs, long_run_dropout=long_run)
-    config = Config(model=ModelConfig(dropout=0.3, attention_dropout=0.1), train=train)
-    model, state = small_model(dropout=0.3, attention_dropout=0.1), TrainerState()
+def test_a_long_run_trains_with_the_long_run_rate(min_epochs, long_run, rates, decided, word):
+    train = TrainConfig(
+        max_steps=1000, dropout_min_epochs=min_epochs, long_run_dropout=long_run, long_run_word_dropout=0.15
+    )
+    built = {"dropout": 0.3, "attention_dropout": 0.1, "word_dropout": 0.05}
+    config = Config(model=ModelConfig(**built), train=train)
+    model, state = small_model(**built), TrainerState()
     DropoutFit(model, config, state, lambda: 100, announce=False)  # 1,000 updates of 100 per epoch
-    assert residual_rates(model) == rates and state.dropout_rate == decided
+    assert residual_rates(model) == rates and state.dropout_rate == decided and word_rate(model) == word
     attention = {m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)}
     assert attention == ({0.0} if rates == {0.0} else {0.1})
     # a resumed run takes the saved decision back, whatever its limits now say
-    resumed = small_model(dropout=0.3, attention_dropout=0.1)
+    resumed = small_model(**built)
     shorter = Config(
-        model=config.model, train=TrainConfig(max_steps=10, dropout_min_epochs=2, long_run_dropout=long_run)
+        model=config.model,
+        train=TrainConfig(max_steps=10, dropout_min_epochs=2, long_run_dropout=long_run, long_run_word_dropout=0.15),
     )
     DropoutFit(
         resumed,
@@ -121,7 +131,7 @@ def test_a_long_run_trains_with_the_long_run_rate(min_epochs, long_run, rates, d
         lambda: 100,
         announce=False,
     )
-    assert residual_rates(resumed) == rates
+    assert residual_rates(resumed) == rates and word_rate(resumed) == word
 
 
 def test_late_dropout_starts_once_its_part_of_the_run_is_spent():

@@ -162,3 +162,19 @@ def test_fairseq_initialisation_draws_smaller_attention_and_ffn_weights():
     xavier_ffn, fairseq_ffn = FeedForward(64, 256), FeedForward(64, 256, init="fairseq")
     assert xavier_ffn.linear2.weight.abs().max() > 256**-0.5 and not xavier_ffn.linear2.bias.any()
     assert fairseq_ffn.linear2.weight.abs().max() <= 256**-0.5 and fairseq_ffn.linear2.bias.any()
+
+
+def test_word_dropout_blanks_source_words_in_training_only():
+    model = tiny(word_dropout=0.5)
+    src = torch.tensor([[5, 3]] * 32)  # 32 copies, each with its own mask: a quarter keep both words
+    src_mask = padding_mask(src, PAD_ID)
+    evaluated = model.encode(src, src_mask)
+    assert torch.equal(evaluated, tiny().encode(src, src_mask))  # the same weights; no effect at evaluation
+    torch.manual_seed(1)
+    trained = model.train().encode(src, src_mask)
+    changed = ~torch.isclose(trained, evaluated, **FP32_TOLERANCE).all(-1).all(-1)  # (32,) copies
+    assert 0 < changed.sum() < 32  # some copies lost a word, not every one
+    # the decoder reads its own words whole: with a given memory, training mode changes nothing
+    tgt = torch.tensor([[BOS_ID, 9, 10]])
+    memory = evaluated[:1]
+    assert torch.equal(model.decode(tgt, memory, src_mask[:1])[0], model.eval().decode(tgt, memory, src_mask[:1])[0])

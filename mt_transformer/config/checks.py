@@ -80,6 +80,7 @@ def _check_model(model: ModelConfig, data: DataConfig) -> None:
     _check(
         0 <= model.attention_dropout < 1, f"model.attention_dropout: must be in [0, 1), got {model.attention_dropout}"
     )
+    _check(0 <= model.word_dropout < 1, f"model.word_dropout: must be in [0, 1), got {model.word_dropout}")
     _check(
         model.max_positions > data.max_len,
         f"model.max_positions: must exceed data.max_len ({data.max_len}), got {model.max_positions}",
@@ -100,6 +101,10 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
     _check(
         long_epochs >= 0 and 0 <= long_rate < 1,
         f"train.long_run_dropout: expected [epochs >= 0, a rate in [0, 1)], got {list(train.long_run_dropout)}",
+    )
+    _check(
+        0 <= train.long_run_word_dropout < 1,
+        f"train.long_run_word_dropout: must be in [0, 1), got {train.long_run_word_dropout}",
     )
     _check(0 <= train.dropout_from < 1, f"train.dropout_from: must be in [0, 1), got {train.dropout_from}")
     _check(0 <= train.warmup_fraction < 1, f"train.warmup_fraction: must be in [0, 1), got {train.warmup_fraction}")

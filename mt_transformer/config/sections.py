@@ -135,6 +135,7 @@ class ModelConfig:
     decoder_layers: int = 6
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    word_dropout: float = 0.0  # the chance a source word's embedding is zeroed in training
     norm: Literal["post", "pre"] = "post"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's: the paper's relu; swish (SiLU) as in OPUS-MT
@@ -173,6 +174,8 @@ class TrainConfig:
     # (epochs, rate): a run expected to read its training data at least `epochs` times trains
     # with residual dropout `rate` instead of model.dropout (training/dropout_fit.py); (0, 0): off
     long_run_dropout: tuple[float, float] = (0.0, 0.0)
+    # word dropout (model.word_dropout) in a run that long_run_dropout finds long
+    long_run_word_dropout: float = 0.0
     # dropout (where the settings above keep it) starts only once this part of the run is spent
     # (training/dropout_fit.py); 0: from the first update
     dropout_from: float = 0.0

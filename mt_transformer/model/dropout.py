@@ -51,3 +51,26 @@ class Dropout(nn.Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class WordDropout(nn.Module):
+    """Word dropout (Gal and Ghahramani, 2016; Sennrich and Zhang, 2019): during training each
+    token's embedding is zeroed with probability p, so that the position encoding alone stands
+    where the word was, as an unknown word would. Not rescaled: a dropped word is absent, not
+    weaker. A regulariser for runs that read small data many times."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"word dropout probability must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (batch, len, d_model) embeddings -> the same, some rows zeroed."""
+        if not self.training or self.p == 0.0:
+            return x
+        keep = torch.rand(x.shape[:2], device=x.device) >= self.p  # (batch, len)
+        return x * keep.unsqueeze(-1).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

@@ -20,7 +20,7 @@ from torch import nn
 
 from mt_transformer.config import ModelConfig
 from mt_transformer.data.special_tokens import PAD_ID
-from mt_transformer.model.dropout import Dropout
+from mt_transformer.model.dropout import Dropout, WordDropout
 from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
 from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from mt_transformer.model.masks import padding_mask
@@ -60,6 +60,7 @@ class Transformer(nn.Module):
         sinusoidal = c.positions == "sinusoidal"
         self.tgt_positions = self.src_positions if sinusoidal else position_class(c.d_model, c.max_positions)
         self.dropout = Dropout(c.dropout)
+        self.word_dropout = WordDropout(c.word_dropout)  # source words only
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
         # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
@@ -77,7 +78,7 @@ class Transformer(nn.Module):
         """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len).
 
         Returns memory (batch, src_len, d_model)."""
-        x = self.dropout(self.src_embed(src) + self.src_positions(src.size(1)))
+        x = self.dropout(self.word_dropout(self.src_embed(src)) + self.src_positions(src.size(1)))
         for layer in self.encoder:
             x = layer(x, src_mask)
         return self.encoder_norm(x)

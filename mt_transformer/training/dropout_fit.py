@@ -1,13 +1,14 @@
 """`train.dropout_min_epochs`, `train.long_run_dropout`, `train.dropout_from`: dropout fitted to
 the run's length.
 
-Dropout (model.dropout, model.attention_dropout) keeps a model from learning its training data
+Dropout (model.dropout, model.attention_dropout, model.word_dropout) keeps a model from learning its training data
 by heart, which takes many passes over it; a run that reads its data only a few times is still
 underfitting, and there dropout only slows learning, while a run that reads it many times needs
 more of it (docs/recipes.md, "Dropout fitted to the run's length"). With either setting on, the
 run estimates how many times it will read its data, E, and trains without dropout where
-E < train.dropout_min_epochs, with residual dropout `rate` where long_run_dropout = (epochs,
-rate) and E >= epochs, and as built otherwise:
+E < train.dropout_min_epochs, with residual dropout `rate` (and word dropout
+train.long_run_word_dropout) where long_run_dropout = (epochs, rate) and E >= epochs, and as
+built otherwise:
 
     epochs = min(max_steps, max_epochs * U, updates the minutes hold) / U
 
@@ -31,7 +32,7 @@ from torch import nn
 
 from mt_transformer.config import TrainConfig
 from mt_transformer.model.attention import MultiHeadAttention
-from mt_transformer.model.dropout import Dropout
+from mt_transformer.model.dropout import Dropout, WordDropout
 from mt_transformer.training.schedule import budget_progress
 from mt_transformer.training.state import TrainerState
 
@@ -53,11 +54,13 @@ def expected_epochs(train: TrainConfig, updates_per_epoch: int, step: int, elaps
     return min(limits) / updates_per_epoch
 
 
-def set_dropout(model: nn.Module, keep: bool, residual: float, attention: float) -> None:
+def set_dropout(model: nn.Module, keep: bool, residual: float, attention: float, word: float = 0.0) -> None:
     """Every dropout of `model` at the configured rates (`keep`) or off."""
     for module in model.modules():
         if isinstance(module, Dropout):
             module.p = residual if keep else 0.0
+        elif isinstance(module, WordDropout):
+            module.p = word if keep else 0.0
         elif isinstance(module, MultiHeadAttention):
             module.dropout = attention if keep else 0.0
 
@@ -68,7 +71,7 @@ class DropoutFit:
     def __init__(self, model: nn.Module, config, state: TrainerState, epoch_updates: Callable[[], int], announce: bool):
         """`epoch_updates()`: the updates in one epoch, asked only where a setting is on."""
         self.model, self.train, self.state, self.announce = model, config.train, state, announce
-        self.rates = (config.model.dropout, config.model.attention_dropout)
+        self.rates = (config.model.dropout, config.model.attention_dropout, config.model.word_dropout)
         self.long_epochs, self.long_rate = self.train.long_run_dropout
         fitted = bool(self.train.dropout_min_epochs or self.train.dropout_from) and any(self.rates)
         self.active = fitted or self.long_epochs > 0
@@ -78,9 +81,12 @@ class DropoutFit:
             self.apply(False)
         self.check(state.step, state.elapsed)
 
-    def decided_rates(self, residual: float | None) -> tuple[float, float]:
-        """(residual, attention) dropout once decided: `residual` where long_run_dropout chose it."""
-        return (self.rates[0] if residual is None else residual), self.rates[1]
+    def decided_rates(self, residual: float | None) -> tuple[float, float, float]:
+        """(residual, attention, word) dropout once decided: `residual` where long_run_dropout chose
+        it, and then train.long_run_word_dropout."""
+        if residual is None:
+            return self.rates
+        return residual, self.rates[1], self.train.long_run_word_dropout
 
     def apply(self, on: bool) -> None:
         if on != self.applied:
@@ -117,6 +123,8 @@ class DropoutFit:
         if self.announce:
             if long:
                 decision = f"{self.long_rate:g} (train.long_run_dropout from {self.long_epochs:g} epochs)"
+                if self.train.long_run_word_dropout:
+                    decision += f", word dropout {self.train.long_run_word_dropout:g}"
             elif not keep:
                 decision = f"off (train.dropout_min_epochs {self.train.dropout_min_epochs:g})"
             else:
