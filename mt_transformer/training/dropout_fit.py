@@ -4,9 +4,9 @@ the run's length.
 Dropout (model.dropout, model.attention_dropout, model.word_dropout) keeps a model from learning
 its training data by heart, which takes many passes over it; a run that reads its data only a few
 times is still underfitting, and there dropout only slows learning, while a run that reads it
-many times needs more of it (docs/recipes.md, "Dropout fitted to the run's length"). With either setting on, the
-run estimates how many times it will read its data, E, and trains without dropout where
-E < train.dropout_min_epochs, with residual dropout `rate` (and word dropout
+many times needs more of it (docs/recipes.md, "Dropout fitted to the run's length"). With either
+setting on, the run estimates how many times it will read its data, E, and trains without
+dropout where E < train.dropout_min_epochs, with residual dropout `rate` (and word dropout
 train.long_run_word_dropout) where long_run_dropout = (epochs, rate) and E >= epochs, and as
 built otherwise:
 
