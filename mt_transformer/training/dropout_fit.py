@@ -54,7 +54,7 @@ def expected_epochs(train: TrainConfig, updates_per_epoch: int, step: int, elaps
     return min(limits) / updates_per_epoch
 
 
-def set_dropout(model: nn.Module, keep: bool, residual: float, attention: float, word: float = 0.0) -> None:
+def set_dropout(model: nn.Module, keep: bool, residual: float, attention: float, word: float) -> None:
     """Every dropout of `model` at the configured rates (`keep`) or off."""
     for module in model.modules():
         if isinstance(module, Dropout):
