@@ -31,10 +31,10 @@ def bench_translation(model, tokenizer, config: Config, lines: list[str], device
 
 def bench_ctranslate2(loaded, lines: list[str], device, ours_greedy: list[str], workdir: str):
     """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs equal to ours."""
-    from mt_transformer.decoding import ctranslate2_engine
+    from mt_transformer.exchange import ctranslate2_export
 
     out = os.path.join(workdir, "ct2")
-    ctranslate2_engine.export(loaded, out)
+    ctranslate2_export.export(loaded, out)
     rows = []
     for compute_type in ("float32", "int8"):
         for beam in (1, 4):

@@ -25,12 +25,12 @@ import torch
 from mt_transformer import checkpoint
 from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.data.text import read_lines
-from mt_transformer.decoding import ctranslate2_engine
 from mt_transformer.decoding.engine import restack
 from mt_transformer.decoding.translator import load_translator
 from mt_transformer.decoding.weights import PACK_FROM_ELEMENTS, prepared_linears
 from mt_transformer.devices import autocast, cpu_model
 from mt_transformer.evaluation.scores import score
+from mt_transformer.exchange import ctranslate2_export
 from mt_transformer.model.masks import padding_mask
 
 PAIRS = {"fp32": "float32", "int8": "int8"}  # our --precision: CTranslate2's compute type
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{results['cpu']}, torch {torch.__version__}, {args.threads} threads, beam {args.beam}, {len(lines)} lines")
     with tempfile.TemporaryDirectory() as workdir:
         exported = os.path.join(workdir, "ct2")
-        ctranslate2_engine.export(checkpoint.load(args.checkpoint, torch.device("cpu")), exported)
+        ctranslate2_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), exported)
         for precision in args.precisions:
             settings = dict(beam_size=args.beam, n_best=1)
             engines = {

@@ -25,9 +25,9 @@ import sacrebleu
 import torch
 
 from mt_transformer import checkpoint
-from mt_transformer.decoding import ctranslate2_engine, huggingface_export
 from mt_transformer.decoding.search import output_limit
 from mt_transformer.decoding.translator import load_translator
+from mt_transformer.exchange import ctranslate2_export, huggingface_export
 
 
 def cpu_name() -> str:
@@ -81,7 +81,7 @@ def main() -> None:
     work = tempfile.mkdtemp()
     hf_dir, ct2_dir = os.path.join(work, "hf"), os.path.join(work, "ct2")
     settings = huggingface_export.export(loaded, hf_dir)
-    ctranslate2_engine.export(loaded, ct2_dir)
+    ctranslate2_export.export(loaded, ct2_dir)
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     hf_lines = [f">>{args.tgt_lang}<< {line}" for line in lines] if args.tgt_lang else lines

@@ -22,7 +22,7 @@ LAYERS = [
     {"checkpoint"},
     {"evaluation"},
     {"decoding"},
-    {"training", "serve", "translation_model"},
+    {"training", "serve", "translation_model", "exchange"},
     {"cli"},
 ]
 

@@ -14,6 +14,7 @@ from mt_transformer.model.transformer import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 from mt_transformer.decoding import ctranslate2_engine  # noqa: E402
+from mt_transformer.exchange import ctranslate2_export  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -35,7 +36,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, **layout))
     model = perturbed_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
     out = tmp_path / "ct2"
-    ctranslate2_engine.export(dataclasses.replace(loaded, model=model, config=config), str(out))
+    ctranslate2_export.export(dataclasses.replace(loaded, model=model, config=config), str(out))
     translator, _, settings = ctranslate2_engine.load(str(out), torch.device("cpu"))
     assert settings["config"]["model"]["norm"] == norm
 
@@ -100,7 +101,7 @@ def test_translating_a_checkpoint_that_was_not_exported_is_a_clear_error(trained
 
 def test_a_gpu_is_asked_for_by_kind_and_index(trained_run, tmp_path, monkeypatch):
     out = tmp_path / "ct2"
-    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     asked = {}
     monkeypatch.setattr(ctranslate2, "Translator", lambda directory, **options: asked.update(options))
     ctranslate2_engine.load(str(out), torch.device("cuda", 1))
@@ -126,7 +127,7 @@ def test_no_repeat_ngram_reaches_ctranslate2(trained_run, corpus, tmp_path):
     from mt_transformer.decoding.translator import load_translator
 
     out = tmp_path / "ct2"
-    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:40]
     translate = load_translator(str(out), "ctranslate2", "cpu", beam_size=1, max_len_b=30, no_repeat_ngram=1)
     for result in translate(lines):
@@ -137,7 +138,7 @@ def test_forced_prefixes_reach_ctranslate2(trained_run, corpus, tmp_path):
     from mt_transformer.decoding.translator import load_translator
 
     out = tmp_path / "ct2"
-    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:5]
     ours = translator(trained_run, beam_size=2)(lines, prefixes=["Tom"] * 5)
     theirs = load_translator(str(out), "ctranslate2", "cpu", beam_size=2)(lines, prefixes=["Tom"] * 5)
@@ -147,7 +148,7 @@ def test_forced_prefixes_reach_ctranslate2(trained_run, corpus, tmp_path):
 
 def test_mt_score_with_ctranslate2_scores_as_pytorch(trained_run, corpus, tmp_path):
     out = tmp_path / "ct2"
-    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     common = ["--src", f"{corpus}/valid.en", "--tgt", f"{corpus}/valid.de", "--per-subword"]
     ours = run_cli("mt-score", "--checkpoint", trained_run, *common)
     theirs = run_cli("mt-score", "--checkpoint", str(out), "--engine", "ctranslate2", *common)
@@ -165,7 +166,7 @@ def test_phrases_to_avoid_reach_ctranslate2_grouped_and_required_ones_are_refuse
     from mt_transformer.decoding.translator import load_translator
 
     out = tmp_path / "ct2"
-    ctranslate2_engine.export(checkpoint.load(trained_run, CPU), str(out))
+    ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:6]
     translate = load_translator(str(out), "ctranslate2", "cpu", beam_size=2)
     plain = translate(lines)
@@ -199,7 +200,7 @@ def test_a_byte_fallback_vocabulary_translates_the_same_through_ctranslate2(trai
     torch.manual_seed(0)
     model = Transformer(loaded.config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True).eval()
     loaded = dataclasses.replace(loaded, model=model, tokenizer=tokenizer)
-    ctranslate2_engine.export(loaded, str(tmp_path / "ct2"))
+    ctranslate2_export.export(loaded, str(tmp_path / "ct2"))
     marks = ["Łódź 😀", "北京 ©", "Þórður"]
     test = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:12]
     unseen = [f"{line} {marks[i % 3]}" for i, line in enumerate(test)]

@@ -19,7 +19,7 @@ from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
 transformers = pytest.importorskip("transformers")
-from mt_transformer.decoding import huggingface_export, huggingface_layout  # noqa: E402
+from mt_transformer.exchange import huggingface_export, huggingface_layout  # noqa: E402
 
 CPU = torch.device("cpu")
 

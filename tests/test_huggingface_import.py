@@ -15,8 +15,8 @@ from mt_transformer import checkpoint
 from mt_transformer.errors import UserError
 
 transformers = pytest.importorskip("transformers")
-from mt_transformer.decoding import huggingface_export, huggingface_layout  # noqa: E402
-from mt_transformer.decoding.huggingface_import import import_model, model_config  # noqa: E402
+from mt_transformer.exchange import huggingface_export, huggingface_layout  # noqa: E402
+from mt_transformer.exchange.huggingface_import import import_model, model_config  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -78,11 +78,11 @@ def test_a_model_without_target_tags_ignores_the_flag(trained_run):
 
 def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, tmp_path):
     from mt_transformer import checkpoint
-    from mt_transformer.decoding import ctranslate2_engine
+    from mt_transformer.exchange import ctranslate2_export
 
     run, _ = two_way_run
     out = str(tmp_path / "ct2")
-    ctranslate2_engine.export(checkpoint.load(run, torch.device("cpu")), out)
+    ctranslate2_export.export(checkpoint.load(run, torch.device("cpu")), out)
     translator = load_translator(out, "ctranslate2", "cpu", tgt_lang="de", beam_size=1)
     seen = []
     search = translator.search

@@ -37,7 +37,7 @@ def export_main(argv=None):
     from mt_transformer import checkpoint
 
     if args.format == "huggingface":
-        from mt_transformer.decoding import huggingface_export
+        from mt_transformer.exchange import huggingface_export
 
         huggingface_export.import_transformers()  # a clear message before the model is loaded
         settings = huggingface_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir)
@@ -46,10 +46,10 @@ def export_main(argv=None):
             f'AutoModelForSeq2SeqLM.from_pretrained("{args.output_dir}") and AutoTokenizer)'
         )
         return
-    from mt_transformer.decoding import ctranslate2_engine
+    from mt_transformer.exchange import ctranslate2_export
 
-    ctranslate2_engine.import_ctranslate2()
-    ctranslate2_engine.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, args.quantization)
+    ctranslate2_export.import_ctranslate2()
+    ctranslate2_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, args.quantization)
     print(
         f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
         f"--checkpoint {args.output_dir})"
@@ -79,7 +79,7 @@ def import_main(argv=None):
     parser.add_argument("output_dir", metavar="OUT", help="the checkpoint directory to write (replaced if it exists)")
     args = parser.parse_args(argv)
 
-    from mt_transformer.decoding import huggingface_import
+    from mt_transformer.exchange import huggingface_import
 
     imported = huggingface_import.import_directory(args.source, args.output_dir, args.src_lang, args.tgt_lang)
     data = imported["config"].data

@@ -19,7 +19,7 @@ architecture (Marian and Pegasus compute their positions themselves; Pegasus has
 matrix), and are refused.
 
 Where each weight goes, and how the residual stream is reordered on the way (their sinusoid
-puts all sines first), is decoding/huggingface_layout.py, shared with the import. Before anything
+puts all sines first), is exchange/huggingface_layout.py, shared with the import. Before anything
 is written, the exported model's log-probabilities are compared with ours on a test batch.
 
 The tokenizer is transformers' `MarianTokenizer` (for both architectures): sentencepiece model(s)
@@ -37,8 +37,8 @@ import warnings
 from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from mt_transformer.decoding.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, log_prob_gap, to_transformers
 from mt_transformer.errors import UserError
+from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, log_prob_gap, to_transformers
 from mt_transformer.files import atomic_dir
 
 # our special ids, for the model config (padding rows of the embeddings) and for generate();

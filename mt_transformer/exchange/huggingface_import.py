@@ -8,7 +8,7 @@ wrote) and its Marian tokenizer, as a checkpoint directory of ours.
         tokenizer_config.json                           finetune.yaml: a config to fine-tune it
 
 Which of our model settings compute the model is read from its config; a field we do not model
-is a one-line refusal naming it. Where the weights go is decoding/huggingface_layout.py, shared
+is a one-line refusal naming it. Where the weights go is exchange/huggingface_layout.py, shared
 with the export. Marian's vocabulary ids are not sentencepiece's, and OPUS-MT puts end of
 sentence at 0, unknown at 1 and padding last, and starts decoding from padding: our ids 0-3
 (padding, unknown, start, end) take the rows of theirs, padding's row twice when it is also the
@@ -40,9 +40,9 @@ from mt_transformer.config import (
 )
 from mt_transformer.data.tokenizer import SRC_FILE, SRC_VOCAB_FILE, TGT_FILE, TGT_VOCAB_FILE, VOCAB_FILE, Tokenizer
 from mt_transformer.data.vocabulary import SPECIAL_PIECES, write_vocabulary
-from mt_transformer.decoding.huggingface_export import import_transformers
-from mt_transformer.decoding.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
 from mt_transformer.errors import UserError
+from mt_transformer.exchange.huggingface_export import import_transformers
+from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
 from mt_transformer.files import atomic_dir, write_text
 from mt_transformer.model.transformer import Transformer
 

@@ -1,0 +1,134 @@
+"""Export to CTranslate2 (https://opennmt.net/CTranslate2): a checkpoint's weights as a
+CTranslate2 Transformer spec, built with its Python `specs` API, in a self-contained directory:
+
+    OUT_DIR/
+        model.bin, shared_vocabulary.json (or source_/target_vocabulary.json), config.json
+                            what CTranslate2 reads
+        spm*.model          our tokenizer
+        mt_transformer.json the model and decoding settings of the checkpoint
+
+decoding/ctranslate2_engine.py translates with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import torch
+
+from mt_transformer.checkpoint import write_export_settings
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
+from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2
+from mt_transformer.errors import UserError
+from mt_transformer.files import atomic_dir
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().to("cpu", torch.float32).contiguous().numpy()
+
+
+def _set_linear(spec, *linears: torch.nn.Linear) -> None:
+    """One CTranslate2 linear layer from one or several of ours stacked along the outputs (fused QKV)."""
+    spec.weight = np.concatenate([_array(linear.weight) for linear in linears])
+    if all(linear.bias is not None for linear in linears):
+        spec.bias = np.concatenate([_array(linear.bias) for linear in linears])
+
+
+def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _position_table(positions, length: int) -> np.ndarray:
+    """(length, d_model): the encodings of positions 0 .. length-1 (sinusoidal or learned)."""
+    return _array(positions(length))
+
+
+def build_spec(loaded):
+    """The CTranslate2 TransformerSpec of a checkpoint.LoadedModel: its weights, in the layout its
+    model config names, and its tokenizer's vocabularies."""
+    import_ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    model, tokenizer, settings = loaded.model, loaded.tokenizer, loaded.config.model
+    pre_norm, max_positions = settings.norm == "pre", settings.max_positions
+    activation = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}[settings.activation]  # GELU: the erf form
+    spec = transformer_spec.TransformerSpec.from_config(
+        (settings.encoder_layers, settings.decoder_layers),
+        settings.n_heads,
+        pre_norm=pre_norm,
+        activation=getattr(common_spec.Activation, activation),
+    )
+    for side, embed, positions in (
+        (spec.encoder, model.src_embed, model.src_positions),
+        (spec.decoder, model.tgt_embed, model.tgt_positions),
+    ):
+        embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+        embeddings.weight = _array(embed.weight)
+        side.scale_embeddings = True  # multiply by sqrt(d_model), as TokenEmbedding does
+        side.position_encodings.encodings = _position_table(positions, max_positions)
+    if pre_norm:
+        _set_norm(spec.encoder.layer_norm, model.encoder_norm)
+        _set_norm(spec.decoder.layer_norm, model.decoder_norm)
+    for ours, theirs in zip(model.encoder, spec.encoder.layer):
+        _set_linear(theirs.self_attention.linear[0], ours.self_attn.q_proj, ours.self_attn.kv_proj)
+        _set_linear(theirs.self_attention.linear[1], ours.self_attn.out_proj)
+        _set_norm(theirs.self_attention.layer_norm, ours.norms[0])
+        _set_linear(theirs.ffn.linear_0, ours.ffn.linear1)
+        _set_linear(theirs.ffn.linear_1, ours.ffn.linear2)
+        _set_norm(theirs.ffn.layer_norm, ours.norms[1])
+    for ours, theirs in zip(model.decoder, spec.decoder.layer):
+        _set_linear(theirs.self_attention.linear[0], ours.self_attn.q_proj, ours.self_attn.kv_proj)
+        _set_linear(theirs.self_attention.linear[1], ours.self_attn.out_proj)
+        _set_norm(theirs.self_attention.layer_norm, ours.norms[0])
+        _set_linear(theirs.attention.linear[0], ours.cross_attn.q_proj)
+        _set_linear(theirs.attention.linear[1], ours.cross_attn.kv_proj)
+        _set_linear(theirs.attention.linear[2], ours.cross_attn.out_proj)
+        _set_norm(theirs.attention.layer_norm, ours.norms[1])
+        _set_linear(theirs.ffn.linear_0, ours.ffn.linear1)
+        _set_linear(theirs.ffn.linear_1, ours.ffn.linear2)
+        _set_norm(theirs.ffn.layer_norm, ours.norms[2])
+    _set_linear(spec.decoder.projection, model.output)
+
+    src_pieces = [tokenizer.src.id_to_piece(i) for i in range(tokenizer.src_vocab_size)]
+    tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in range(tokenizer.tgt_vocab_size)]
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    spec.config.layer_norm_epsilon = model.encoder[0].norms[0].eps
+    spec.config.add_source_eos = True  # our encoder reads the source followed by EOS
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        tgt_pieces[UNK_ID],
+        tgt_pieces[BOS_ID],
+        tgt_pieces[EOS_ID],
+    )
+    spec.config.decoder_start_token = spec.config.bos_token
+    return spec
+
+
+def export(loaded, out_dir: str, quantization: str | None = None) -> None:
+    """Write the CTranslate2 model of a checkpoint.LoadedModel, its tokenizer and its decoding
+    settings to out_dir, atomically."""
+    tokenizer, config = loaded.tokenizer, loaded.config.to_dict()
+    max_positions = loaded.config.model.max_positions
+    spec = build_spec(loaded)
+    try:
+        with atomic_dir(out_dir) as tmp:
+            spec.validate()
+            spec.optimize(quantization=quantization)
+            spec.save(tmp)
+            for name in tokenizer.files:
+                shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
+            settings = {
+                "engine": "ctranslate2",
+                "quantization": quantization,
+                "max_positions": max_positions,
+                "config": {key: config[key] for key in ("data", "model", "decode")},
+                "src_vocab_size": tokenizer.src_vocab_size,
+                "tgt_vocab_size": tokenizer.tgt_vocab_size,
+                "joint_vocab": tokenizer.joint,
+                "step": loaded.step,
+            }
+            write_export_settings(tmp, settings)
+    except OSError as error:
+        raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
