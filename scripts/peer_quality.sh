@@ -19,8 +19,6 @@
 # CHECKPOINT=avg3 the average of the last three (one every 200 updates) instead of the best,
 # CHECKPOINT=E_N (fairseq) the one saved at update N in epoch E; KEEP_CHECKPOINTS (3) how many of
 # those fairseq keeps, for scores at equal updates from a run's earlier checkpoints.
-# The model: FAIRSEQ_ENCODER_LAYERS, FAIRSEQ_DECODER_LAYERS (3) and FAIRSEQ_FFN (1024), for a
-# comparison at another size than small_cpu's.
 # Decoding: LENPEN (0.6) the length penalty (fairseq's --lenpen, OpenNMT-py's GNMT -alpha);
 # SPLIT=valid decodes and scores the valid set instead of the test set, for choosing LENPEN on
 # valid as `mt-eval --split valid --alpha A` does for mt_transformer.
@@ -59,9 +57,6 @@ FAIRSEQ_LR="${FAIRSEQ_LR:-5e-4}"
 FAIRSEQ_DROPOUT="${FAIRSEQ_DROPOUT:-0.3}"
 FAIRSEQ_WD="${FAIRSEQ_WD:-0.0001}"
 FAIRSEQ_SEED="${FAIRSEQ_SEED:-42}"
-FAIRSEQ_ENCODER_LAYERS="${FAIRSEQ_ENCODER_LAYERS:-3}"
-FAIRSEQ_DECODER_LAYERS="${FAIRSEQ_DECODER_LAYERS:-3}"
-FAIRSEQ_FFN="${FAIRSEQ_FFN:-1024}"
 MAX_UPDATES="${MAX_UPDATES:-1000000}"   # a run of so many updates instead of BUDGET_S (set it long enough)
 CHECKPOINT="${CHECKPOINT:-best}"
 SRC="${SRC:-de}"
@@ -123,9 +118,8 @@ fairseq)
         --joined-dictionary --workers 2 > "$OUT/prepare.stdout" 2>&1
     STOP_H=$("$TOOLS_PY" -c "print($BUDGET_S / 3600)")
     $MEASURE "$OUT/train_measure.json" -- "$B/fairseq-train" "$OUT/bin" --cpu --seed "$FAIRSEQ_SEED" --num-workers 0 \
-        --arch transformer --encoder-layers "$FAIRSEQ_ENCODER_LAYERS" --decoder-layers "$FAIRSEQ_DECODER_LAYERS" \
-        --encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-attention-heads 4 \
-        --encoder-ffn-embed-dim "$FAIRSEQ_FFN" --decoder-ffn-embed-dim "$FAIRSEQ_FFN" \
+        --arch transformer --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256 \
+        --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 \
         --decoder-attention-heads 4 --share-all-embeddings \
         --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 0.0 \
         --lr "$FAIRSEQ_LR" --lr-scheduler inverse_sqrt --warmup-updates "$FAIRSEQ_WARMUP" \
