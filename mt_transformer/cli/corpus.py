@@ -106,7 +106,8 @@ def run_corpus_job(
     make_work(): the function from (window, advance) to its output lines, loaded once."""
     import torch
 
-    from mt_transformer.decoding.corpus_job import CorpusJob, Shard, read_windows
+    from mt_transformer.decoding.corpus_job import CorpusJob
+    from mt_transformer.decoding.corpus_windows import Shard, read_windows
     from mt_transformer.training import distributed
 
     settings = settings_of(args)
@@ -133,7 +134,7 @@ def translate_file(translator, path: str) -> list[str]:
     from tqdm import tqdm
 
     from mt_transformer.data.text import count_lines, stream_lines
-    from mt_transformer.decoding.corpus_job import read_windows
+    from mt_transformer.decoding.corpus_windows import read_windows
 
     translations = []
     with tqdm(total=count_lines(path), unit="sent", leave=False, dynamic_ncols=True) as bar:
@@ -149,7 +150,7 @@ def _merge_ranks(output: str, processes) -> None:
     import torch.distributed as dist
 
     from mt_transformer.decoding.corpus_files import merge_shards
-    from mt_transformer.decoding.corpus_job import Shard
+    from mt_transformer.decoding.corpus_windows import Shard
 
     if not dist.is_initialized():  # gloo only waits here; ranks may finish hours apart
         dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
