@@ -6,7 +6,7 @@ import random
 import pytest
 
 from conftest import run_cli, translator
-from mt_transformer.decoding.constraints import Constraints, PieceIndex, Progress, allocate, split_constraints
+from mt_transformer.decoding.constraints import Constraints, PieceIndex, Progress, split_constraints
 from mt_transformer.errors import UserError
 
 
@@ -65,16 +65,6 @@ def test_a_phrase_to_avoid_is_banned_however_it_is_split():
     assert sorted(Progress().banned(single, index)) == sorted(ids[p] for p in ("▁apple", "▁apples"))
     assert Constraints(avoid=("▁red",)).met_by([], ["▁a", "▁b"])
     assert not Constraints(avoid=("▁red",)).met_by([], ["▁a", "▁", "re", "d"])
-
-
-def test_the_beam_is_shared_among_banks_and_spare_slots_go_to_the_most_progress():
-    # 5 slots over banks 0..2: 1, 2, 2 (the remainder to the highest banks)
-    assert allocate([0, 0, 0, 1, 1, 1, 2, 2, 2], beam=5, top_bank=2) == [0, 3, 4, 6, 7]
-    # bank 2 has no candidates: its two slots go to bank 1, then bank 0
-    assert allocate([0, 0, 0, 1, 1, 1], beam=5, top_bank=2) == [0, 1, 3, 4, 5]
-    # no constraints: one bank, the best `beam`
-    assert allocate([0] * 6, beam=4, top_bank=0) == [0, 1, 2, 3]
-    assert allocate([1, 0], beam=4, top_bank=1) == [0, 1]
 
 
 def test_phrases_go_to_the_first_part_with_room_and_avoided_ones_to_every_part():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.decoding.constraints import LexicalBeam
+from mt_transformer.decoding.lexical_beam import LexicalBeam
 from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs
 
 

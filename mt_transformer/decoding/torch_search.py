@@ -14,9 +14,10 @@ from mt_transformer.data.batching import pad
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
-from mt_transformer.decoding.constraints import Constraints, LexicalBeam, PieceIndex
+from mt_transformer.decoding.constraints import Constraints, PieceIndex
 from mt_transformer.decoding.engine import engine_for, restack
 from mt_transformer.decoding.greedy import greedy_search
+from mt_transformer.decoding.lexical_beam import LexicalBeam
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at
 from mt_transformer.decoding.sampling import Sampler, sample
 from mt_transformer.decoding.search import Hypothesis, output_limits
