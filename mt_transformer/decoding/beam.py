@@ -70,14 +70,7 @@ def beam_search(
             lexical.restrict(log_probs, at_limit)
         top = _best_candidates(log_probs, scores, beam)  # each (live, 2*beam)
         if lexical is None:
-            top_scores, top_beam, top_token = top
-            is_eos = top_token == eos_id
-            # EOS among the first `beam` candidates ends a hypothesis (one host sync per step)
-            ending = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()
-            ends = [(i, int(top_beam[i, j]), float(top_scores[i, j])) for i, j in ending]
-            # the best `beam` non-EOS candidates continue
-            scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, top_scores.size(1)), dim=1)
-            next_beam, next_token = top_beam.gather(1, order), top_token.gather(1, order)  # (live, beam)
+            ends, (scores, next_beam, next_token) = _choose(top, beam, eos_id)
         else:
             ends, (scores, next_beam, next_token) = lexical.choose(log_probs, scores, top, beam)
         _finish_hypotheses(finished, owners, tokens, ends, beam, width, step, alpha, lexical)
@@ -119,6 +112,24 @@ def _best_candidates(
     row_scores = (scores.view(-1, 1) + row_log_probs).view(live, -1)  # (live, width*per_row)
     top_scores, top_index = row_scores.topk(min(2 * beam, row_scores.size(1)), dim=1)
     return top_scores, top_index // per_row, row_tokens.view(live, -1).gather(1, top_index)
+
+
+def _choose(
+    top: tuple[torch.Tensor, torch.Tensor, torch.Tensor], beam: int, eos_id: int
+) -> tuple[list[tuple[int, int, float]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The hypotheses that end now, as (sentence, row within it, cumulative log-prob), and the
+    `beam` of each sentence that continue, as (cumulative log-probs, row within the sentence,
+    token), each (live, beam), best first: an EOS among the best `beam` candidates ends its
+    hypothesis, and the best `beam` candidates that are not EOS continue.
+
+    top: the best 2*beam candidates of each sentence (scores, row within the sentence, token).
+    """
+    top_scores, top_beam, top_token = top
+    is_eos = top_token == eos_id
+    ending = (is_eos[:, :beam] & (top_scores[:, :beam] > float("-inf"))).nonzero().tolist()  # one host sync
+    ends = [(i, int(top_beam[i, j]), float(top_scores[i, j])) for i, j in ending]
+    scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(min(beam, top_scores.size(1)), dim=1)
+    return ends, (scores, top_beam.gather(1, order), top_token.gather(1, order))
 
 
 def _finish_hypotheses(finished, owners, tokens, ends, beam: int, width: int, step: int, alpha: float, lexical):

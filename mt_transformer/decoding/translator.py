@@ -111,25 +111,7 @@ class Translator:
         ids = self.tokenizer.encode_src(texts)
         forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
         lexical = self._encode_constraints(*constraints, first_line) if constraints is not None else None
-        segments, owners, segment_prefixes = [], [], []  # the parts to translate, their lines and prefixes
-        segment_constraints: list[Constraints] = []
-        for line, sequence in enumerate(ids):
-            parts = [sequence]
-            if self.max_input_len and len(sequence) > self.max_input_len:
-                parts = split_input(sequence, self.tokenizer, self.max_input_len)
-                log.warning(
-                    "line %d: %d subwords, more than %d: translated in %d parts",
-                    first_line + line + 1,
-                    len(sequence),
-                    self.max_input_len,
-                    len(parts),
-                )
-            segments += parts
-            owners += [line] * len(parts)
-            segment_prefixes += [forced[line] if forced else []] + [[]] * (len(parts) - 1)
-            if lexical:
-                segment_constraints += self._constraints_of_parts(first_line + line, lexical[line], parts)
-
+        segments, owners, segment_prefixes, segment_constraints = self._segments(ids, forced, lexical, first_line)
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
         batches = source_batches([len(s) for s in segments], self.decode.max_tokens)
         advance = progress if callable(progress) else None
@@ -168,6 +150,31 @@ class Translator:
                 translations.append(Translation(text, h.tokens, h.score, h.log_prob, unknowns))
             results.append(translations)
         return results
+
+    def _segments(
+        self, ids: list[list[int]], forced: list[list[int]] | None, lexical: list[Constraints] | None, first_line: int
+    ) -> tuple[list[list[int]], list[int], list[list[int]], list[Constraints]]:
+        """The parts to translate: each line whole, or cut where it is longer than the model takes;
+        with each part, its line, its prefix (the line's for its first part) and its constraints."""
+        segments, owners, segment_prefixes = [], [], []
+        segment_constraints: list[Constraints] = []
+        for line, sequence in enumerate(ids):
+            parts = [sequence]
+            if self.max_input_len and len(sequence) > self.max_input_len:
+                parts = split_input(sequence, self.tokenizer, self.max_input_len)
+                log.warning(
+                    "line %d: %d subwords, more than %d: translated in %d parts",
+                    first_line + line + 1,
+                    len(sequence),
+                    self.max_input_len,
+                    len(parts),
+                )
+            segments += parts
+            owners += [line] * len(parts)
+            segment_prefixes += [forced[line] if forced else []] + [[]] * (len(parts) - 1)
+            if lexical:
+                segment_constraints += self._constraints_of_parts(first_line + line, lexical[line], parts)
+        return segments, owners, segment_prefixes, segment_constraints
 
     def _encode_constraints(
         self, include: list[list[str]], avoid: list[list[str]], first_line: int
