@@ -67,23 +67,7 @@ def serve_main(argv=None):
     from mt_transformer.serve.middleware import access_log
     from mt_transformer.serve.models import load_models
 
-    for name, value in (
-        ("--max-lines", args.max_lines),
-        ("--max-chars", args.max_chars),
-        ("--batch-lines", args.batch_lines),
-    ):
-        if value < 1:
-            raise UserError(f"{name}: must be at least 1, got {value}")
-    for name, value in (
-        ("--batch-wait-ms", args.batch_wait_ms),
-        ("--timeout", args.timeout),
-        ("--drain-seconds", args.drain_seconds),
-    ):
-        if not value >= 0:
-            raise UserError(f"{name}: must be 0 or more, got {value}")
-    for path in args.checkpoint:
-        if not os.path.exists(path):
-            raise UserError(f"--checkpoint: {path}: no such file or directory")
+    _check_args(args)
     settings = ServerSettings(
         Limits(args.max_lines, args.max_chars),
         args.batch_wait_ms / 1000,
@@ -122,6 +106,27 @@ def serve_main(argv=None):
         raise UserError(failure[0])
     if not server.started:
         raise UserError(f"--host/--port: could not listen on {args.host}:{args.port}")
+
+
+def _check_args(args) -> None:
+    """One-line errors for limits out of range and checkpoints that do not exist."""
+    for name, value in (
+        ("--max-lines", args.max_lines),
+        ("--max-chars", args.max_chars),
+        ("--batch-lines", args.batch_lines),
+    ):
+        if value < 1:
+            raise UserError(f"{name}: must be at least 1, got {value}")
+    for name, value in (
+        ("--batch-wait-ms", args.batch_wait_ms),
+        ("--timeout", args.timeout),
+        ("--drain-seconds", args.drain_seconds),
+    ):
+        if not value >= 0:
+            raise UserError(f"{name}: must be 0 or more, got {value}")
+    for path in args.checkpoint:
+        if not os.path.exists(path):
+            raise UserError(f"--checkpoint: {path}: no such file or directory")
 
 
 def _api_keys(path: str | None) -> frozenset[str] | None:
