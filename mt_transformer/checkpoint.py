@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 from mt_transformer.config import Config, ConfigError, config_from_dict
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_dir, write_text
+from mt_transformer.files import atomic_dir, read_json, write_text
 from mt_transformer.model.transformer import Transformer
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
@@ -111,10 +111,7 @@ def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
 
 def read_best(run_dir: str) -> dict | None:
     path = os.path.join(checkpoint_root(run_dir), BEST_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(path, "the best checkpoint's record") if os.path.isfile(path) else None
 
 
 def write_best(run_dir: str, step: int, bleu: float) -> None:
@@ -155,14 +152,7 @@ def resolve(path: str) -> str:
 
 
 def read_metadata(directory: str) -> dict:
-    path = os.path.join(directory, CONFIG_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise UserError(f"{path}: missing from the checkpoint") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UserError(f"{path}: not valid JSON") from None
+    return read_json(os.path.join(directory, CONFIG_FILE), "the checkpoint's settings")
 
 
 def read_weights(directory: str) -> dict[str, torch.Tensor]:

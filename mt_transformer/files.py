@@ -1,15 +1,19 @@
 """Atomic file writing: write a temporary file beside the target, fsync, then rename.
 
 A crash at any moment leaves either the old file or the new one, never half of one.
-(And the size of a directory on disk, for reports; and figures saved the same way.)
+(And JSON read back with one-line errors, the size of a directory on disk, for reports, and
+figures saved the same way.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
+
+from mt_transformer.errors import UserError
 
 
 def fsync_dir(directory: str) -> None:
@@ -85,6 +89,17 @@ def write_bytes(path: str, data: bytes) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
+
+
+def read_json(path: str, what: str):
+    """The JSON document at `path`; a missing or unreadable file is one line naming `what`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing ({what})") from None
+    except (OSError, ValueError):
+        raise UserError(f"{path}: not readable JSON ({what})") from None
 
 
 def replace_dir(tmp_dir: str, final_dir: str) -> None:

@@ -1,10 +1,12 @@
-"""Atomic writes: a failure part-way leaves the old file (or directory) whole and no temporary behind."""
+"""Atomic writes: a failure part-way leaves the old file (or directory) whole and no temporary behind;
+JSON read back with one-line errors."""
 
 import os
 
 import pytest
 
-from mt_transformer.files import atomic_dir, atomic_path, replace_dir, write_bytes, write_text
+from mt_transformer.errors import UserError
+from mt_transformer.files import atomic_dir, atomic_path, read_json, replace_dir, write_bytes, write_text
 
 
 def test_write_text_replaces_the_file_whole(tmp_path):
@@ -53,3 +55,17 @@ def test_written_files_and_directories_get_the_usual_permissions(tmp_path):
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
     assert (tmp_path / "d" / "f").stat().st_mode & 0o777 == 0o644
+
+
+def test_read_json_names_the_file_and_what_it_holds(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text('{"beam": 4}', encoding="utf-8")
+    assert read_json(str(path), "the settings") == {"beam": 4}
+    path.write_text('{"beam": ', encoding="utf-8")
+    with pytest.raises(UserError, match=r"settings\.json: not readable JSON \(the settings\)$"):
+        read_json(str(path), "the settings")
+    path.write_bytes(b"\xff\xfe{")
+    with pytest.raises(UserError, match="not readable JSON"):
+        read_json(str(path), "the settings")
+    with pytest.raises(UserError, match=r"absent\.json: missing \(the settings\)$"):
+        read_json(str(tmp_path / "absent.json"), "the settings")

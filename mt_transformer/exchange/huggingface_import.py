@@ -37,8 +37,8 @@ from mt_transformer.data.vocabulary import write_vocabulary
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.huggingface_export import import_transformers
 from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
-from mt_transformer.exchange.marian_tokenizer import MarianVocabularies, read_json, read_marian_tokenizer, spm_settings
-from mt_transformer.files import atomic_dir, write_text
+from mt_transformer.exchange.marian_tokenizer import MarianVocabularies, read_marian_tokenizer, spm_settings
+from mt_transformer.files import atomic_dir, read_json, write_text
 from mt_transformer.model.transformer import Transformer
 
 FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written beside it

@@ -12,22 +12,12 @@ tags <2xx>.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from mt_transformer.config import language_tag
 from mt_transformer.data.vocabulary import SPECIAL_PIECES
 from mt_transformer.errors import UserError
-
-
-def read_json(path: str, what: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise UserError(f"{path}: missing ({what})") from None
-    except (OSError, ValueError):
-        raise UserError(f"{path}: not readable JSON ({what})") from None
+from mt_transformer.files import read_json
 
 
 def id_order(vocab: dict[str, int], rows: int, start: int | None, path: str) -> tuple[list[int], list[str]]:
