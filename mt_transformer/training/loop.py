@@ -91,13 +91,7 @@ class TrainingLoop:
             lambda: len(self.batches.epoch(state.epoch)) // train.accumulate,
             self.processes.is_main,
         )
-        bar = tqdm(
-            total=train.max_steps,
-            initial=state.step,
-            unit="step",
-            dynamic_ncols=True,
-            disable=None if self.processes.is_main else True,
-        )
+        bar = self._progress_bar()
         while not policy.finished():
             batches = self.batches.epoch(state.epoch)
             for batch in self.batches.loader(batches[state.batch_in_epoch :], state.epoch, self.device.type == "cuda"):
@@ -141,6 +135,16 @@ class TrainingLoop:
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         bar.close()
         return self.finish(last_metrics, validated_at)
+
+    def _progress_bar(self) -> tqdm:
+        """Updates made of train.max_steps, on the main process only (None: tqdm's own check for a terminal)."""
+        return tqdm(
+            total=self.config.train.max_steps,
+            initial=self.state.step,
+            unit="step",
+            dynamic_ncols=True,
+            disable=None if self.processes.is_main else True,
+        )
 
     def finish(self, last_metrics: dict, validated_at: int | None) -> dict:
         """After the last update: say why training stopped early, and validate and save the last
