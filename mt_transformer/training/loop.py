@@ -137,7 +137,7 @@ class TrainingLoop:
         return self.finish(last_metrics, validated_at)
 
     def _progress_bar(self) -> tqdm:
-        """Updates made of train.max_steps, on the main process only (None: tqdm's own check for a terminal)."""
+        """Updates out of train.max_steps, shown by the main process only (None lets tqdm check for a terminal)."""
         return tqdm(
             total=self.config.train.max_steps,
             initial=self.state.step,
