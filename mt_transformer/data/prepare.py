@@ -21,7 +21,7 @@ from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, q
 from mt_transformer.data.from_text import vocabulary_size_for
 from mt_transformer.data.tokenizer import Tokenizer, train_tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_dir, write_text
+from mt_transformer.files import atomic_dir, read_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +242,7 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
     settings = data.tokenizer_settings()
     settings_path = os.path.join(run_dir, "tokenizer.json")
     if Tokenizer.exists(run_dir) and os.path.isfile(settings_path):
-        with open(settings_path, encoding="utf-8") as f:
-            conflict = data.tokenizer_conflict(json.load(f))
+        conflict = data.tokenizer_conflict(read_json(settings_path, "the run's tokenizer settings"))
         if conflict:
             key, value, saved = conflict
             raise UserError(
@@ -287,5 +286,4 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
 def chosen_vocab_size(run_dir: str) -> int:
     """The vocabulary size the run's tokenizer was trained for (data.vocab_size, or the size
     that data.vocab_size 0 chose from the data)."""
-    with open(os.path.join(run_dir, "tokenizer.json"), encoding="utf-8") as f:
-        return json.load(f)["vocab_size"]
+    return read_json(os.path.join(run_dir, "tokenizer.json"), "the run's tokenizer settings")["vocab_size"]

@@ -14,7 +14,6 @@ to its sentence's own limit afterwards).
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -24,6 +23,7 @@ from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.errors import UserError
+from mt_transformer.files import read_json
 
 
 def import_ctranslate2():
@@ -46,8 +46,7 @@ def load(directory: str, device: torch.device, compute_type: str = "default", th
             f"{directory}: not a CTranslate2 export of mt_transformer (no {EXPORT_SETTINGS_FILE}; "
             f"make one with mt-export --format ctranslate2)"
         )
-    with open(path, encoding="utf-8") as f:
-        settings = json.load(f)
+    settings = read_json(path, "the export's decoding settings")
     try:
         translator = ctranslate2.Translator(
             directory,
