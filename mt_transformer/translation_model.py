@@ -16,21 +16,40 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import torch
 
 from mt_transformer.config import DecodeConfig
 from mt_transformer.data.text import normalize
-from mt_transformer.decoding.translator import Translation, Translator, load_translator
+from mt_transformer.decoding.translator import Translation, Translator
 from mt_transformer.errors import UserError
+from mt_transformer.exchange.engine_choice import engine_name, is_export, open_translator, settings_reason
 
 DECODE_SETTINGS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
 
 
 class TranslationModel:
-    """A loaded model (or ensemble, or CTranslate2 export) with its tokenizer and decode settings."""
+    """A loaded model (or ensemble, or CTranslate2 export) with its tokenizer and decode settings.
+    A call that asks for what its engine lacks (attention, sampling or bf16 where CTranslate2
+    runs) runs on our engine, loaded then from the same checkpoint."""
 
-    def __init__(self, translator: Translator):
+    def __init__(self, translator: Translator, load_torch: Callable[[], Translator] | None = None):
         self.translator = translator
+        self._load_torch, self._torch = load_torch, translator if translator.model is not None else None
+
+    @property
+    def engine(self) -> str:
+        """ "ctranslate2" or "torch": the engine that runs calls with the loaded settings."""
+        return engine_name(self.translator)
+
+    def torch_translator(self, why: str) -> Translator:
+        """Our engine's translator of the same checkpoint(s), loaded on first use."""
+        if self._torch is None:
+            if self._load_torch is None:
+                raise UserError(f"{why}: needs our engine, and this model is a CTranslate2 export")
+            self._torch = self._load_torch()
+        return self._torch
 
     @property
     def settings(self) -> DecodeConfig:
@@ -45,7 +64,7 @@ class TranslationModel:
         override the decode settings for this call (beam_size=1, alpha=1.0, sampling=True, ...)."""
         lines = [text] if isinstance(text, str) else list(text)
         translator = self._with(n_best=n_best, **settings)
-        results = translator(lines)
+        results = (translator.with_exact_scores() if n_best is not None else translator)(lines)
         found = [r if n_best is not None else r[0].text for r in results]
         return found[0] if isinstance(text, str) else found
 
@@ -69,9 +88,9 @@ class TranslationModel:
         from mt_transformer.decoding.ensemble import Ensemble
         from mt_transformer.model.attention_maps import attention_maps
 
-        t = self.translator
-        if t.model is None or isinstance(t.model, Ensemble):
-            raise UserError("attention: needs one model run by the PyTorch engine, not an export or an ensemble")
+        t = self.torch_translator("attention")
+        if isinstance(t.model, Ensemble):
+            raise UserError("attention: needs one model, not an ensemble")
         src_ids = t.tokenizer.encode_src(t.source_texts([src]))[0]
         if tgt is None:
             tgt_ids = t([src])[0][0].tokens
@@ -89,17 +108,24 @@ class TranslationModel:
     def _with(self, **settings) -> Translator:
         changed = {k: v for k, v in settings.items() if v is not None}
         _check_names(changed)
-        return self.translator.with_settings(**changed) if changed else self.translator
+        translator = self.translator
+        if translator.model is None and self._load_torch is not None:
+            device = torch.device(translator.search.translator.device)
+            reason = settings_reason(device, {"precision": translator.decode.precision, **changed})
+            if reason is not None:
+                translator = self.torch_translator(reason)
+        return translator.with_settings(**changed) if changed else translator
 
     def __repr__(self) -> str:
         d = self.settings
-        return f"TranslationModel(beam_size={d.beam_size}, alpha={d.alpha}, precision={d.precision!r})"
+        settings = f"beam_size={d.beam_size}, alpha={d.alpha}, precision={d.precision!r}"
+        return f"TranslationModel(engine={self.engine!r}, {settings})"
 
 
 def load(
     path: str | os.PathLike | Sequence[str | os.PathLike],
     *,
-    engine: str | None = None,
+    engine: str = "auto",
     device: str = "auto",
     tgt_lang: str | None = None,
     compute_type: str = "default",
@@ -111,19 +137,24 @@ def load(
 
     path: a run directory (its best checkpoint), a checkpoint directory, an mt-import result, an
     mt-export --format ctranslate2 directory (run by CTranslate2), or a list of checkpoints (an
-    ensemble). engine: "torch" or "ctranslate2" (default: ctranslate2 for an export directory).
+    ensemble). engine: "auto" (the default: CTranslate2 on a CPU where it has every setting,
+    through the checkpoint's conversion, else ours; exchange/engine_choice.py), "torch" or
+    "ctranslate2".
     device: "auto", "cpu" or "cuda[:N]". tgt_lang: the language to write, for a model trained
     with target tags. settings: decode settings (beam_size, alpha, n_best, max_tokens,
     precision, sampling, topk, topp, temperature, seed, no_repeat_ngram, ...), else the
     checkpoint's."""
     paths = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
-    if engine is None:
-        engine = "ctranslate2" if os.path.isfile(os.path.join(paths[0], "model.bin")) else "torch"
     _check_names(settings)
-    translator = load_translator(
-        paths, engine, device, compute_type, threads, ensemble_mode, tgt_lang=tgt_lang, **settings
-    )
-    return TranslationModel(translator)
+    options = (device, compute_type, threads, ensemble_mode)
+    translator = open_translator(paths, engine, *options, tgt_lang=tgt_lang, **settings)
+    load_torch = None
+    if not is_export(paths[0]):
+
+        def load_torch():
+            return open_translator(paths, "torch", *options, tgt_lang=tgt_lang, **settings)
+
+    return TranslationModel(translator, load_torch)
 
 
 def _check_names(settings: dict) -> None:

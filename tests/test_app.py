@@ -197,6 +197,8 @@ def test_bodies_past_the_limit_are_413_before_they_are_read(models):
 class FakeModels(Models):
     """Lines as their own translations, slowly for "slow" and failing for "boom"."""
 
+    engines = {"en-de": "fake"}
+
     def __init__(self):
         super().__init__({("en", "de"): None})
         self.calls = []

@@ -22,7 +22,8 @@ LAYERS = [
     {"checkpoint"},
     {"evaluation"},
     {"decoding"},
-    {"training", "serve", "translation_model", "exchange"},
+    {"exchange"},
+    {"training", "serve", "translation_model"},
     {"cli"},
 ]
 

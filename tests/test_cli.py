@@ -41,7 +41,8 @@ def test_translate_stdin_stdout_and_nbest(trained_run):
     assert greedy.returncode == 0 and len(greedy.stdout.splitlines()) == 1
 
 
-def test_translate_scores_are_the_models_log_probabilities(trained_run):
+@pytest.mark.parametrize("engine", ["auto", "torch"])
+def test_translate_scores_are_the_models_log_probabilities(trained_run, engine):
 
     from mt_transformer.decoding.search import length_penalty
 
@@ -57,6 +58,8 @@ def test_translate_scores_are_the_models_log_probabilities(trained_run):
         "--scores",
         "--alpha",
         "0.6",
+        "--engine",
+        engine,
         input="\n".join(lines) + "\n",
     )
     assert result.returncode == 0, result.stderr

@@ -37,7 +37,8 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
     model = perturbed_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
     out = tmp_path / "ct2"
     ctranslate2_export.export(dataclasses.replace(loaded, model=model, config=config), str(out))
-    translator, _, settings = ctranslate2_engine.load(str(out), torch.device("cpu"))
+    translator, _ = ctranslate2_engine.load(str(out), torch.device("cpu"))
+    settings = ctranslate2_engine.read_settings(str(out))
     assert settings["config"]["model"]["norm"] == norm
 
     lines = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:5]
@@ -92,11 +93,15 @@ def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path)
     assert os.path.getsize(int8 / "model.bin") < os.path.getsize(out / "model.bin")
 
 
-def test_translating_a_checkpoint_that_was_not_exported_is_a_clear_error(trained_run):
+def test_engine_ctranslate2_on_a_checkpoint_translates_its_conversion(trained_run, tmp_path):
     result = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", trained_run, input="hello\n")
+    assert result.returncode == 0, result.stderr
+    assert "engine: CTranslate2" in result.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_cli("mt-translate", "--engine", "ctranslate2", "--checkpoint", str(empty), input="hello\n")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert "mt-export --format ctranslate2" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ") and "no checkpoint found" in result.stderr
 
 
 def test_a_gpu_is_asked_for_by_kind_and_index(trained_run, tmp_path, monkeypatch):
@@ -112,7 +117,7 @@ def test_a_gpu_is_asked_for_by_kind_and_index(trained_run, tmp_path, monkeypatch
 
 def test_missing_gpu_libraries_are_a_one_line_error(trained_run):
     class WithoutCuBLAS:
-        device = "cuda"
+        device, num_translators = "cuda", 1
 
         def translate_batch(self, *args, **kwargs):
             raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
@@ -174,7 +179,7 @@ def test_phrases_to_avoid_reach_ctranslate2_grouped_and_required_ones_are_refuse
     real = translate.search.translator
 
     class Spy:
-        device = real.device
+        device, num_translators = real.device, real.num_translators
 
         def translate_batch(self, sources, **options):
             calls.append((len(sources), options["suppress_sequences"]))

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_cli, translator
+from mt_transformer.exchange.engine_choice import open_translator
 from serve_page import chromium, open_browser, try_page
 from serve_process import ServerProcess, get, post
 
@@ -50,9 +51,11 @@ def readme_requests() -> list[dict]:
 @pytest.mark.slow  # about 6 s: a process start and a failed one
 def test_a_real_server_answers_drains_on_sigterm_and_exits_0(trained_run, tmp_path):
     lines = [f"the dog {n} a red house" for n in range(400)]
-    offline = [t[0].text for t in translator(trained_run)(lines)]
+    offline = [t[0].text for t in open_translator(trained_run, "auto", "cpu")(lines)]
     with ServerProcess(["--checkpoint", trained_run]) as server:
-        assert get(server.url + "/health") == (200, {"status": "ok"})
+        status, health = get(server.url + "/health")
+        assert status == 200 and health["status"] == "ok"
+        assert health["engines"]["en-de"].startswith("CTranslate2 on cpu, float32")  # --engine auto
         for body in readme_requests():  # the README's curl commands, as a user pastes them
             status, answer = post(server.url + "/translate", body)
             assert status == 200 and list(answer) == ["translatedText"] and answer["translatedText"]

@@ -145,5 +145,5 @@ def test_an_export_directory_loads_with_ctranslate2(trained_run, tmp_path):
     )  # fmt: skip
     assert exported.translate(SENTENCES) == cli.stdout.splitlines()
     assert isinstance(exported.score(SENTENCES[0], "Ich habe einen Apfel gekauft."), float)
-    with pytest.raises(UserError, match="attention: needs one model run by the PyTorch engine"):
+    with pytest.raises(UserError, match="attention: needs our engine, and this model is a CTranslate2 export"):
         exported.attention(SENTENCES[0])

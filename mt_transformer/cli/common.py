@@ -147,24 +147,26 @@ def runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16", "int8"],
-        help="with --engine torch: matrix products in bf16 or fp16 under autocast, for GPUs and CPUs "
-        "with bf16/fp16 units; int8 (CPU): weights in int8, the fastest on most CPUs; auto: bf16 where "
-        "the device has bf16 units, else fp32 "
-        "(default: the checkpoint's decode.precision, fp32 unless set)",
+        help="fp32; int8 (CPU): weights in int8, the fastest on most CPUs (CTranslate2's int8, or ours); bf16 "
+        "or fp16: our engine's matrix products under autocast, for GPUs and CPUs with bf16/fp16 units; auto: "
+        "bf16 where the device has bf16 units, else fp32 (default: the checkpoint's decode.precision, fp32 "
+        "unless set)",
     )
     parser.add_argument(
         "--engine",
-        default="torch",
-        choices=["torch", "ctranslate2"],
-        help="ctranslate2: --checkpoint is a directory written by mt-export --format ctranslate2",
+        default="auto",
+        choices=["auto", "torch", "ctranslate2"],
+        help="auto (default): CTranslate2 on a CPU for what it computes (converting the checkpoint once, "
+        "into CHECKPOINT/ctranslate2), else ours; torch: ours; ctranslate2: --checkpoint is a checkpoint "
+        "run through its conversion or a directory written by mt-export --format ctranslate2",
     )
     parser.add_argument(
         "--compute-type",
         default="default",
-        help="with --engine ctranslate2: float32, int8, int8_float32, ... (default: as exported)",
+        help="for CTranslate2: float32, int8, int8_float32, ... (default: --precision's, else as exported)",
     )
     parser.add_argument(
-        "--threads", type=int, default=0, help="with --engine ctranslate2: CPU threads (default: as many as torch uses)"
+        "--threads", type=int, default=0, help="for CTranslate2: CPU threads (default: as many as torch uses)"
     )
 
 
@@ -187,20 +189,22 @@ DECODE_FLAGS = {
 
 def translator_from_args(args, n_best: int = 1):
     """The translator of --checkpoint with the flags' decode settings (loaded once, for any
-    number of batches of lines)."""
+    number of batches of lines), on the engine --engine names or auto picks for the flags given."""
     from mt_transformer.config import ConfigError
-    from mt_transformer.decoding.translator import load_translator
+    from mt_transformer.exchange.engine_choice import TORCH_ONLY, open_translator
 
     decode = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in DECODE_FLAGS.items()}
     decode["n_best"] = n_best
+    needs = [need for need in TORCH_ONLY if getattr(args, need, None)]
     try:
-        return load_translator(
+        return open_translator(
             args.checkpoint,
             args.engine,
             args.device,
             args.compute_type,
             args.threads,
             args.ensemble_mode,
+            needs=needs,
             tgt_lang=args.tgt_lang,
             **decode,
         )

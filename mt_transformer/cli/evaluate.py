@@ -114,9 +114,10 @@ def _translate_split(args) -> tuple[list[str], list[str], str]:
     from mt_transformer import checkpoint
     from mt_transformer.config import corpus_keys
     from mt_transformer.data.corpus import load_pairs
+    from mt_transformer.exchange.engine_choice import is_export
 
-    if not args.checkpoint or args.engine != "torch":
-        raise UserError("--split: needs --checkpoint with an mt_transformer checkpoint (--engine torch)")
+    if not args.checkpoint or is_export(args.checkpoint[0]):
+        raise UserError("--split: needs --checkpoint with an mt_transformer checkpoint, not an export")
     if args.src or args.hyp or args.ref:
         raise UserError("--split: takes the sources and references from the data; leave out --src, --hyp and --ref")
     if args.split not in ("train", "valid", "test"):

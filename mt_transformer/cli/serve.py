@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         action="extend",
         required=True,
-        help="run directories or checkpoints (with --engine ctranslate2: export directories), one per language "
+        help="run directories, checkpoints or mt-export --format ctranslate2 directories, one per language "
         "pair; a model trained with target tags serves each of its pairs",
     )
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")

@@ -86,8 +86,8 @@ def translate_main(argv=None):
     if args.nbest < 1:
         raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
     inspect = args.attention or args.alignment
-    if inspect and args.engine != "torch":
-        raise UserError("--attention and --alignment need --engine torch (CTranslate2 does not return attention)")
+    if inspect and args.engine == "ctranslate2":
+        raise UserError("--attention and --alignment need --engine torch or auto (ours computes them)")
     if inspect and len(args.checkpoint) > 1:
         raise UserError("--attention and --alignment need one --checkpoint, not an ensemble")
     source = args.input or "-"
@@ -108,6 +108,8 @@ def translate_main(argv=None):
 
     def make_work():
         translator = translator_from_args(args, n_best=args.nbest)
+        if args.scores or args.nbest > 1:  # printed: the model's own log-probabilities
+            translator = translator.with_exact_scores()
         return lambda window, advance: _translate_window(args, translator, window, advance)
 
     run_corpus_job(args, streams, total, make_work)
@@ -168,6 +170,8 @@ def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
 def _translate_interactively(args) -> None:
     """A terminal on stdin: translate each line as soon as it is entered, until end of input (Ctrl-D)."""
     translator = translator_from_args(args, args.nbest)
+    if args.scores or args.nbest > 1:
+        translator = translator.with_exact_scores()
     print("type a sentence and press Enter; Ctrl-D ends", file=sys.stderr, flush=True)
     for index, line in enumerate(sys.stdin):
         lines = [line.removesuffix("\n").removesuffix("\r")]

@@ -80,6 +80,15 @@ class Translator:
         search.decode = config.decode
         return dataclasses.replace(self, search=search, decode=config.decode, config=config)
 
+    def with_exact_scores(self) -> Translator:
+        """The same translator, its hypotheses' log-probabilities the model's own to the last digit
+        (CTranslate2 scores each output again; ours computes them so)."""
+        if not hasattr(self.search, "exact_scores"):
+            return self
+        search = copy.copy(self.search)
+        search.exact_scores = True
+        return dataclasses.replace(self, search=search)
+
     def reseed(self, offset: int) -> None:
         """Sampling draws from decode.seed + offset from here on: a corpus seeds each window by its
         number, so that a window translates the same whether or not the ones before it ran."""
@@ -272,10 +281,13 @@ def load_untagged(
 
         if decode.get("sampling") or len(paths) > 1:
             raise UserError("--sampling and ensembles (several --checkpoint) need --engine torch")
-        if decode.get("precision") not in (None, "fp32", "auto"):
-            raise UserError("--precision: for --engine torch; CTranslate2 takes --compute-type")
-        translator, tokenizer, settings = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
+        if decode.get("precision") not in (None, "fp32", "int8", "auto"):
+            raise UserError("--precision: bf16 and fp16 are for --engine torch; CTranslate2 takes --compute-type")
+        settings = ctranslate2_engine.read_settings(paths[0])
         config = with_decode(config_from_dict(settings["config"]), **decode)
+        if compute_type == "default" and config.decode.precision == "int8":
+            compute_type = "int8"  # --precision int8: CTranslate2's int8
+        translator, tokenizer = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
         max_positions = config.model.max_positions
         search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions)
         return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)

@@ -7,7 +7,9 @@ CTranslate2 Transformer spec, built with its Python `specs` API, in a self-conta
         spm*.model          our tokenizer
         mt_transformer.json the model and decoding settings of the checkpoint
 
-decoding/ctranslate2_engine.py translates with it.
+decoding/ctranslate2_engine.py translates with it. Before anything is written, CTranslate2's
+float32 log-probabilities of a test batch are compared with ours (within 1e-4); a quantized
+export quantizes the weights so checked.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import torch
 from mt_transformer.checkpoint import write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2
+from mt_transformer.decoding.scoring import teacher_forced_log_probs
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
+
+CHECK_TOLERANCE = 1e-4  # the largest log-probability difference an export may have from ours
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
@@ -106,17 +111,50 @@ def build_spec(loaded):
     return spec
 
 
-def export(loaded, out_dir: str, quantization: str | None = None) -> None:
+def log_prob_gap(loaded, directory: str) -> float:
+    """The largest difference between our teacher-forced log-probabilities and those of the
+    CTranslate2 model in `directory` (run in float32 on one thread) on a fixed batch of random
+    subwords: two sentence pairs of different lengths."""
+    ctranslate2 = import_ctranslate2()
+    tokenizer = loaded.tokenizer
+    generator = torch.Generator().manual_seed(0)
+    sources = [torch.randint(4, tokenizer.src_vocab_size, (n,), generator=generator).tolist() for n in (8, 5)]
+    targets = [torch.randint(4, tokenizer.tgt_vocab_size, (n,), generator=generator).tolist() for n in (6, 3)]
+    ours = teacher_forced_log_probs(loaded.model, sources, targets, torch.device("cpu"))
+    translator = ctranslate2.Translator(directory, device="cpu", compute_type="float32", intra_threads=1)
+    theirs = translator.score_batch(
+        [tokenizer.src_pieces(s) for s in sources], [tokenizer.tgt_pieces(t) for t in targets]
+    )
+    del translator
+    return max(abs(a - b) for o, t in zip(ours, theirs) for a, b in zip(o, t.log_probs, strict=True))
+
+
+def export(loaded, out_dir: str, quantization: str | None = None, extra: dict | None = None) -> float:
     """Write the CTranslate2 model of a checkpoint.LoadedModel, its tokenizer and its decoding
-    settings to out_dir, atomically."""
+    settings (with `extra` entries) to out_dir, atomically, once its float32 weights compute our
+    log-probabilities; returns the largest difference found."""
     tokenizer, config = loaded.tokenizer, loaded.config.to_dict()
     max_positions = loaded.config.model.max_positions
     spec = build_spec(loaded)
     try:
         with atomic_dir(out_dir) as tmp:
             spec.validate()
-            spec.optimize(quantization=quantization)
-            spec.save(tmp)
+            spec.optimize(quantization=None)
+            checked = tmp if quantization is None else os.path.join(tmp, ".float32")
+            os.makedirs(checked, exist_ok=True)
+            spec.save(checked)
+            gap = log_prob_gap(loaded, checked)
+            if not gap <= CHECK_TOLERANCE:
+                raise UserError(
+                    f"the CTranslate2 model differs from ours by {gap:.2g} in log-probability (more than "
+                    f"{CHECK_TOLERANCE:g}); nothing was written"
+                )
+            if quantization is not None:  # the checked weights, quantized
+                shutil.rmtree(checked)
+                spec = build_spec(loaded)
+                spec.validate()
+                spec.optimize(quantization=quantization)
+                spec.save(tmp)
             for name in tokenizer.files:
                 shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
             settings = {
@@ -128,7 +166,10 @@ def export(loaded, out_dir: str, quantization: str | None = None) -> None:
                 "tgt_vocab_size": tokenizer.tgt_vocab_size,
                 "joint_vocab": tokenizer.joint,
                 "step": loaded.step,
+                "log_prob_gap": gap,
+                **(extra or {}),
             }
             write_export_settings(tmp, settings)
     except OSError as error:
         raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
+    return gap

@@ -151,7 +151,9 @@ def _operations(app: FastAPI, server: _Server) -> None:
 
     @app.get("/health", summary="Liveness: the server answers")
     async def health():
-        return {"status": "ok"}
+        if server.models is None:
+            return {"status": "ok"}
+        return {"status": "ok", "engines": server.models.engines}
 
     @app.get("/ready", summary="Readiness: the models are loaded")
     async def ready():

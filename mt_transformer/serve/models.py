@@ -6,11 +6,17 @@ concurrent requests that share their options.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mt_transformer.config import language_tag
 from mt_transformer.decoding.translator import Translation, Translator, load_untagged
 from mt_transformer.errors import UserError
+from mt_transformer.exchange.engine_choice import describe
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,11 +49,24 @@ class Result:
 
 
 class Models:
-    """The translators of a server, one per (source, target) language pair."""
+    """The translators of a server, one per (source, target) language pair. Where CTranslate2
+    runs a pair, its requests for constraints, alignments or attention run on our engine, loaded
+    from the same checkpoint by `load_torch` on the first of them."""
 
-    def __init__(self, translators: dict[tuple[str, str], Translator], engine: str = "torch"):
-        self.translators, self.engine = translators, engine
+    def __init__(
+        self,
+        translators: dict[tuple[str, str], Translator],
+        load_torch: dict[tuple[str, str], Callable[[], Translator]] | None = None,
+    ):
+        self.translators = translators
         self._variants: dict[tuple, Translator] = {}
+        self._load_torch = load_torch or {}
+        self._torch: dict[tuple[str, str], Translator] = {}
+
+    @property
+    def engines(self) -> dict[str, str]:
+        """Per pair ("en-de"), the engine that runs its requests (engine_choice.describe)."""
+        return {f"{s}-{t}": describe(translator) for (s, t), translator in sorted(self.translators.items())}
 
     @property
     def pairs(self) -> set[tuple[str, str]]:
@@ -55,7 +74,8 @@ class Models:
 
     def run(self, options: Options, items: list[Item]) -> list[Result]:
         """One result per item. Runs in the batcher's worker thread, one call at a time."""
-        translator = self._translator(options)
+        needs_torch = options.attention or any(item.include for item in items)
+        translator = self._translator(options, needs_torch)
         texts = [item.text for item in items]
         prefixes = [item.prefix for item in items] if any(item.prefix for item in items) else None
         constraints = None
@@ -68,13 +88,23 @@ class Models:
             raise UserError("alignments and attention need the PyTorch engine; this server runs CTranslate2")
         return [_with_attention(translator, text, hypotheses) for text, hypotheses in zip(texts, found)]
 
-    def _translator(self, options: Options) -> Translator:
-        key = (options.source, options.target, options.beam, options.alpha, options.n_best)
+    def _translator(self, options: Options, needs_torch: bool) -> Translator:
+        pair = (options.source, options.target)
+        needs_torch = needs_torch and self.translators[pair].model is None and pair in self._load_torch
+        key = (*pair, options.beam, options.alpha, options.n_best, needs_torch)
         if key not in self._variants:
-            base = self.translators[options.source, options.target]
+            base = self._torch_translator(pair) if needs_torch else self.translators[pair]
             changes = {"beam_size": options.beam, "alpha": options.alpha, "n_best": options.n_best}
             self._variants[key] = base.with_settings(**changes)
         return self._variants[key]
+
+    def _torch_translator(self, pair: tuple[str, str]) -> Translator:
+        if pair not in self._torch:
+            log.info("%s-%s: requests for constraints, alignments or attention run on our engine", *pair)
+            self._torch[pair] = dataclasses.replace(
+                self._load_torch[pair](), target_tag=self.translators[pair].target_tag
+            )
+        return self._torch[pair]
 
 
 def _with_attention(translator: Translator, text: str, hypotheses: list[Translation]) -> Result:
@@ -119,15 +149,19 @@ def _rounded(matrix) -> list[list[float]]:
 
 
 def load_models(
-    paths: list[str], engine: str = "torch", device: str = "auto", compute_type: str = "default", threads: int = 0
+    paths: list[str], engine: str = "auto", device: str = "auto", compute_type: str = "default", threads: int = 0
 ) -> Models:
-    """Every checkpoint (run directory, checkpoint file or, with engine ctranslate2, export
-    directory) loaded once, by the language pairs it was trained on; a model trained with target
-    tags serves each of its pairs through its tag. Two checkpoints for one pair are an error."""
+    """Every checkpoint (run directory, checkpoint file or mt-export directory) loaded once on
+    `engine` (auto: as exchange/engine_choice.py picks), by the language pairs it was trained
+    on; a model trained with target tags serves each of its pairs through its tag. Two
+    checkpoints for one pair are an error."""
+    from mt_transformer.exchange.engine_choice import is_export, open_translator
+
     translators: dict[tuple[str, str], Translator] = {}
     owners: dict[tuple[str, str], str] = {}
+    load_torch = {}
     for path in paths:
-        translator = load_untagged(path, engine, device, compute_type, threads)
+        translator = open_translator(path, engine, device, compute_type, threads, tagged=False)
         data = translator.config.data
         for corpus in data.corpus_list():
             pair = (corpus.src_lang, corpus.tgt_lang)
@@ -136,4 +170,6 @@ def load_models(
             owners[pair] = path
             tag = language_tag(corpus.tgt_lang) if data.target_tags else ""
             translators[pair] = dataclasses.replace(translator, target_tag=tag)
-    return Models(translators, engine)
+            if translator.model is None and not is_export(path):
+                load_torch[pair] = functools.partial(load_untagged, path, "torch", device)
+    return Models(translators, load_torch)
