@@ -6,8 +6,9 @@ Two OpenMP pools in one process slow each other (CTranslate2's and torch's), so 
 runs in a fresh process; the rounds alternate the order of the processes (the best round of each
 counts). Per precision (fp32 against CTranslate2's float32, int8 against its int8): one sentence
 at a time (median ms), calls of 32 lines and all lines in one call (sentences/s), the share of
-lines equal to CTranslate2's, and with --ref BLEU. CTranslate2 runs on each thread count of
---threads; the ratios are against the fastest of them per column.
+lines equal to CTranslate2's, and with --ref BLEU. CTranslate2 runs as N workers of one thread
+for each N of --threads (as mt-translate runs it) and as one worker on the most threads (as it
+is usually run); the ratios are against the fastest of these per column.
 
     python3 scripts/engine_bench.py --checkpoint runs/demo --src data/demo/test.en --ref data/demo/test.de
 """
@@ -58,7 +59,17 @@ def worker(spec: dict) -> dict:
     lines = read_lines(spec["src"])[: spec["lines"]]
     start = time.perf_counter()
     model = mt.load(spec["path"], device="cpu", beam_size=spec["beam"], **spec["load"])
+    if spec.get("intra"):  # CTranslate2 as it is usually run: one worker, its threads inside each product
+        import ctranslate2
+
+        compute_type = spec["load"]["compute_type"]
+        model.translator.search.translator.unload_model()
+        model.translator.search.translator = ctranslate2.Translator(
+            spec["path"], device="cpu", compute_type=compute_type, intra_threads=spec["intra"]
+        )
     row = {"load_s": time.perf_counter() - start, "engine": describe(model.translator)}
+    if spec.get("intra"):
+        row["engine"] += f" (intra_threads {spec['intra']})"
     translate = model.translate
     translate(lines[:8])  # warm-up
     row["single_ms"] = single_ms(translate, lines[: spec["single"]])
@@ -111,6 +122,9 @@ def engines(args, exported: str, precision: str, workdir: str) -> list[dict]:
     for threads in args.threads:
         load = dict(engine="ctranslate2", compute_type=PAIRS[precision], threads=threads)
         specs.append(dict(name=f"ct2 {threads}", path=exported, load=load, **common))
+    if max(args.threads) > 1:  # and on intra-op threads, CTranslate2's usual layout
+        load = dict(engine="ctranslate2", compute_type=PAIRS[precision], threads=1)
+        specs.append(dict(name="ct2 intra", path=exported, load=load, intra=max(args.threads), **common))
     if not args.no_ours:
         specs.append(dict(name="ours", path=args.checkpoint, load=dict(engine="torch", precision=precision), **common))
     for spec in specs:
@@ -166,13 +180,16 @@ def table(results: dict, args) -> str:
     head = f"| engine | 1 line, ms | calls of {CALL}, sent/s | all in one call, sent/s | equal to CTranslate2 | BLEU |"
     out = [head, "|---" * (head.count("|") - 1) + "|"]
     for precision in args.precisions:
-        ct2 = [results[f"ct2 {t} {precision}"] for t in args.threads]
+        layouts = [f"ct2 {t}" for t in args.threads] + (["ct2 intra"] if max(args.threads) > 1 else [])
+        ct2 = [results[f"{name} {precision}"] for name in layouts]
         fastest = {c: (min if c == "single_ms" else max)(r[c] for r in ct2) for c in columns}
-        names = ["default"] + [f"ct2 {t}" for t in args.threads] + ([] if args.no_ours else ["ours"])
+        names = ["default"] + layouts + ([] if args.no_ours else ["ours"])
         for name in names:
             r = results[f"{name} {precision}"]
             labels = {"default": f"default, {precision}", "ours": f"ours (--engine torch), {precision}"}
-            label = labels.get(name) or f"CTranslate2 {PAIRS[precision]}, {name.split()[-1]} thread(s)"
+            intra = f"one worker of {max(args.threads)} threads"
+            workers = f"{name.split()[-1]} worker(s) of 1 thread"
+            label = labels.get(name) or f"CTranslate2 {PAIRS[precision]}, {intra if 'intra' in name else workers}"
             bleu = f"{r['bleu']:.2f}" if "bleu" in r else ""
             out.append(
                 f"| {label} | {r['single_ms']:.1f} | {r[columns[1]]:.0f} | {r['whole']:.0f} | "

@@ -14,7 +14,7 @@ def test_each_engine_is_timed_in_its_own_process(trained_run, corpus, tmp_path, 
     args = ["--checkpoint", trained_run, "--src", src, "--ref", ref, "--lines", "8", "--single", "2"]
     engine_bench.main([*args, "--threads", "1", "--rounds", "1", "--json", str(out)])
     printed = capsys.readouterr().out
-    assert "| default, fp32 |" in printed and "| CTranslate2 int8, 1 thread(s) |" in printed
+    assert "| default, fp32 |" in printed and "| CTranslate2 int8, 1 worker(s) of 1 thread |" in printed
     assert "| default / fastest CTranslate2 |" in printed and "| ours / fastest CTranslate2 |" in printed
     results = json.loads(out.read_text())
     for name in ("default fp32", "ct2 1 fp32", "ours fp32", "default int8", "ct2 1 int8", "ours int8"):

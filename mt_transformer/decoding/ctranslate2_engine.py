@@ -36,9 +36,7 @@ def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        raise UserError(
-            "ctranslate2 is not installed: pip install ctranslate2 (or pip install 'mt_transformer[ctranslate2]')"
-        ) from None
+        raise UserError("ctranslate2 is not installed: pip install ctranslate2") from None
     return ctranslate2
 
 

@@ -1,0 +1,101 @@
+"""--engine auto: CTranslate2 where it has every setting a call asks for, ours for the rest, said once."""
+
+import sys
+
+import pytest
+import torch
+
+import mt_transformer as mt
+from conftest import run_cli, translator
+from mt_transformer.exchange.engine_choice import engine_name, open_translator, torch_reason
+
+CPU = torch.device("cpu")
+LINES = ["a red house", "the dog", "Tom sold it."]
+
+
+def test_a_plain_call_runs_on_ctranslate2_and_says_so_once(trained_run):
+    result = run_cli("mt-translate", "--checkpoint", trained_run, input="\n".join(LINES) + "\n")
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "engine:" in line]
+    assert len(said) == 1 and "CTranslate2 on cpu, float32" in said[0] and "(auto)" in said[0]
+    assert len(result.stdout.splitlines()) == len(LINES)
+    # greedy search is the same algorithm in both engines: the same outputs
+    greedy = run_cli("mt-translate", "--checkpoint", trained_run, "--beam", "1", input="\n".join(LINES) + "\n")
+    ours = [t[0].text for t in translator(trained_run, beam_size=1)(LINES)]
+    assert greedy.stdout.splitlines() == ours
+
+
+@pytest.mark.parametrize(
+    "paths, decode, needs, reason",
+    [
+        (2, {}, (), "an ensemble"),
+        (1, {}, ("constraints",), "--constraints"),
+        (1, {}, ("alignment",), "--alignment"),
+        (1, {"sampling": True}, (), "--sampling"),
+        (1, {"precision": "bf16"}, (), "bf16, which CTranslate2 does not compute on CPUs"),
+    ],
+)
+def test_what_only_our_engine_does_runs_on_ours(trained_run, paths, decode, needs, reason):
+    assert torch_reason([trained_run] * paths, CPU, decode, needs) == reason
+    assert engine_name(open_translator([trained_run] * paths, "auto", "cpu", needs=needs, **decode)) == "torch"
+
+
+def test_what_ctranslate2_does_runs_on_it(trained_run):
+    for decode in ({}, {"precision": "fp32"}, {"precision": "int8"}, {"beam_size": 3, "n_best": 2, "alpha": 1.0}):
+        assert torch_reason([trained_run], CPU, decode) is None, decode
+    int8 = open_translator(trained_run, "auto", "cpu", precision="int8")
+    assert engine_name(int8) == "ctranslate2" and int8.search.translator.compute_type.startswith("int8")
+    assert torch_reason([trained_run], torch.device("cuda"), {}) == "cuda: CTranslate2 is chosen on CPUs"
+
+
+def test_without_ctranslate2_auto_runs_ours_and_says_why(trained_run, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 now raises ImportError
+    result = run_cli("mt-translate", "--checkpoint", trained_run, input="a red house\n")
+    assert result.returncode == 0, result.stderr
+    assert "engine: ours (PyTorch) on cpu, fp32" in result.stderr
+    assert "auto: ctranslate2 cannot be imported (pip install ctranslate2)" in result.stderr
+
+
+def test_constraints_and_alignments_on_the_default_engine(trained_run, tmp_path):
+    constraints = tmp_path / "constraints.de"
+    constraints.write_text("Haus\n", encoding="utf-8")
+    args = ["--checkpoint", trained_run, "--beam", "2"]
+    result = run_cli("mt-translate", *args, "--constraints", str(constraints), input="a red house\n")
+    assert result.returncode == 0, result.stderr
+    assert "Haus" in result.stdout and "auto: --constraints" in result.stderr
+    aligned = run_cli("mt-translate", *args, "--alignment", input="a red house\n")
+    assert aligned.returncode == 0 and "auto: --alignment" in aligned.stderr
+
+
+def test_the_python_api_runs_ctranslate2_and_ours_for_what_only_ours_does(trained_run):
+    m = mt.load(trained_run, device="cpu", beam_size=2)
+    assert m.engine == "ctranslate2" and "engine='ctranslate2'" in repr(m)
+    assert len(m.translate(LINES)) == len(LINES)
+    maps = m.attention(LINES[0])  # our engine, loaded from the same checkpoint on first use
+    assert len(maps["cross_attention"]) == 2
+    drawn = m.translate(LINES[0], sampling=True, beam_size=1, seed=3)
+    assert isinstance(drawn, str) and m.engine == "ctranslate2"
+    best = m.translate(LINES[0], n_best=2)
+    assert len(best) == 2 and best[0].log_prob == best[0].log_prob  # exact scores, not NaN
+    assert mt.load(trained_run, engine="torch", device="cpu").engine == "torch"
+
+
+def test_ctranslate2_splits_a_call_among_its_workers(trained_run, monkeypatch):
+    t = open_translator(trained_run, "auto", "cpu", threads=2, beam_size=1)
+    assert t.search.translator.num_translators == 2
+    real, asked = t.search.translator, []
+
+    class Spy:
+        device, num_translators, compute_type = real.device, real.num_translators, real.compute_type
+
+        def translate_batch(self, sources, **options):
+            asked.append((len(sources), options["max_batch_size"]))
+            return real.translate_batch(sources, **options)
+
+        def score_batch(self, *args, **options):
+            return real.score_batch(*args, **options)
+
+    t.search.translator = Spy()
+    t(LINES)
+    t(LINES[:1])
+    assert asked == [(3, 2), (1, 1)]  # a part per worker; one line on one
