@@ -24,8 +24,8 @@ import time
 import torch
 
 from mt_transformer.data.text import read_lines
-from mt_transformer.decoding.translator import load_translator
 from mt_transformer.devices import cpu_model
+from mt_transformer.exchange.engine_choice import open_translator
 from mt_transformer.serve.app import ServerSettings
 from serve_process import ServerProcess, get
 
@@ -105,7 +105,7 @@ def engine_speeds(
     keep that many lines in flight could reach with no cost of its own. Each is the best of
     `rounds` rounds that measure every size in turn, so a slow spell of the machine weighs on
     all alike. Small calls run over a part of the lines (8 calls, at least 128 lines)."""
-    translator = load_translator(checkpoint, engine, "cpu", precision=precision)
+    translator = open_translator(checkpoint, engine, "cpu", precision=precision)
     translator(lines)  # warm-up
     sizes = [len(lines)] + sorted(n for n in call_sizes if n < len(lines))
     best = dict.fromkeys(sizes, 0.0)
@@ -151,9 +151,9 @@ def measure(args, lines: list[str], offline: float, bounds: dict[int, float], un
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
-    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
+    parser.add_argument("--engine", default="auto", choices=["auto", "torch", "ctranslate2"])
     parser.add_argument("--src", required=True, help="source lines to send (e.g. a test set)")
-    parser.add_argument("--precision", help="with --engine torch: decode.precision (default: the checkpoint's)")
+    parser.add_argument("--precision", help="decode.precision (default: the checkpoint's)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--lines-per-request", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--max-lines", type=int, default=1000, help="lines sent per measurement, at most")

@@ -99,3 +99,9 @@ def test_ctranslate2_splits_a_call_among_its_workers(trained_run, monkeypatch):
     t(LINES)
     t(LINES[:1])
     assert asked == [(3, 2), (1, 1)]  # a part per worker; one line on one
+
+
+def test_loading_ctranslate2_leaves_torchs_thread_count_as_it_was(trained_run):
+    threads = torch.get_num_threads()
+    open_translator(trained_run, "auto", "cpu", threads=2)  # CTranslate2 sets the OpenMP count torch shares
+    assert torch.get_num_threads() == threads
