@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import ROOT, subprocess_env
 from mt_transformer import checkpoint
@@ -88,3 +89,12 @@ def test_several_processes_asking_at_once_convert_once(own_checkpoint):
     assert [p.returncode for p in processes] == [0, 0, 0], outputs
     assert {out.strip() for out, _ in outputs} == {os.path.join(own_checkpoint, "ctranslate2")}
     assert sum("converted" in err for _, err in outputs) == 1  # one made it, the others waited and reused it
+
+
+def test_converting_leaves_torchs_thread_count_as_it_was(own_checkpoint):
+    from mt_transformer.exchange.engine_choice import open_translator
+
+    threads = torch.get_num_threads()
+    translator = open_translator(own_checkpoint, "auto", "cpu")  # converts, checks, loads
+    assert torch.get_num_threads() == threads  # CTranslate2 sets the OpenMP count the two share
+    assert translator.search.translator.num_translators == threads  # one worker per thread torch would use

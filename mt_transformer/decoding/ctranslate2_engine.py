@@ -56,12 +56,10 @@ def load(directory: str, device: torch.device, compute_type: str = "default", th
     """The CTranslate2 translator of an exported directory on `device` (cpu, or cuda with its
     index) with `threads` CPU workers of one thread each (0: as many as torch uses), and our
     tokenizer."""
-    ctranslate2 = import_ctranslate2()
     read_settings(directory)
-    torch_threads = torch.get_num_threads()
-    workers = (threads or torch_threads) if device.type == "cpu" else 1
+    workers = (threads or torch.get_num_threads()) if device.type == "cpu" else 1
     try:
-        translator = ctranslate2.Translator(
+        translator = new_translator(
             directory,
             device=device.type,
             device_index=device.index or 0,
@@ -71,9 +69,17 @@ def load(directory: str, device: torch.device, compute_type: str = "default", th
         )
     except (RuntimeError, ValueError) as error:
         raise UserError(f"{directory}: CTranslate2 could not load it ({str(error).splitlines()[0]})") from None
-    finally:  # it sets the OpenMP thread count torch shares: our engine, loaded beside it, keeps its own
-        torch.set_num_threads(torch_threads)
     return translator, Tokenizer(directory)
+
+
+def new_translator(directory: str, **options):
+    """ctranslate2.Translator(directory, **options), leaving torch's thread count as it was: it sets
+    the OpenMP thread count the two share, and our engine, loaded beside it, keeps its own."""
+    threads = torch.get_num_threads()
+    try:
+        return import_ctranslate2().Translator(directory, **options)
+    finally:
+        torch.set_num_threads(threads)
 
 
 class Ct2Search:

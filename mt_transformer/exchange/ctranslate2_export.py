@@ -22,7 +22,7 @@ import torch
 
 from mt_transformer.checkpoint import write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
-from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2
+from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2, new_translator
 from mt_transformer.decoding.scoring import teacher_forced_log_probs
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_dir
@@ -115,13 +115,12 @@ def log_prob_gap(loaded, directory: str) -> float:
     """The largest difference between our teacher-forced log-probabilities and those of the
     CTranslate2 model in `directory` (run in float32 on one thread) on a fixed batch of random
     subwords: two sentence pairs of different lengths."""
-    ctranslate2 = import_ctranslate2()
     tokenizer = loaded.tokenizer
     generator = torch.Generator().manual_seed(0)
     sources = [torch.randint(4, tokenizer.src_vocab_size, (n,), generator=generator).tolist() for n in (8, 5)]
     targets = [torch.randint(4, tokenizer.tgt_vocab_size, (n,), generator=generator).tolist() for n in (6, 3)]
     ours = teacher_forced_log_probs(loaded.model, sources, targets, torch.device("cpu"))
-    translator = ctranslate2.Translator(directory, device="cpu", compute_type="float32", intra_threads=1)
+    translator = new_translator(directory, device="cpu", compute_type="float32", intra_threads=1)
     theirs = translator.score_batch(
         [tokenizer.src_pieces(s) for s in sources], [tokenizer.tgt_pieces(t) for t in targets]
     )
