@@ -30,7 +30,8 @@ def test_a_plain_call_runs_on_ctranslate2_and_says_so_once(trained_run):
     [
         (2, {}, (), "an ensemble"),
         (1, {}, ("constraints",), "--constraints"),
-        (1, {}, ("alignment",), "--alignment"),
+        (1, {}, ("attention",), "--attention"),
+        (1, {}, ("attention_layer",), "--attention-layer"),
         (1, {"sampling": True}, (), "--sampling"),
         (1, {"precision": "bf16"}, (), "bf16, which CTranslate2 does not compute on CPUs"),
     ],
@@ -56,15 +57,31 @@ def test_without_ctranslate2_auto_runs_ours_and_says_why(trained_run, monkeypatc
     assert "auto: ctranslate2 cannot be imported (pip install ctranslate2)" in result.stderr
 
 
-def test_constraints_and_alignments_on_the_default_engine(trained_run, tmp_path):
+def test_constraints_on_the_default_engine_run_on_ours(trained_run, tmp_path):
     constraints = tmp_path / "constraints.de"
     constraints.write_text("Haus\n", encoding="utf-8")
-    args = ["--checkpoint", trained_run, "--beam", "2"]
-    result = run_cli("mt-translate", *args, "--constraints", str(constraints), input="a red house\n")
+    args = ["--checkpoint", trained_run, "--beam", "2", "--constraints", str(constraints)]
+    result = run_cli("mt-translate", *args, input="a red house\n")
     assert result.returncode == 0, result.stderr
     assert "Haus" in result.stdout and "auto: --constraints" in result.stderr
-    aligned = run_cli("mt-translate", *args, "--alignment", input="a red house\n")
-    assert aligned.returncode == 0 and "auto: --alignment" in aligned.stderr
+
+
+def test_alignments_through_ctranslate2s_attention_equal_ours(trained_run, tmp_path):
+    source = "\n".join(LINES) + "\n"
+    args = ["--checkpoint", trained_run, "--beam", "1", "--alignment"]  # greedy: the same translations
+    theirs = run_cli("mt-translate", *args, input=source)
+    ours = run_cli("mt-translate", *args, "--engine", "torch", input=source)
+    assert theirs.returncode == 0 and "engine: CTranslate2" in theirs.stderr, theirs.stderr
+    assert theirs.stdout == ours.stdout and all("\t" in line for line in theirs.stdout.splitlines())
+    t = open_translator(trained_run, "auto", "cpu")
+    src_ids = t.tokenizer.encode_src(LINES[:1])[0]
+    outputs = [t(LINES[:1])[0][0].tokens]
+    (matrix,) = t.cross_attention(src_ids, outputs)  # the last layer, mean of its heads
+    (reference,) = translator(trained_run).cross_attention(src_ids, outputs)
+    assert torch.allclose(matrix, reference[: len(outputs[0]), : len(src_ids)], atol=1e-4)
+    # other layers or heads, and heatmaps, are ours
+    layer = run_cli("mt-translate", *args, "--attention-layer", "1", input=source)
+    assert layer.returncode == 0 and "auto: --attention-layer" in layer.stderr
 
 
 def test_the_python_api_runs_ctranslate2_and_ours_for_what_only_ours_does(trained_run):

@@ -18,18 +18,17 @@ def test_each_target_unknown_takes_the_source_span_it_attends_to_most(trained_ru
     output = tokenizer.tgt.encode("Tom") + [UNK_ID] + tokenizer.tgt.encode("und") + [UNK_ID]
     holes = [t for t, token in enumerate(output) if token == UNK_ID]
 
-    def attention(model, src, outputs, device):  # the first hole looks at 中, the second at 😀
-        weights = torch.zeros(1, 1, len(output) + 1, len(src) + 1)
-        weights[..., holes[0], spans[1][0]] = 1.0
-        weights[..., holes[1], spans[0][0]] = 1.0
+    def attention(src, outputs):  # the first hole looks at 中, the second at 😀
+        weights = torch.zeros(len(output) + 1, len(src) + 1)
+        weights[holes[0], spans[1][0]] = 1.0
+        weights[holes[1], spans[0][0]] = 1.0
         return [weights for _ in outputs]
 
-    monkeypatch.setattr(unknowns, "cross_attention", attention)
-    fills = unknowns.unknown_fills(translate.model, tokenizer, torch.device("cpu"), text, src_ids, [output, []])
+    fills = unknowns.unknown_fills(attention, tokenizer, text, src_ids, [output, []])
     assert fills == [["中", "😀"], []]
-    # without attention (CTranslate2, inputs in parts): in order
-    assert unknowns.unknown_fills(None, tokenizer, None, text, None, [output]) == [["😀", "中"]]
-    assert unknowns.unknown_fills(None, tokenizer, None, "Tom sold it", None, [output]) == [[]]
+    # without attention (inputs translated in parts): in order
+    assert unknowns.unknown_fills(attention, tokenizer, text, None, [output]) == [["😀", "中"]]
+    assert unknowns.unknown_fills(None, tokenizer, "Tom sold it", None, [output]) == [[]]
 
 
 def test_translations_never_print_the_unknown_mark_and_count_their_unknowns(trained_run, monkeypatch, tmp_path):

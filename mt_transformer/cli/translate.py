@@ -86,8 +86,8 @@ def translate_main(argv=None):
     if args.nbest < 1:
         raise UserError(f"--nbest: must be at least 1, got {args.nbest}")
     inspect = args.attention or args.alignment
-    if inspect and args.engine == "ctranslate2":
-        raise UserError("--attention and --alignment need --engine torch or auto (ours computes them)")
+    if args.engine == "ctranslate2" and (args.attention or args.attention_layer or args.attention_head):
+        raise UserError("--attention, --attention-layer and --attention-head need --engine torch or auto")
     if inspect and len(args.checkpoint) > 1:
         raise UserError("--attention and --alignment need one --checkpoint, not an ensemble")
     source = args.input or "-"
@@ -144,26 +144,26 @@ def _translate_window(args, translator, window, advance) -> list[str]:
 def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
     """Write the heatmaps of --attention; returns each hypothesis's word alignment when --alignment
     asks for them, else None."""
-    from mt_transformer.decoding.alignment import inspect_translations
+    from mt_transformer.decoding.alignment import cross_attention, inspect_translations, select
 
-    layers, heads = len(translator.model.decoder), translator.config.model.n_heads
+    layers, heads = translator.config.model.decoder_layers, translator.config.model.n_heads
     for name, value, count in (
         ("--attention-layer", args.attention_layer, layers),
         ("--attention-head", args.attention_head, heads),
     ):
         if value is not None and not 1 <= value <= count:
             raise UserError(f"{name}: {value} is not between 1 and {count}")
-    alignments = inspect_translations(
-        translator.model,
-        translator.tokenizer,
-        translator.device,
-        lines,
-        results,
-        args.attention,
-        (args.attention_layer or layers) - 1,
-        args.attention_head - 1 if args.attention_head else None,
-        first_index,
-    )
+    layer, head = (args.attention_layer or layers) - 1, args.attention_head - 1 if args.attention_head else None
+    attend = translator.cross_attention  # the last layer, mean of the heads, on either engine
+    if layer != layers - 1 or head is not None:
+
+        def attend(src_ids, outputs):
+            return [
+                select(w, layer, head) for w in cross_attention(translator.model, src_ids, outputs, translator.device)
+            ]
+
+    which = f"layer {layer + 1}, " + ("mean of all heads" if head is None else f"head {head + 1}")
+    alignments = inspect_translations(attend, translator.tokenizer, lines, results, args.attention, which, first_index)
     return alignments if args.alignment else None
 
 

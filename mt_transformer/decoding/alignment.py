@@ -77,18 +77,17 @@ def format_alignment(pairs: list[tuple[int, int]]) -> str:
 
 
 def inspect_translations(
-    model,
+    attend,
     tokenizer,
-    device,
     lines: list[str],
     results,
-    heatmap_dir: str | None,
-    layer: int,
-    head: int | None,
+    heatmap_dir: str | None = None,
+    which: str = "",
     first_index: int = 0,
 ) -> list[list[str]]:
     """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
-    a heatmap of each line's best translation, written to heatmap_dir/NNNN.png."""
+    a heatmap of each line's best translation, written to heatmap_dir/NNNN.png. `attend(src_ids,
+    outputs)`: each output's (target, source) attention matrix; `which`: the layer and heads it is."""
     from mt_transformer.data.text import normalize
 
     if heatmap_dir:
@@ -98,13 +97,11 @@ def inspect_translations(
         src_ids = tokenizer.encode_src([normalize(line)])[0]
         src_pieces, found = tokenizer.src_pieces(src_ids), [""] * len(translations)
         kept = [k for k, t in enumerate(translations) if src_ids and t.tokens]  # not for an empty line or translation
-        weights = cross_attention(model, src_ids, [translations[k].tokens for k in kept], device) if kept else []
-        for k, weight in zip(kept, weights):
-            matrix = select(weight, layer, head)
+        matrices = attend(src_ids, [translations[k].tokens for k in kept]) if kept else []
+        for k, matrix in zip(kept, matrices):
             tgt_pieces = tokenizer.tgt_pieces(translations[k].tokens)
             found[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
             if heatmap_dir and k == 0:
-                which = f"layer {layer + 1}, " + ("mean of all heads" if head is None else f"head {head + 1}")
                 attention_heatmap(
                     matrix,
                     src_pieces,

@@ -153,6 +153,21 @@ class Ct2Search:
         self._score_again(sources, found)
         return found
 
+    def cross_attention(self, src_ids: list[int], outputs: list[list[int]]) -> list[torch.Tensor]:
+        """Per output, (target, source) cross-attention weights of the last decoder layer, mean of
+        its heads, as the export's alignment heads give them: each output forced as a target prefix
+        through one more step (no EOS row or column)."""
+        pieces = self.tokenizer.src_pieces(src_ids)
+        results = self.translator.translate_batch(
+            [pieces] * len(outputs),
+            target_prefix=[self.tokenizer.tgt_pieces(ids) for ids in outputs],
+            beam_size=1,
+            max_decoding_length=max(map(len, outputs)) + 1,
+            max_input_length=0,
+            return_attention=True,
+        )
+        return [torch.tensor(result.attention[0][: len(ids)]) for result, ids in zip(results, outputs)]
+
     def _their_alpha(self, sources: list[list[int]]) -> float:
         """CTranslate2's length penalty for a batch: length ** alpha' with the slope in log length of
         our ((5 + length) / 6) ** alpha at the batch's mean length (EOS counted), alpha * length /

@@ -21,6 +21,7 @@ from mt_transformer.config import Config, DecodeConfig, config_from_dict, langua
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
 from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
 from mt_transformer.decoding.search import Hypothesis, output_limit
@@ -79,6 +80,15 @@ class Translator:
         search = copy.copy(self.search)
         search.decode = config.decode
         return dataclasses.replace(self, search=search, decode=config.decode, config=config)
+
+    def cross_attention(self, src_ids: list[int], outputs: list[list[int]]) -> list[torch.Tensor]:
+        """Per output of `src_ids` (subword ids, non-empty), the cross-attention of the last decoder
+        layer, mean of its heads: (target, source) weights, row t the step that wrote piece t (our
+        engine adds the EOS row and column; an ensemble: its first model's)."""
+        if self.model is None:
+            return self.search.cross_attention(src_ids, outputs)
+        model = getattr(self.model, "members", [self.model])[0]
+        return [select(weights) for weights in cross_attention(model, src_ids, outputs, self.device)]
 
     def with_exact_scores(self) -> Translator:
         """The same translator, its hypotheses' log-probabilities the model's own to the last digit
@@ -151,7 +161,7 @@ class Translator:
                 )
             whole = ids[line] if len(parts) == 1 else None  # alignment needs the input translated whole
             fills = unknown_fills(
-                self.model, self.tokenizer, self.device, texts[line], whole, [h.tokens for h in hypotheses]
+                self.cross_attention, self.tokenizer, texts[line], whole, [h.tokens for h in hypotheses]
             )
             translations = []
             for h, f in zip(hypotheses, fills):

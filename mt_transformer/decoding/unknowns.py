@@ -4,8 +4,8 @@ A character the vocabulary cannot spell (without data.byte_fallback) is <unk> on
 translation never prints sentencepiece's "⁇" for it: each target <unk> takes the source span of
 the unknown source piece it attends to most (OpenNMT's -replace_unk; the cross-attention of the
 last decoder layer, mean of the heads, of an ensemble's first model), so names, emoji and
-symbols are copied through. Without the model's attention (CTranslate2, inputs translated in
-parts) the k-th target <unk> takes the k-th source span. A target <unk> with no source span to
+symbols are copied through; CTranslate2's attention is the same layer's, mean of its heads.
+For inputs translated in parts the k-th target <unk> takes the k-th source span. A target <unk> with no source span to
 take is left out.
 """
 
@@ -15,30 +15,26 @@ import torch
 
 from mt_transformer.data.special_tokens import UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.decoding.alignment import cross_attention, select
 
 
-def unknown_fills(
-    model, tokenizer: Tokenizer, device: torch.device | None, text: str, src_ids: list[int] | None, outputs
-) -> list[list[str]]:
+def unknown_fills(attend, tokenizer: Tokenizer, text: str, src_ids: list[int] | None, outputs) -> list[list[str]]:
     """For each output (a list of target ids), the source text of each of its <unk> subwords, in
     order. `text` is the source line as encoded; `src_ids` its ids when the model translated it
-    whole (else None: the spans are taken in order)."""
+    whole (else None: the spans are taken in order). `attend(src_ids, outputs)`: each output's
+    (target, source) cross-attention matrix (the translator's), or None where there is none."""
     holes = [[t for t, token in enumerate(ids) if token == UNK_ID] for ids in outputs]
     if not any(holes):
         return [[] for _ in outputs]
     spans = tokenizer.src_unknowns(text)  # (source position, text)
     if not spans:
         return [[] for _ in outputs]
-    if model is None or src_ids is None:
+    if attend is None or src_ids is None:
         return [[span for _, span in spans[: len(h)]] for h in holes]
     with_holes = [k for k, h in enumerate(holes) if h]
-    model = getattr(model, "members", [model])[0]  # an ensemble: its first model's attention
-    weights = cross_attention(model, src_ids, [outputs[k] for k in with_holes], device)
     fills: list[list[str]] = [[] for _ in outputs]
     positions = torch.tensor([p for p, _ in spans])
-    for k, weight in zip(with_holes, weights):
-        matrix = select(weight)  # (tgt + 1, src + 1): row t is the step that wrote target piece t
+    for k, matrix in zip(with_holes, attend(src_ids, [outputs[k] for k in with_holes])):
+        # row t is the step that wrote target piece t
         chosen = matrix[holes[k]][:, positions].argmax(dim=1).tolist()
         fills[k] = [spans[j][1] for j in chosen]
     return fills

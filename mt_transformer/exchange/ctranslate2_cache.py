@@ -32,7 +32,7 @@ from mt_transformer.files import directory_size, read_json
 log = logging.getLogger(__name__)
 
 CONVERSION_DIR = "ctranslate2"
-CONVERTER_VERSION = 1  # raised when the conversion itself changes, so older ones are made again
+CONVERTER_VERSION = 2  # raised when the conversion itself changes, so older ones are made again
 
 
 def source_signature(directory: str) -> dict:

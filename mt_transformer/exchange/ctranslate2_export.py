@@ -64,6 +64,7 @@ def build_spec(loaded):
         settings.n_heads,
         pre_norm=pre_norm,
         activation=getattr(common_spec.Activation, activation),
+        alignment_heads=settings.n_heads,  # its attention for alignments: the last layer, mean of all heads, as ours
     )
     for side, embed, positions in (
         (spec.encoder, model.src_embed, model.src_positions),

@@ -3,9 +3,12 @@ CPU, CTranslate2 runs a call when it has every setting the call asks for, on the
 CTranslate2 conversion (made once, exchange/ctranslate2_cache.py); our engine runs the rest.
 
     CTranslate2   greedy and beam search, n-best lists, prefixes, no repeated n-grams, the length
-                  penalty and limits, scores, --avoid, int8, mt-score
-    ours          ensembles, --constraints, --alignment, --attention, mt.attention, sampling,
-                  bf16 and fp16, GPUs; every call when ctranslate2 cannot be imported
+                  penalty and limits, scores, --avoid, --alignment and <unk> filled from the
+                  source (through its attention: the last layer, mean of the heads), int8, mt-score
+    ours          ensembles, --constraints, --attention heatmaps, other layers or heads,
+                  mt.attention, sampling (CTranslate2's workers share one random generator, so
+                  a seed does not repeat its samples), bf16 and fp16, GPUs; every call when
+                  ctranslate2 cannot be imported
 
 decode.precision auto runs CTranslate2 in float32 where it runs the call (below).
 
@@ -30,8 +33,9 @@ ENGINES = ("auto", "torch", "ctranslate2")
 # what a call may ask for that only our engine does, and the flag that asks for it
 TORCH_ONLY = {
     "constraints": "--constraints",
-    "alignment": "--alignment",
     "attention": "--attention",
+    "attention_layer": "--attention-layer",
+    "attention_head": "--attention-head",
     "inspection": "attention weights",
 }
 
