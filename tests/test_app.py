@@ -31,7 +31,8 @@ def client_of(load, settings=ServerSettings(), **keys):
 
 @pytest.fixture(scope="module")
 def models(trained_run):
-    return load_models([trained_run], device="cpu")
+    """Our engine: the tests below compare its answers with our translator's."""
+    return load_models([trained_run], "torch", device="cpu")
 
 
 @pytest.fixture
@@ -59,6 +60,21 @@ def test_translate_as_libretranslate_clients_send_it(client, trained_run):
         "/translate", files={"q": (None, "the dog"), "source": (None, "en"), "target": (None, "de")}
     )
     assert multipart.json() == {"translatedText": expected[1]}
+
+
+def test_the_default_engine_serves_ctranslate2_and_ours_for_constraints_and_attention(trained_run):
+    from mt_transformer.exchange.engine_choice import open_translator
+
+    models = load_models([trained_run], device="cpu")
+    assert models.engines["en-de"].startswith("CTranslate2 on cpu")
+    offline = open_translator(trained_run, "auto", "cpu")(["a red house"])[0][0].text
+    with client_of(lambda: models) as client:
+        assert client.get("/health").json()["engines"] == models.engines
+        one = client.post("/translate", json={"q": "a red house", "source": "en", "target": "de"})
+        assert one.json() == {"translatedText": offline}
+        body = {"q": ["a red house"], "source": "en", "target": "de", "constraints": [["Haus"]], "attention": True}
+        answer = client.post("/v1/translate", json=body).json()["translations"][0]
+    assert "Haus" in answer["hypotheses"][0]["text"] and answer["attention"]["weights"]  # on our engine
 
 
 def test_auto_source_alternatives_and_html(client):
