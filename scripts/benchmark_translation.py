@@ -30,16 +30,26 @@ def bench_translation(model, tokenizer, config: Config, lines: list[str], device
 
 
 def bench_ctranslate2(loaded, lines: list[str], device, ours_greedy: list[str], workdir: str):
-    """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs equal to ours."""
+    """The same model through CTranslate2: fp32 and int8 speed, and the share of greedy outputs
+    equal to ours, measured in a fresh process (torch's threads, busy here, would slow it)."""
+    import concurrent.futures
+    import multiprocessing
+
     from mt_transformer.exchange import ctranslate2_export
 
     out = os.path.join(workdir, "ct2")
     ctranslate2_export.export(loaded, out)
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        return pool.submit(_ctranslate2_rows, out, lines, device.type, ours_greedy).result()
+
+
+def _ctranslate2_rows(out: str, lines: list[str], device: str, ours_greedy: list[str]) -> list[dict]:
     rows = []
     for compute_type in ("float32", "int8"):
         for beam in (1, 4):
             translate = load_translator(
-                out, "ctranslate2", device.type, compute_type, beam_size=beam, n_best=1, max_tokens=8192
+                out, "ctranslate2", device, compute_type, beam_size=beam, n_best=1, max_tokens=8192
             )
             translate(lines[:50])  # warm-up
             start = time.perf_counter()
