@@ -3,8 +3,9 @@
 and our engine alone, each in a process of its own, on one checkpoint.
 
 Two OpenMP pools in one process slow each other (CTranslate2's and torch's), so every engine
-runs in a fresh process; the rounds alternate the order of the processes (the best round of each
-counts). Per precision (fp32 against CTranslate2's float32, int8 against its int8): one sentence
+runs in a process of its own, loaded once; the engines take turns at every measurement (in
+reversed order every other round), so that the host's drift reaches them alike, and the best
+round of each counts. Per precision (fp32 against CTranslate2's float32, int8 against its int8): one sentence
 at a time (median ms), calls of 32 lines and all lines in one call (sentences/s), the share of
 lines equal to CTranslate2's, and with --ref BLEU. CTranslate2 runs as N workers of one thread
 for each N of --threads (as mt-translate runs it) and as one worker on the most threads (as it
@@ -46,9 +47,10 @@ def calls_per_s(translate, lines: list[str], size: int) -> float:
     return len(lines) / (time.perf_counter() - start)
 
 
-def worker(spec: dict) -> dict:
-    """One engine's measurements, in this process: spec names the model, how mt.load opens it, the
-    lines and where to write the whole call's translations."""
+def worker(spec: dict) -> None:
+    """One engine, loaded once in this process, measuring what the parent asks on stdin (a JSON
+    line each: single, calls or whole) and answering on stdout. spec names the model, how mt.load
+    opens it, the lines and where to write the whole call's translations."""
     import torch
 
     import mt_transformer as mt
@@ -57,44 +59,81 @@ def worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["torch_threads"])
     lines = read_lines(spec["src"])[: spec["lines"]]
-    start = time.perf_counter()
     model = mt.load(spec["path"], device="cpu", beam_size=spec["beam"], **spec["load"])
+    engine = describe(model.translator)
     if spec.get("intra"):  # CTranslate2 as it is usually run: one worker, its threads inside each product
         import ctranslate2
 
-        compute_type = spec["load"]["compute_type"]
         model.translator.search.translator.unload_model()
         model.translator.search.translator = ctranslate2.Translator(
-            spec["path"], device="cpu", compute_type=compute_type, intra_threads=spec["intra"]
+            spec["path"], device="cpu", compute_type=spec["load"]["compute_type"], intra_threads=spec["intra"]
         )
-    row = {"load_s": time.perf_counter() - start, "engine": describe(model.translator)}
-    if spec.get("intra"):
-        row["engine"] += f" (intra_threads {spec['intra']})"
+        engine = f"CTranslate2 on cpu, {spec['load']['compute_type']}, one worker of {spec['intra']} threads"
     translate = model.translate
     translate(lines[:8])  # warm-up
-    row["single_ms"] = single_ms(translate, lines[: spec["single"]])
-    row[f"calls_{CALL}"] = calls_per_s(translate, lines[: max(4 * CALL, min(len(lines), 256))], CALL)
-    start = time.perf_counter()
-    texts = translate(lines)
-    row["whole"] = len(lines) / (time.perf_counter() - start)
-    with open(spec["out"], "w", encoding="utf-8") as f:
-        f.write("".join(t + "\n" for t in texts))
-    return row
+    print(json.dumps({"engine": engine}), flush=True)
+    for task in map(json.loads, sys.stdin):
+        if task == "single":
+            value = single_ms(translate, lines[: spec["single"]])
+        elif task == "calls":
+            value = calls_per_s(translate, lines[: max(4 * CALL, min(len(lines), 256))], CALL)
+        else:
+            start = time.perf_counter()
+            texts = translate(lines)
+            value = len(lines) / (time.perf_counter() - start)
+            with open(spec["out"], "w", encoding="utf-8") as f:
+                f.write("".join(t + "\n" for t in texts))
+        print(json.dumps(value), flush=True)
 
 
-def run_worker(spec: dict) -> dict:
-    result = subprocess.run(
-        [sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"engine_bench worker failed: {spec['name']}\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.splitlines()[-1])
+class Worker:
+    """A worker process of one engine spec: started once, asked for one measurement at a time."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        command = [sys.executable, __file__, "--worker", json.dumps(spec)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.engine = self._answer()["engine"]
+
+    def measure(self, task: str) -> float:
+        self.process.stdin.write(json.dumps(task) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def _answer(self):
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"engine_bench worker failed: {self.spec['name']} (its stderr is above)")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
 
 
-def best(rows: list[dict]) -> dict:
-    """Per measurement, the best round: the lowest latency, the highest speeds."""
-    fastest = {k: (min if k in ("single_ms", "load_s") else max)(r[k] for r in rows) for k in rows[0] if k != "engine"}
-    return {**fastest, "engine": rows[0]["engine"]}
+TASKS = {"single": "single_ms", "calls": f"calls_{CALL}", "whole": "whole"}
+
+
+def measure_all(specs: list[dict], rounds: int) -> dict[str, dict]:
+    """Each measurement of each engine `rounds` times, the engines taking turns at every
+    measurement (in reversed order every other round), all of them loaded in their processes
+    meanwhile: the host's drift reaches every engine alike. The best of the rounds counts."""
+    workers = [Worker(spec) for spec in specs]
+    try:
+        found = {w.spec["name"]: {column: [] for column in TASKS.values()} for w in workers}
+        for r in range(rounds):
+            for task, column in TASKS.items():
+                for w in workers if r % 2 == 0 else workers[::-1]:
+                    found[w.spec["name"]][column].append(w.measure(task))
+    finally:
+        for w in workers:
+            w.close()
+    rows = {}
+    for w in workers:
+        values = found[w.spec["name"]]
+        rows[w.spec["name"]] = {c: (min if c == "single_ms" else max)(v) for c, v in values.items()}
+        rows[w.spec["name"]]["engine"] = w.engine
+    return rows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -135,8 +174,7 @@ def engines(args, exported: str, precision: str, workdir: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
-        return
+        return worker(json.loads(args.worker))
     if not (args.checkpoint and args.src):
         raise SystemExit("engine_bench.py: --checkpoint and --src are required")
     import torch
@@ -157,14 +195,11 @@ def main(argv: list[str] | None = None) -> None:
         ctranslate2_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), exported)
         for precision in args.precisions:
             specs = engines(args, exported, precision, workdir)
-            rounds: dict[str, list] = {spec["name"]: [] for spec in specs}
-            for r in range(args.rounds):
-                for spec in specs if r % 2 == 0 else specs[::-1]:
-                    rounds[spec["name"]].append(run_worker(spec))
+            rows = measure_all(specs, args.rounds)
             texts = {spec["name"]: read_lines(spec["out"]) for spec in specs}
             reference = texts[f"ct2 {args.threads[0]}"]
             for spec in specs:
-                row = best(rounds[spec["name"]])
+                row = rows[spec["name"]]
                 row["equal_to_ct2"] = sum(a == b for a, b in zip(texts[spec["name"]], reference)) / len(reference)
                 if refs:
                     row["bleu"] = score(texts[spec["name"]], refs, ("bleu",))["bleu"]
