@@ -12,7 +12,7 @@ install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || { \
 	  if command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install "torch>=2.3"; \
 	  else $(PIP) install "torch==2.13.0" || $(PIP) install "torch>=2.3" --index-url https://download.pytorch.org/whl/cpu; fi; }
-	@$(PYTHON) -c "import mt_transformer, pytest, xdist, datasets, sentencepiece, sacrebleu, safetensors, matplotlib, tensorboard, transformers, fastapi, uvicorn, httpx, selenium, bertviz, nbclient" 2>/dev/null \
+	@$(PYTHON) -c "import mt_transformer, ctranslate2, pytest, xdist, datasets, sentencepiece, sacrebleu, safetensors, matplotlib, tensorboard, transformers, fastapi, uvicorn, httpx, selenium, bertviz, nbclient" 2>/dev/null \
 	  || $(PIP) install -e ".[dev]"
 
 demo: install
