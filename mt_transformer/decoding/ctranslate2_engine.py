@@ -13,9 +13,9 @@ afterwards). The scores it returns are turned back into ours: the summed log-pro
 that over our length penalty.
 
 On a CPU the threads are CTranslate2's workers, one thread each (inter_threads), and every call
-is split among them: one sentence runs on one thread (on a 2-core Xeon with AMX, demo model, beam
-4, fp32: 3.1 ms against 9.0 with two threads on it), and many run on all of them (calls of 32
-lines 1,614 sentences/s against 975; 600 lines 1,199 against 1,229).
+is split among them: one sentence runs on one thread, many on all of them (demo model, beam 4,
+fp32, 2-core Xeon with AMX: one line 3.0 ms against 10.7 on one worker of two threads, calls of
+32 lines 1,380 against 893 sentences/s; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class Ct2Search:
         return self.decode.alpha * length / (5 + length)
 
     def _hypothesis(self, pieces: list[str], score: float, limit: int, longest: int, alpha: float) -> Hypothesis:
-        """Ours of one of CTranslate2's: its score is log P / (length + 1) ** alpha (EOS counted),
+        """Ours of one of CTranslate2's: its score is log P / (length + 1) ** alpha' (EOS counted),
         ours log P / the GNMT penalty of that length (greedy: log P). CTranslate2 takes one length
         limit per batch: the output is cut to its sentence's own, as our search would end it. An
         output a limit ended (log P: NaN here) is scored again, with the EOS our search puts there."""

@@ -26,6 +26,7 @@ from mt_transformer import checkpoint
 from mt_transformer.decoding.translator import Translator, load_translator, load_untagged
 from mt_transformer.devices import select_device
 from mt_transformer.errors import UserError
+from mt_transformer.exchange.ctranslate2_cache import cached_conversion
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,6 @@ def open_translator(
         return load_untagged(paths, engine, *settings, **decode)
 
     if engine == "ctranslate2" and not is_export(paths[0]) and len(paths) == 1:
-        from mt_transformer.exchange.ctranslate2_cache import cached_conversion
-
         return _said(load(engine, [cached_conversion(paths[0])]), "--engine ctranslate2")
     if engine != "auto":
         return _said(load(engine, paths), f"--engine {engine}")
@@ -116,8 +115,6 @@ def open_translator(
         return _said(load("ctranslate2", paths), "a CTranslate2 export")
     reason = torch_reason(paths, select_device(device, key="--device"), decode, needs)
     if reason is None:
-        from mt_transformer.exchange.ctranslate2_cache import cached_conversion
-
         try:
             converted = cached_conversion(paths[0])
         except UserError as error:
