@@ -120,6 +120,13 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(final_dir)))
 
 
+def user_cache_dir() -> str:
+    """Where the project keeps what it makes once per machine or per read-only model:
+    MT_CACHE_DIR, else $XDG_CACHE_HOME/mt_transformer, else ~/.cache/mt_transformer."""
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.environ.get("MT_CACHE_DIR") or os.path.join(home, "mt_transformer")
+
+
 def directory_size(path: str) -> int:
     """Bytes of the files under `path`."""
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)

@@ -149,6 +149,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="CTranslate2's thread counts")
     parser.add_argument("--no-ours", action="store_true", help="leave out our engine alone (--engine torch)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--save-layout",
+        action="store_true",
+        help="record for this CPU whichever of the two CTranslate2 layouts measured faster, for mt-translate "
+        "and every command to load CTranslate2 so (decoding/ctranslate2_engine.py, worker_threads)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -205,9 +211,40 @@ def main(argv: list[str] | None = None) -> None:
                     row["bleu"] = score(texts[spec["name"]], refs, ("bleu",))["bleu"]
                 results[f"{spec['name']} {precision}"] = row
     print(table(results, args))
+    if max(args.threads) > 1:
+        print(save_layout(results, args) if args.save_layout else f"layout: {layout(results, args)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+
+
+def layout(results: dict, args) -> dict[str, int]:
+    """Per CTranslate2 compute type, the threads of each worker that measured faster: the most
+    threads in one worker, or one thread in each of that many workers, by the geometric mean of
+    the three columns' speed ratios."""
+    most, found = max(args.threads), {}
+    for precision in args.precisions:
+        workers, intra = results[f"ct2 {most} {precision}"], results[f"ct2 intra {precision}"]
+        ratio = workers["single_ms"] / intra["single_ms"] * intra[f"calls_{CALL}"] / workers[f"calls_{CALL}"]
+        ratio *= intra["whole"] / workers["whole"]
+        found[PAIRS[precision]] = most if ratio > 1 else 1
+    return found
+
+
+def save_layout(results: dict, args) -> str:
+    """The layout of this CPU written into the user's cache, beside other CPUs' (atomically)."""
+    from mt_transformer.decoding.ctranslate2_engine import LAYOUT_FILE
+    from mt_transformer.files import user_cache_dir, write_text
+
+    path = os.path.join(user_cache_dir(), LAYOUT_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            layouts = json.load(f)
+    except (OSError, ValueError):
+        layouts = {}
+    layouts[results["cpu"]] = {**layouts.get(results["cpu"], {}), **layout(results, args)}
+    write_text(path, json.dumps(layouts, indent=2) + "\n")
+    return f"layout: {layouts[results['cpu']]} threads per CTranslate2 worker, saved to {path}"
 
 
 def table(results: dict, args) -> str:

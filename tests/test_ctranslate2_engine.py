@@ -37,7 +37,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
     model = perturbed_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
     out = tmp_path / "ct2"
     ctranslate2_export.export(dataclasses.replace(loaded, model=model, config=config), str(out))
-    translator, _ = ctranslate2_engine.load(str(out), torch.device("cpu"))
+    translator, _, _ = ctranslate2_engine.load(str(out), torch.device("cpu"))
     settings = ctranslate2_engine.read_settings(str(out))
     assert settings["config"]["model"]["norm"] == norm
 

@@ -122,3 +122,21 @@ def test_loading_ctranslate2_leaves_torchs_thread_count_as_it_was(trained_run):
     threads = torch.get_num_threads()
     open_translator(trained_run, "auto", "cpu", threads=2)  # CTranslate2 sets the OpenMP count torch shares
     assert torch.get_num_threads() == threads
+
+
+def test_the_layout_make_bench_measured_decides_the_threads_of_each_worker(trained_run, tmp_path, monkeypatch):
+    import json
+
+    from mt_transformer.decoding import ctranslate2_engine
+    from mt_transformer.devices import cpu_model
+    from mt_transformer.exchange.engine_choice import describe
+
+    monkeypatch.setenv("MT_CACHE_DIR", str(tmp_path))
+    t = open_translator(trained_run, "auto", "cpu", threads=2)
+    assert (t.search.translator.num_translators, t.search.worker_threads) == (2, 1)  # nothing measured: 1 each
+    (tmp_path / ctranslate2_engine.LAYOUT_FILE).write_text(json.dumps({cpu_model(): {"float32": 2}}))
+    t = open_translator(trained_run, "auto", "cpu", threads=2)
+    assert (t.search.translator.num_translators, t.search.worker_threads) == (1, 2)
+    assert describe(t).endswith("float32, 1 worker(s) of 2 thread(s)")
+    int8 = open_translator(trained_run, "auto", "cpu", threads=2, precision="int8")  # int8 not measured
+    assert int8.search.worker_threads == 1

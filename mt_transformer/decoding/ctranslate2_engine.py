@@ -12,14 +12,16 @@ per batch (ours: one per sentence; `Ct2Search` cuts each output to its sentence'
 afterwards). The scores it returns are turned back into ours: the summed log-probability, and
 that over our length penalty.
 
-On a CPU the threads are CTranslate2's workers, one thread each (inter_threads), and every call
-is split among them: one sentence runs on one thread, many on all of them (demo model, beam 4,
+On a CPU the threads are CTranslate2's workers (inter_threads), one thread each unless make
+bench measured more per worker faster on this CPU (worker_threads), and every call is split
+among them: one sentence runs on one thread, many on all of them (demo model, beam 4,
 fp32, 2-core Xeon with AMX: one line 3.0 ms against 10.7 on one worker of two threads, calls of
 32 lines 1,380 against 893 sentences/s; docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -28,8 +30,12 @@ from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE
 from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, length_penalty, output_limits
+from mt_transformer.devices import cpu_model
 from mt_transformer.errors import UserError
-from mt_transformer.files import read_json
+from mt_transformer.files import read_json, user_cache_dir
+
+# in the user's cache: per CPU model and compute type, the threads of each CTranslate2 worker
+LAYOUT_FILE = "ctranslate2_layout.json"
 
 
 def import_ctranslate2():
@@ -52,24 +58,37 @@ def read_settings(directory: str) -> dict:
     return read_json(path, "the export's decoding settings")
 
 
+def worker_threads(compute_type: str) -> int:
+    """The threads of each CTranslate2 worker for `compute_type` on this CPU: what
+    scripts/engine_bench.py --save-layout (make bench) measured fastest here, else 1."""
+    try:
+        with open(os.path.join(user_cache_dir(), LAYOUT_FILE), encoding="utf-8") as f:
+            layouts = json.load(f)
+        threads = layouts[cpu_model()][compute_type if compute_type != "default" else "float32"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+    return threads if isinstance(threads, int) and threads >= 1 else 1
+
+
 def load(directory: str, device: torch.device, compute_type: str = "default", threads: int = 0):
     """The CTranslate2 translator of an exported directory on `device` (cpu, or cuda with its
-    index) with `threads` CPU workers of one thread each (0: as many as torch uses), and our
-    tokenizer."""
+    index), our tokenizer, and the threads of each of its workers: on a CPU `threads` (0: as many
+    as torch uses) in workers of worker_threads() each."""
     read_settings(directory)
-    workers = (threads or torch.get_num_threads()) if device.type == "cpu" else 1
+    total = threads or torch.get_num_threads()
+    intra = min(worker_threads(compute_type), total) if device.type == "cpu" else 1
     try:
         translator = new_translator(
             directory,
             device=device.type,
             device_index=device.index or 0,
             compute_type=compute_type,
-            inter_threads=workers,
-            intra_threads=1,
+            inter_threads=max(1, total // intra) if device.type == "cpu" else 1,
+            intra_threads=intra,
         )
     except (RuntimeError, ValueError) as error:
         raise UserError(f"{directory}: CTranslate2 could not load it ({str(error).splitlines()[0]})") from None
-    return translator, Tokenizer(directory)
+    return translator, Tokenizer(directory), intra
 
 
 def new_translator(directory: str, **options):
@@ -86,8 +105,9 @@ class Ct2Search:
     """Search over batches of source subword ids with a CTranslate2 translator, the same interface
     as torch_search.TorchSearch."""
 
-    def __init__(self, translator, tokenizer: Tokenizer, decode, max_positions: int):
+    def __init__(self, translator, tokenizer: Tokenizer, decode, max_positions: int, worker_threads: int = 1):
         self.translator, self.tokenizer, self.decode, self.max_positions = translator, tokenizer, decode, max_positions
+        self.worker_threads = worker_threads  # each worker's intra-op threads
         # every output scored again, for the model's own log-probabilities: CTranslate2's search
         # leaves out of its normalisation tokens it never outputs, ours keeps them (costs ~30%)
         self.exact_scores = False

@@ -297,9 +297,9 @@ def load_untagged(
         config = with_decode(config_from_dict(settings["config"]), **decode)
         if compute_type == "default" and config.decode.precision == "int8":
             compute_type = "int8"  # --precision int8: CTranslate2's int8
-        translator, tokenizer = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
+        translator, tokenizer, intra = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
         max_positions = config.model.max_positions
-        search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions)
+        search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions, intra)
         return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
     from mt_transformer import checkpoint
 

@@ -27,7 +27,7 @@ from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2
 from mt_transformer.exchange.ctranslate2_export import export
-from mt_transformer.files import directory_size, read_json
+from mt_transformer.files import directory_size, read_json, user_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,8 @@ def conversion_dir(directory: str) -> str:
     the user's cache."""
     if _writable(directory):
         return os.path.join(directory, CONVERSION_DIR)
-    cache = os.environ.get("MT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mt_transformer"
-    )
     key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
-    return os.path.join(cache, CONVERSION_DIR, f"{os.path.basename(directory)}-{key}")
+    return os.path.join(user_cache_dir(), CONVERSION_DIR, f"{os.path.basename(directory)}-{key}")
 
 
 def _writable(directory: str) -> bool:

@@ -134,8 +134,8 @@ def describe(translator: Translator) -> str:
         where = translator.device
         threads = f", {torch.get_num_threads()} threads" if where.type == "cpu" else ""
         return f"ours (PyTorch) on {where}, {translator.decode.precision}{threads}"
-    ct2 = translator.search.translator
-    threads = f", {ct2.num_translators} workers of 1 thread" if ct2.device == "cpu" else ""
+    ct2, each = translator.search.translator, translator.search.worker_threads
+    threads = f", {ct2.num_translators} worker(s) of {each} thread(s)" if ct2.device == "cpu" else ""
     return f"CTranslate2 on {ct2.device}, {ct2.compute_type}{threads}"
 
 
