@@ -6,9 +6,9 @@ CTranslate2 conversion (made once, exchange/ctranslate2_cache.py); our engine ru
                   penalty and limits, scores, --avoid, --alignment and <unk> filled from the
                   source (through its attention: the last layer, mean of the heads), int8, mt-score
     ours          ensembles, --constraints, --attention heatmaps, other layers or heads,
-                  mt.attention, sampling (CTranslate2's workers share one random generator, so
-                  a seed does not repeat its samples), bf16 and fp16, GPUs; every call when
-                  ctranslate2 cannot be imported
+                  mt.attention, sampling (CTranslate2's does not repeat for a seed, so
+                  decode.seed would not hold), bf16 and fp16, GPUs; every call when ctranslate2
+                  cannot be imported
 
 decode.precision auto runs CTranslate2 in float32 where it runs the call (below).
 
