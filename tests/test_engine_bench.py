@@ -16,6 +16,7 @@ def test_each_engine_is_timed_in_its_own_process(trained_run, corpus, tmp_path, 
     printed = capsys.readouterr().out
     assert "| default, fp32 |" in printed and "| CTranslate2 int8, 1 worker(s) of 1 thread |" in printed
     assert "| default / fastest CTranslate2 |" in printed and "| ours / fastest CTranslate2 |" in printed
+    assert "| default / CTranslate2 1 workers, paired rounds (median) |" in printed
     results = json.loads(out.read_text())
     for name in ("default fp32", "ct2 1 fp32", "ours fp32", "default int8", "ct2 1 int8", "ours int8"):
         row = results[name]
