@@ -4,6 +4,7 @@ attention heatmaps."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from mt_transformer.cli.common import decode_options, entry_point, translator_from_args
@@ -144,7 +145,7 @@ def _translate_window(args, translator, window, advance) -> list[str]:
 def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
     """Write the heatmaps of --attention; returns each hypothesis's word alignment when --alignment
     asks for them, else None."""
-    from mt_transformer.decoding.alignment import cross_attention, inspect_translations, select
+    from mt_transformer.decoding.alignment import inspect_translations
 
     layers, heads = translator.config.model.decoder_layers, translator.config.model.n_heads
     for name, value, count in (
@@ -153,16 +154,10 @@ def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
     ):
         if value is not None and not 1 <= value <= count:
             raise UserError(f"{name}: {value} is not between 1 and {count}")
-    layer, head = (args.attention_layer or layers) - 1, args.attention_head - 1 if args.attention_head else None
-    attend = translator.cross_attention  # the last layer, mean of the heads, on either engine
-    if layer != layers - 1 or head is not None:
-
-        def attend(src_ids, outputs):
-            return [
-                select(w, layer, head) for w in cross_attention(translator.model, src_ids, outputs, translator.device)
-            ]
-
-    which = f"layer {layer + 1}, " + ("mean of all heads" if head is None else f"head {head + 1}")
+    layer = args.attention_layer - 1 if args.attention_layer else None
+    head = args.attention_head - 1 if args.attention_head else None
+    attend = functools.partial(translator.cross_attention, layer=layer, head=head)  # CTranslate2: the defaults
+    which = f"layer {args.attention_layer or layers}, " + ("mean of all heads" if head is None else f"head {head + 1}")
     alignments = inspect_translations(attend, translator.tokenizer, lines, results, args.attention, which, first_index)
     return alignments if args.alignment else None
 

@@ -74,7 +74,6 @@ def load(directory: str, device: torch.device, compute_type: str = "default", th
     """The CTranslate2 translator of an exported directory on `device` (cpu, or cuda with its
     index), our tokenizer, and the threads of each of its workers: on a CPU `threads` (0: as many
     as torch uses) in workers of worker_threads() each."""
-    read_settings(directory)
     total = threads or torch.get_num_threads()
     intra = min(worker_threads(compute_type), total) if device.type == "cpu" else 1
     try:

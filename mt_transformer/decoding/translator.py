@@ -81,14 +81,19 @@ class Translator:
         search.decode = config.decode
         return dataclasses.replace(self, search=search, decode=config.decode, config=config)
 
-    def cross_attention(self, src_ids: list[int], outputs: list[list[int]]) -> list[torch.Tensor]:
-        """Per output of `src_ids` (subword ids, non-empty), the cross-attention of the last decoder
-        layer, mean of its heads: (target, source) weights, row t the step that wrote piece t (our
-        engine adds the EOS row and column; an ensemble: its first model's)."""
+    def cross_attention(
+        self, src_ids: list[int], outputs: list[list[int]], layer: int | None = None, head: int | None = None
+    ) -> list[torch.Tensor]:
+        """Per output of `src_ids` (subword ids, non-empty), the cross-attention of decoder `layer`
+        (0-based; default the last), `head` (default: the mean of all heads): (target, source)
+        weights, row t the step that wrote piece t (our engine adds the EOS row and column; an
+        ensemble: its first model's). CTranslate2 gives the default only."""
         if self.model is None:
+            if layer is not None or head is not None:
+                raise UserError("attention of one layer or head: needs --engine torch or auto")
             return self.search.cross_attention(src_ids, outputs)
         model = getattr(self.model, "members", [self.model])[0]
-        return [select(weights) for weights in cross_attention(model, src_ids, outputs, self.device)]
+        return [select(weights, layer, head) for weights in cross_attention(model, src_ids, outputs, self.device)]
 
     def with_exact_scores(self) -> Translator:
         """The same translator, its hypotheses' log-probabilities the model's own to the last digit

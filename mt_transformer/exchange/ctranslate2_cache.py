@@ -26,6 +26,7 @@ import torch
 from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2
+from mt_transformer.errors import UserError
 from mt_transformer.exchange.ctranslate2_export import export
 from mt_transformer.files import directory_size, read_json, user_cache_dir
 
@@ -70,7 +71,7 @@ def _is_current(target: str, signature: dict) -> bool:
         return False
     try:
         return read_json(settings_path, "the conversion's settings").get("source") == signature
-    except Exception:  # a damaged record: made again
+    except (UserError, AttributeError):  # a damaged record: made again
         return False
 
 

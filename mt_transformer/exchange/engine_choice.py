@@ -37,7 +37,6 @@ TORCH_ONLY = {
     "attention": "--attention",
     "attention_layer": "--attention-layer",
     "attention_head": "--attention-head",
-    "inspection": "attention weights",
 }
 
 

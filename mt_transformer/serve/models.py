@@ -112,16 +112,15 @@ def _with_attention(translator: Translator, text: str, hypotheses: list[Translat
     `weights`, the cross-attention of the last decoder layer averaged over its heads (as
     mt-translate --alignment and --attention take it), and `layers`, each kind's weights per
     layer and head (model/attention_maps.py)."""
-    from mt_transformer.decoding.alignment import cross_attention, format_alignment, select, word_alignment
+    from mt_transformer.decoding.alignment import format_alignment, word_alignment
 
     tokenizer = translator.tokenizer
     src_ids = tokenizer.encode_src(translator.source_texts([text]))[0]
     src_pieces = tokenizer.src_pieces(src_ids)
     kept = [k for k, h in enumerate(hypotheses) if src_ids and h.tokens]  # nothing to align for empty ones
-    weights = cross_attention(translator.model, src_ids, [hypotheses[k].tokens for k in kept], translator.device)
+    matrices = translator.cross_attention(src_ids, [hypotheses[k].tokens for k in kept])  # (tgt + 1, src + 1) each
     alignments, attention = [""] * len(hypotheses), None
-    for k, weight in zip(kept, weights):
-        matrix = select(weight)  # (tgt + 1, src + 1)
+    for k, matrix in zip(kept, matrices):
         tgt_pieces = tokenizer.tgt_pieces(hypotheses[k].tokens)
         alignments[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
         if k == 0:
