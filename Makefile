@@ -7,12 +7,14 @@ DEMO_RUN = runs/demo
 .PHONY: install demo test tour lint bench gpu-check clean
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
-# first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels.
+# first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels. The package
+# itself must be installed from this directory (checked from /, where a plain import cannot see it).
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || { \
 	  if command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install "torch>=2.3"; \
 	  else $(PIP) install "torch==2.13.0" || $(PIP) install "torch>=2.3" --index-url https://download.pytorch.org/whl/cpu; fi; }
-	@$(PYTHON) -c "import mt_transformer, ctranslate2, pytest, xdist, datasets, sentencepiece, sacrebleu, safetensors, matplotlib, tensorboard, transformers, fastapi, uvicorn, httpx, selenium, bertviz, nbclient" 2>/dev/null \
+	@(cd / && $(PYTHON) -c "import mt_transformer, ctranslate2, pytest, xdist, datasets, sentencepiece, sacrebleu, safetensors, matplotlib, tensorboard, transformers, fastapi, uvicorn, httpx, selenium, bertviz, nbclient; \
+	  assert mt_transformer.__file__.startswith('$(CURDIR)/')") 2>/dev/null \
 	  || $(PIP) install -e ".[dev]"
 
 demo: install
