@@ -17,6 +17,7 @@ previous checkpoints intact.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import pickle
@@ -149,6 +150,24 @@ def resolve(path: str) -> str:
     if not found:
         raise UserError(f"{path}: no checkpoint found (expected {MODEL_FILE} or a run directory with checkpoints/)")
     return found[-1][1]
+
+
+def identity(path: str) -> str:
+    """The checkpoint a path stands for and a digest of its files' names, sizes and times: a run
+    whose best checkpoint changed, or a checkpoint written anew, is another model (what is made
+    beside its files, such as its CTranslate2 conversion, does not count)."""
+    try:
+        directory = resolve(path)
+    except UserError:  # an mt-export directory, or a path that loading will report
+        directory = path
+    files = []
+    if os.path.isdir(directory):
+        for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+            if entry.is_file() and not entry.name.startswith("."):
+                stat = entry.stat()
+                files.append(f"{entry.name} {stat.st_size} {stat.st_mtime_ns}")
+    digest = hashlib.blake2b("\n".join(files).encode(), digest_size=8).hexdigest()
+    return f"{os.path.abspath(directory)} ({digest})"
 
 
 def read_metadata(directory: str) -> dict:

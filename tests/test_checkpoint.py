@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -152,3 +153,17 @@ def test_tied_weights_are_stored_once_and_load_under_any_of_their_names(tmp_path
     restored = small_model(seed=1)
     checkpoint.load_weights(restored, str(tmp_path))
     assert torch.equal(restored.src_embed.weight, model.src_embed.weight)
+
+
+def test_identity_changes_with_the_files_and_not_with_what_is_made_beside_them(trained_run, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(checkpoint.resolve(trained_run), model)
+    before = checkpoint.identity(str(model))
+    assert checkpoint.identity(trained_run) != before  # another directory
+    os.makedirs(model / "ctranslate2")  # the conversion and its lock, made by --engine auto
+    (model / "ctranslate2" / "model.bin").write_bytes(b"x")
+    (model / ".ctranslate2.lock").write_bytes(b"")
+    assert checkpoint.identity(str(model)) == before
+    weights = model / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert checkpoint.identity(str(model)) != before

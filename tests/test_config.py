@@ -41,6 +41,11 @@ def test_loads_and_applies_overrides(corpus, tmp_path):
         ("data.corpora=[{src_lang: de, tgt_lang: en, tag: two words}]", "data.corpora[0].tag: must be one token"),
         ("data.corpora=5", "data.corpora: expected a list"),
         ("data.sampling_temperature=0", "data.sampling_temperature: must be positive"),
+        ("data.teacher_nbest=0", "data.teacher_nbest: must be at least 1, got 0"),
+        ("data.teacher_select=chrf", "data.teacher_select: chrf chooses among the teacher's n-best; set data.teacher"),
+        ("data.teacher_select=bleu", "data.teacher_select: 'bleu' is not one of score | chrf"),
+        ("data.teacher_min_log_prob=0.5", "data.teacher_min_log_prob: must be negative"),
+        ("data.teacher=[[a]]", "data.teacher[0]: expected a string"),
     ],
 )
 def test_bad_values_name_the_key(override, message):
@@ -89,6 +94,18 @@ def test_corpora_replace_the_sections_own_splits(corpus, tmp_path):
     config["data"]["corpora"][1]["train"] = str(tmp_path / "missing")
     with pytest.raises(ConfigError, match=r"data.corpora\[1\].train: file not found: .*missing.de"):
         check_data_files(load_config(write_config(tmp_path / "c.yaml", config)).data)
+
+
+def test_a_teacher_is_one_path_or_a_list_and_must_exist(corpus, tmp_path):
+    assert load_config("configs/base.yaml", [f"data.teacher={corpus}"]).data.teacher == (corpus,)
+    both = load_config("configs/base.yaml", [f"data.teacher=[{corpus}, {tmp_path}]"]).data
+    assert both.teacher == (corpus, str(tmp_path))
+    config = tiny_config(corpus, str(tmp_path / "run"), data={"teacher": [str(tmp_path / "gone")]})
+    with pytest.raises(ConfigError, match=r"^data.teacher: no such checkpoint or run directory: .*gone$"):
+        check_data_files(load_config(write_config(tmp_path / "c.yaml", config)).data)
+    config["data"].update(train=None, valid=None, corpora=[{"src_lang": "en", "tgt_lang": "de", "train": "x"}])
+    with pytest.raises(ConfigError, match=r"^data.teacher: with data.corpora, set it in each corpus instead$"):
+        load_config(write_config(tmp_path / "c.yaml", config))
 
 
 def test_unknown_key_in_file(tmp_path):

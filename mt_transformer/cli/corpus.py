@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -66,32 +65,16 @@ def merge(args) -> None:
 
 def settings_of(args) -> dict:
     """The flags that decide the output, by flag name, with the model files' identity for --checkpoint."""
+    from mt_transformer import checkpoint
+
     settings = {}
     for name, value in sorted(vars(args).items()):
         if name in NOT_SETTINGS:
             continue
         if name == "checkpoint":
-            value = [model_identity(path) for path in value]
+            value = [checkpoint.identity(path) for path in value]
         settings["--" + name.replace("_", "-")] = value
     return settings
-
-
-def model_identity(path: str) -> str:
-    """The checkpoint a path stands for and a digest of its files' sizes and times: a run whose best
-    checkpoint changed, or a checkpoint written anew, is another model."""
-    from mt_transformer import checkpoint
-
-    try:
-        directory = checkpoint.resolve(path)
-    except UserError:  # an mt-export directory, or a path that loading will report
-        directory = path
-    files = []
-    if os.path.isdir(directory):
-        for name in sorted(os.listdir(directory)):
-            stat = os.stat(os.path.join(directory, name))
-            files.append(f"{name} {stat.st_size} {stat.st_mtime_ns}")
-    digest = hashlib.blake2b("\n".join(files).encode(), digest_size=8).hexdigest()
-    return f"{os.path.abspath(directory)} ({digest})"
 
 
 def run_corpus_job(

@@ -23,6 +23,7 @@ def train_main(argv=None):
     args = parser.parse_args(argv)
 
     from mt_transformer.config import load_config, to_yaml
+    from mt_transformer.decoding.corpus_job import JobStopped
     from mt_transformer.training.stop_policy import TrainingStopped
     from mt_transformer.training.train import parameter_count, train
 
@@ -34,7 +35,7 @@ def train_main(argv=None):
         return 0
     try:
         metrics = train(config)
-    except TrainingStopped as stopped:
+    except (TrainingStopped, JobStopped) as stopped:  # JobStopped: in the teacher's translation
         print(stopped, file=sys.stderr)
         return 128 + stopped.signum
     if "valid_bleu" in metrics:
@@ -52,15 +53,26 @@ def prepare_main(argv=None):
     args = parser.parse_args(argv)
 
     from mt_transformer.config import check_data_files, load_config
-    from mt_transformer.data.prepare import cache_directory, prepare_data
+    from mt_transformer.data.prepare import cache_directory
+    from mt_transformer.decoding.corpus_job import JobStopped
+    from mt_transformer.devices import select_device
     from mt_transformer.files import directory_size
-    from mt_transformer.training.train import check_output_dir
+    from mt_transformer.training import distributed, teacher
+    from mt_transformer.training.train import check_output_dir, prepare_for_all_ranks
 
     config = load_config(args.config, args.set)
     check_data_files(config.data)
+    teacher.check_teachers(config.data)
     run_dir = config.train.output_dir
     check_output_dir(run_dir)
-    _, encoded, _ = prepare_data(config.data, run_dir, config.train.seed)
+    device = select_device(config.train.device)
+    try:
+        _, encoded, _ = prepare_for_all_ranks(
+            config.data, run_dir, config.train.seed, distributed.Processes(), device, config.train.threads
+        )
+    except JobStopped as stopped:
+        print(stopped, file=sys.stderr)
+        return 128 + stopped.signum
     cache_dir = cache_directory(config.data, run_dir)
     counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
     print(

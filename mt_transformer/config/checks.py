@@ -64,6 +64,15 @@ def _check_data(data: DataConfig) -> None:
     )
     _check(data.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {data.max_ratio}")
     _check(0 <= data.spm_alpha < 1, f"data.spm_alpha: must be in [0, 1), got {data.spm_alpha}")
+    _check(data.teacher_nbest >= 1, f"data.teacher_nbest: must be at least 1, got {data.teacher_nbest}")
+    _check(
+        data.teacher_select != "chrf" or data.teacher_nbest > 1,
+        "data.teacher_select: chrf chooses among the teacher's n-best; set data.teacher_nbest above 1",
+    )
+    _check(
+        data.teacher_min_log_prob is None or data.teacher_min_log_prob < 0,
+        f"data.teacher_min_log_prob: must be negative (a log-probability per token), got {data.teacher_min_log_prob}",
+    )
     check_corpora(data)
 
 
@@ -164,8 +173,8 @@ def check_corpora(data: DataConfig) -> None:
             f"{key}.tgt_lang: {c.tgt_lang!r} cannot name a target tag <2xx>: it must be one word",
         )
     if data.corpora:
-        for key in ("train", "valid", "test", "hub_name", "tag"):
-            _check(getattr(data, key) is None, f"data.{key}: with data.corpora, set it in each corpus instead")
+        for key in ("train", "valid", "test", "hub_name", "tag", "teacher"):
+            _check(not getattr(data, key), f"data.{key}: with data.corpora, set it in each corpus instead")
 
 
 def _one_word(text: str) -> bool:
@@ -186,3 +195,6 @@ def check_data_files(data: DataConfig, splits=("train", "valid")) -> None:
             for path in corpus.files(split):
                 if not os.path.isfile(path):
                     raise ConfigError(f"{key}.{split}: file not found: {path}")
+        for path in corpus.teacher if "train" in splits else ():
+            if not os.path.isdir(path):
+                raise ConfigError(f"{key}.teacher: no such checkpoint or run directory: {path}")

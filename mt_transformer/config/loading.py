@@ -34,10 +34,13 @@ def _coerce(value, annotation, key: str):
             choices = " | ".join(str(a) for a in args)
             raise ConfigError(f"{key}: {value!r} is not one of {choices}")
         return value
-    if origin is tuple and args[-1] is Ellipsis:  # a list of sections, such as data.corpora
+    if origin is tuple and args[-1] is Ellipsis and dataclasses.is_dataclass(args[0]):  # data.corpora
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return tuple(_build_section(f"{key}[{i}]", args[0], v) for i, v in enumerate(value))
+    if origin is tuple and args[-1] is Ellipsis:  # a list of values; one value alone is a list of one
+        values = value if isinstance(value, (list, tuple)) else [value]
+        return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(values))
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
@@ -128,6 +131,8 @@ def to_yaml(config: Config) -> str:
     raw = config.to_dict()
     raw["train"]["adam_betas"] = list(raw["train"]["adam_betas"])
     raw["data"]["corpora"] = list(raw["data"]["corpora"])
+    for corpus in [raw["data"], *raw["data"]["corpora"]]:
+        corpus["teacher"] = list(corpus["teacher"])
     return yaml.safe_dump(raw, sort_keys=False)
 
 
@@ -136,6 +141,7 @@ def finetune_yaml(config: Config, parent: str, output_dir: str) -> str:
     its model and tokenizer settings and languages, the training defaults, and data splits for
     the user to give."""
     splits = dict(format="text", train=None, valid=None, test=None, hub_name=None, hub_config=None, cache_dir=None)
+    splits["teacher"] = ()
     data = dataclasses.replace(config.data, **splits)
     train = TrainConfig(output_dir=output_dir, init_from=parent)
     example = "data.train=corpus/train data.valid=corpus/valid"

@@ -42,6 +42,10 @@ class CorpusConfig:
     tgt_column: str | None = None
     # a token before every source sentence of this corpus, such as <bt> for back-translated pairs
     tag: str | None = None
+    # distillation: the training targets become these models' translations of the training
+    # sources (a checkpoint, run, average, mt-import or mt-export directory; several: an
+    # ensemble), made once into the run's cache (training/teacher.py)
+    teacher: tuple[str, ...] = ()
 
     def files(self, split: str) -> list[str]:
         """The local files behind one split (none for hub data or an unset split): text reads
@@ -69,6 +73,12 @@ class DataConfig(CorpusConfig):
     # with several corpora each epoch draws from corpus i in proportion to (its share of the
     # pairs) ** (1 / T): 1 keeps the sizes' proportions, higher values favour small corpora
     sampling_temperature: float = 1.0
+    # each teacher line the best of this many hypotheses of its beam, chosen by `teacher_select`:
+    # score, the teacher's own best; chrf, the one closest to the reference by sentence chrF
+    teacher_nbest: int = 1
+    teacher_select: Literal["score", "chrf"] = "score"
+    # drop distilled pairs whose teacher log-probability per token (EOS included) is below this
+    teacher_min_log_prob: float | None = None
     # sentencepiece; vocab_size 0: sized from the training text (data/from_text.py)
     vocab_size: int = 8000
     joint_vocab: bool = True

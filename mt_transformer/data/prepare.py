@@ -141,14 +141,23 @@ def cache_directory(data: DataConfig, run_dir: str) -> str:
     return data.cache_dir or os.path.join(run_dir, "cache")
 
 
-def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "valid")):
+def prepare_data(
+    data: DataConfig,
+    run_dir: str,
+    seed: int,
+    splits=("train", "valid"),
+    train_from: dict[str, CorpusConfig] | None = None,
+):
     """Train (or reuse) the run's tokenizer and encode the splits of every corpus.
 
+    `train_from`: for a corpus key (as corpus_keys names it), the corpus its training pairs are
+    read from instead (the distilled pairs of a teacher, training/teacher.py).
     Returns (tokenizer, {split: encoded Dataset}, the number of training pairs of each corpus);
     a split of several corpora is their concatenation, in the order of data.corpora.
     """
     quiet_datasets()  # also for loading the cache
-    tokenizer = run_tokenizer(data, run_dir, seed)
+    train_from = train_from or {}
+    tokenizer = run_tokenizer(data, run_dir, seed, train_from)
     cache_dir = cache_directory(data, run_dir)
     encoded, sizes = {}, []
     for split in splits:
@@ -156,6 +165,8 @@ def prepare_data(data: DataConfig, run_dir: str, seed: int, splits=("train", "va
         for corpus, key in corpus_keys(data):
             if getattr(corpus, split) is None:
                 continue
+            if split == "train":
+                corpus = train_from.get(key, corpus)
             parts.append(encode_corpus_split(data, corpus, key, split, cache_dir, tokenizer))
         if parts:
             encoded[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
@@ -179,17 +190,7 @@ def encode_corpus_split(
 ):
     training = split == "train"
     tags = corpus.source_tags(data.target_tags)
-    source = {
-        "format": corpus.format,
-        "location": getattr(corpus, split),
-        "hub": [corpus.hub_name, corpus.hub_config],
-        "columns": [corpus.src_column, corpus.tgt_column],
-        "langs": [corpus.src_lang, corpus.tgt_lang],
-        "tags": tags,
-    }
-    stamp = hub_copy_stamp(corpus.hub_name) if corpus.format == "hub" else None
-    if stamp is not None:
-        source["copy"] = stamp
+    source = {**split_source(corpus, split), "tags": tags}
     keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
     dataset, stats = encode_split(
@@ -222,6 +223,22 @@ def encode_corpus_split(
     return dataset
 
 
+def split_source(corpus: CorpusConfig, split: str) -> dict:
+    """What identifies a split's pairs beside its files' contents, for cache keys: its format,
+    location, columns and languages, and for hub data the local copy's sizes and times."""
+    source = {
+        "format": corpus.format,
+        "location": getattr(corpus, split),
+        "hub": [corpus.hub_name, corpus.hub_config],
+        "columns": [corpus.src_column, corpus.tgt_column],
+        "langs": [corpus.src_lang, corpus.tgt_lang],
+    }
+    stamp = hub_copy_stamp(corpus.hub_name) if corpus.format == "hub" else None
+    if stamp is not None:
+        source["copy"] = stamp
+    return source
+
+
 def with_tags(pairs: datasets.Dataset, tags: list[str]) -> datasets.Dataset:
     """The pairs with `tags` before each source sentence (empty sources stay empty: cleaning drops them)."""
     if not tags:
@@ -230,13 +247,16 @@ def with_tags(pairs: datasets.Dataset, tags: list[str]) -> datasets.Dataset:
     return pairs.map(lambda b: {"src": [head + s if s else s for s in b["src"]]}, batched=True)
 
 
-def training_pairs(data: DataConfig) -> datasets.Dataset:
+def training_pairs(data: DataConfig, train_from: dict[str, CorpusConfig] | None = None) -> datasets.Dataset:
     """Every corpus's non-empty training pairs, untagged: the text the tokenizer learns from."""
-    parts = [drop_empty(load_pairs(c, "train", f"{key}.train"))[0] for c, key in corpus_keys(data)]
+    corpora = [((train_from or {}).get(key, c), key) for c, key in corpus_keys(data)]
+    parts = [drop_empty(load_pairs(c, "train", f"{key}.train"))[0] for c, key in corpora]
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
-def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
+def run_tokenizer(
+    data: DataConfig, run_dir: str, seed: int, train_from: dict[str, CorpusConfig] | None = None
+) -> Tokenizer:
     """The run directory's tokenizer if its settings match the config (else a one-line error),
     or a new one trained on the training pairs."""
     settings = data.tokenizer_settings()
@@ -250,7 +270,7 @@ def run_tokenizer(data: DataConfig, run_dir: str, seed: int) -> Tokenizer:
                 f"use a new train.output_dir"
             )
         return Tokenizer(run_dir)
-    pairs = training_pairs(data)
+    pairs = training_pairs(data, train_from)
     if len(pairs) == 0:
         where = "data.corpora: their train splits" if data.corpora else f"data.train: {data.train}"
         raise UserError(f"{where}: no pair has text on both sides")

@@ -77,9 +77,11 @@ class CorpusJob:
         work: Callable[[Window, Callable[[int], None]], list[str]],
         total: int | None = None,
         progress: bool = True,
+        label: str | None = None,
     ) -> None:
         """work(window, advance): the window's output lines (each ending in a newline); advance(n)
-        moves the progress bar by n of its lines. Nothing is written before the first window is read."""
+        moves the progress bar (named `label`) by n of its lines. Nothing is written before the
+        first window is read."""
         windows = iter(windows)
         first = next(windows, None)  # an input that fails at once leaves nothing behind
         record = {"windows": []}
@@ -87,7 +89,7 @@ class CorpusJob:
             record = self._begin()
             lines_done = sum(w["lines"] for w in record["windows"])
             total = shard_lines(total, self.buffer_lines, self.shard)
-            with self._signals_handled(), _Progress(total, lines_done, progress) as bar:
+            with self._signals_handled(), _Progress(total, lines_done, progress, label) as bar:
                 self._process(itertools.chain([first], windows) if first else iter(()), record, work, bar)
         except BaseException:
             if self.fresh and not record["windows"]:
@@ -217,8 +219,10 @@ class CorpusJob:
 class _Progress:
     """The job's progress bar, moved by the batches of a window but never beyond the window's lines."""
 
-    def __init__(self, total: int | None, initial: int, shown: bool):
-        self.bar = tqdm(total=total, initial=initial, unit="sent", disable=not shown, leave=False, dynamic_ncols=True)
+    def __init__(self, total: int | None, initial: int, shown: bool, label: str | None = None):
+        self.bar = tqdm(
+            total=total, initial=initial, unit="sent", desc=label, disable=not shown, leave=False, dynamic_ncols=True
+        )
         self.left = 0
 
     def start(self, lines: int) -> Callable[[int], None]:

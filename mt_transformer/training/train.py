@@ -25,7 +25,7 @@ from mt_transformer.devices import select_device, slow_precision, use_fast_matmu
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
-from mt_transformer.training import distributed, finetune, random_state
+from mt_transformer.training import distributed, finetune, random_state, teacher
 from mt_transformer.training.loop import TrainingLoop
 from mt_transformer.training.precision import choose_precision, first_batches
 from mt_transformer.training.run_log import tensorboard_writer
@@ -80,6 +80,7 @@ def train(config: Config) -> dict:
     """Run (or resume) training as configured. Returns the last validation metrics (on rank 0;
     other ranks of a torchrun group return {})."""
     check_data_files(config.data)
+    teacher.check_teachers(config.data)
     parent = finetune.parent_checkpoint(config)
     if config.train.tensorboard:
         tensorboard_writer()  # before any work
@@ -96,14 +97,16 @@ def train(config: Config) -> dict:
         distributed.destroy_group()
 
 
-def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distributed.Processes):
-    """Rank 0 trains the tokenizer and encodes the data; the other ranks then load both from
-    the run directory, which must be shared by every node."""
+def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distributed.Processes, device, threads=0):
+    """The teacher's translations of the training sources where a corpus has a teacher (each rank
+    translates its share); then rank 0 trains the tokenizer and encodes the data, and the other
+    ranks load both from the run directory, which must be shared by every node."""
+    train_from = teacher.distilled_corpora(data_config, run_dir, device, threads)
     if processes.is_main:
-        prepared = prepare_data(data_config, run_dir, seed)
+        prepared = prepare_data(data_config, run_dir, seed, train_from=train_from)
     distributed.barrier()
     if not processes.is_main:
-        prepared = prepare_data(data_config, run_dir, seed)
+        prepared = prepare_data(data_config, run_dir, seed, train_from=train_from)
     if processes.enabled and len(set(distributed.all_gather(prepared[0].fingerprint()))) > 1:
         raise UserError(
             f"train.output_dir: the ranks see different tokenizers in {run_dir}; with several nodes, "
@@ -129,7 +132,9 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         checkpoint.check_compatible(found[-1][1], config)
     if parent and processes.is_main:
         finetune.adopt_tokenizer(parent, run_dir)
-    tokenizer, data, corpus_sizes = prepare_for_all_ranks(config.data, run_dir, settings.seed, processes)
+    tokenizer, data, corpus_sizes = prepare_for_all_ranks(
+        config.data, run_dir, settings.seed, processes, device, settings.threads
+    )
     if not config.data.vocab_size:  # the run's config and checkpoints record the size chosen
         chosen = dataclasses.replace(config.data, vocab_size=chosen_vocab_size(run_dir))
         config = dataclasses.replace(config, data=chosen)
