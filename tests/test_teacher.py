@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import run_cli, tiny_config, write_config
+from conftest import TORCHRUN, run_cli, tiny_config, write_config
 from mt_transformer.config import DataConfig
 from mt_transformer.decoding.translator import Translation
 from mt_transformer.training import teacher
@@ -88,7 +88,9 @@ def test_a_changed_teacher_or_changed_sources_translate_again_and_the_same_reuse
         assert distil(data_config(sources, [model]), run_dir) == first
     assert f"translations of {LINES} training sources (cache)" in caplog.text
     assert os.path.isdir(os.path.join(model, "checkpoints"))
-    best = [os.path.join(root, "model.safetensors") for root, _, files in os.walk(model) if "model.safetensors" in files]
+    best = [
+        os.path.join(root, "model.safetensors") for root, _, files in os.walk(model) if "model.safetensors" in files
+    ]
     for path in best:  # the teacher written anew
         os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
     retrained = distil(data_config(sources, [model]), run_dir)
@@ -160,7 +162,15 @@ def test_a_tiny_teacher_teaches_a_student_mixed_with_the_original_pairs(sources,
     assert f"data.corpora[0]: the teacher's translations of {LINES} training sources (cache)" in trained.stderr
     (directory,) = [d for d in os.listdir(out / "cache") if d.startswith("teacher-")]
     hypotheses = run_cli(
-        "mt-translate", "--checkpoint", trained_run, "--nbest", "2", "-i", f"{sources}.en", "-o", str(tmp_path / "nbest")
+        "mt-translate",
+        "--checkpoint",
+        trained_run,
+        "--nbest",
+        "2",
+        "-i",
+        f"{sources}.en",
+        "-o",
+        str(tmp_path / "nbest"),
     )
     assert hypotheses.returncode == 0, hypotheses.stderr
     nbest = {}
@@ -171,3 +181,24 @@ def test_a_tiny_teacher_teaches_a_student_mixed_with_the_original_pairs(sources,
     assert all(text in nbest[i] for i, text in enumerate(distilled))  # each line one of the teacher's two
     saved = yaml.safe_load((out / "config.yaml").read_text())["data"]
     assert saved["corpora"][0]["teacher"] == [trained_run] and saved["teacher_select"] == "chrf"
+
+
+@TORCHRUN
+def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(sources, trained_run, tmp_path):
+    from test_distributed import finish, mt_train, torchrun
+
+    alone = distil(data_config(sources, [trained_run]), tmp_path / "alone")
+    out = tmp_path / "ranks"
+    settings = {"max_steps": 1, "valid_every": 1, "max_tokens": 256}
+    config = tiny_config(sources, str(out), data={"teacher": [trained_run]}, train=settings)
+    config["data"].update(train=sources, valid=sources)
+    stderr = finish(
+        torchrun(
+            "--standalone", "--nproc-per-node", "2", mt_train(), "--config", write_config(tmp_path / "c.yaml", config)
+        )
+    )
+    assert f"translating {LINES} training sources with the teacher" in stderr
+    (directory,) = [d for d in os.listdir(out / "cache") if d.startswith("teacher-")]
+    assert sorted(os.listdir(out / "cache" / directory)) == ["pairs.json", "train.de", "train.en", "translations.tsv"]
+    with open(f"{alone}/translations.tsv", "rb") as a, open(out / "cache" / directory / "translations.tsv", "rb") as b:
+        assert a.read() == b.read()
