@@ -114,15 +114,15 @@ class Worker:
 TASKS = {"single": "single_ms", "calls": f"calls_{CALL}", "whole": "whole"}
 
 
-def measure_all(specs: list[dict], rounds: int) -> dict[str, dict]:
-    """Each measurement of each engine `rounds` times, the engines taking turns at every
-    measurement (in reversed order every other round), all of them loaded in their processes
-    meanwhile: the host's drift reaches every engine alike. The best of the rounds counts."""
+def measure_all(specs: list[dict], rounds: int, tasks: dict[str, str] = TASKS) -> dict[str, dict]:
+    """Each measurement of `tasks` of each engine `rounds` times, the engines taking turns at
+    every measurement (in reversed order every other round), all of them loaded in their
+    processes meanwhile: the host's drift reaches every engine alike. The best of the rounds counts."""
     workers = [Worker(spec) for spec in specs]
     try:
-        found = {w.spec["name"]: {column: [] for column in TASKS.values()} for w in workers}
+        found = {w.spec["name"]: {column: [] for column in tasks.values()} for w in workers}
         for r in range(rounds):
-            for task, column in TASKS.items():
+            for task, column in tasks.items():
                 for w in workers if r % 2 == 0 else workers[::-1]:
                     found[w.spec["name"]][column].append(w.measure(task))
     finally:

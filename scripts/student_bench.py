@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Teachers and students side by side: BLEU and chrF on a test set, size on disk, and speed one
+line at a time and all lines in one call with the default engine (--engine auto), ours in fp32
+and int8 (--engine torch) and a CTranslate2 int8 export. Every engine of every model runs in a
+process of its own, loaded once, and they take turns at every measurement (engine_bench.py's
+workers); each model decodes with its own config's settings (beam, length penalty).
+
+    python3 scripts/student_bench.py --model teacher=runs/small_cpu/avg3 \\
+        --model student=runs/student_cpu/avg3 --src test.de --ref test.en
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from engine_bench import measure_all  # noqa: E402
+
+# the engines timed, as mt.load opens each (the int8 export is made here, as mt-export makes it)
+ENGINES = {
+    "default": dict(precision="fp32"),
+    "ours fp32": dict(engine="torch", precision="fp32"),
+    "ours int8": dict(engine="torch", precision="int8"),
+    "CTranslate2 int8": dict(engine="ctranslate2", compute_type="int8"),
+}
+TASKS = {"single": "single_ms", "whole": "whole"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=CHECKPOINT")
+    parser.add_argument("--src", required=True, help="source lines (the first --lines are translated)")
+    parser.add_argument("--ref", required=True, help="their references")
+    parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--single", type=int, default=100, help="lines translated one at a time")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--json", help="also write the results here")
+    return parser.parse_args(argv)
+
+
+def size_mb(path: str) -> float:
+    if os.path.isfile(path):
+        return os.path.getsize(path) / 2**20
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / 2**20
+
+
+def training_minutes(path: str) -> float | None:
+    """The training minutes of the run a checkpoint belongs to (its metrics.jsonl), if found."""
+    for directory in (path, os.path.dirname(os.path.normpath(path))):
+        metrics = os.path.join(directory, "metrics.jsonl")
+        if os.path.isfile(metrics):
+            with open(metrics, encoding="utf-8") as f:
+                elapsed = [json.loads(line).get("elapsed_s") for line in f]
+            return max(e for e in elapsed if e is not None) / 60
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import torch
+
+    from mt_transformer import checkpoint
+    from mt_transformer.data.text import read_lines
+    from mt_transformer.devices import cpu_model
+    from mt_transformer.evaluation.scores import score
+    from mt_transformer.exchange import ctranslate2_export
+    from mt_transformer.exchange.ctranslate2_cache import cached_conversion
+
+    models = dict(item.split("=", 1) for item in args.model)
+    refs = read_lines(args.ref)[: args.lines]
+    results = {"cpu": cpu_model(), "torch": torch.__version__, "models": {}}
+    print(f"{results['cpu']}, {os.cpu_count()} cores, {args.lines} lines, each engine in its process")
+    with tempfile.TemporaryDirectory() as workdir:
+        specs = []
+        for name, path in models.items():
+            directory = checkpoint.resolve(path)
+            config = checkpoint.read_config(directory)
+            cached_conversion(path)  # made once, before the default path is timed
+            exported = os.path.join(workdir, f"{name}-int8")
+            ctranslate2_export.export(checkpoint.load(path, torch.device("cpu")), exported, quantization="int8")
+            results["models"][name] = {
+                "checkpoint": path,
+                "layers": f"{config.model.encoder_layers}+{config.model.decoder_layers}",
+                "d_model": config.model.d_model,
+                "beam": config.decode.beam_size,
+                "checkpoint_mb": size_mb(os.path.join(directory, checkpoint.MODEL_FILE)),
+                "int8_export_mb": size_mb(os.path.join(exported, "model.bin")),
+                "training_minutes": training_minutes(path),
+            }
+            for engine, load in ENGINES.items():
+                common = dict(src=args.src, lines=args.lines, single=args.single, torch_threads=args.threads)
+                specs.append(
+                    dict(
+                        name=f"{name} | {engine}",
+                        path=exported if "CTranslate2" in engine else path,
+                        load={**load, "threads": args.threads} if "CTranslate2" in engine else load,
+                        beam=config.decode.beam_size,
+                        out=os.path.join(workdir, f"{name}-{engine}.txt".replace(" ", "_")),
+                        **common,
+                    )
+                )
+        rows = measure_all(specs, args.rounds, TASKS)
+        for spec in specs:
+            row = rows[spec["name"]]
+            row.update(score(read_lines(spec["out"]), refs, ("bleu", "chrf")))
+            model, engine = spec["name"].split(" | ")
+            results["models"][model][engine] = {k: v for k, v in row.items() if k != "signature"}
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+def table(results: dict) -> str:
+    head = "| model | layers, d_model, beam | BLEU | chrF | checkpoint MB | int8 export MB | training min |"
+    out = [head, "|---" * (head.count("|") - 1) + "|"]
+    for name, m in results["models"].items():
+        d = m["default"]
+        minutes = f"{m['training_minutes']:.0f}" if m["training_minutes"] else ""
+        out.append(
+            f"| {name} | {m['layers']}, {m['d_model']}, {m['beam']} | {d['bleu']:.2f} | {d['chrf']:.2f} | "
+            f"{m['checkpoint_mb']:.1f} | {m['int8_export_mb']:.1f} | {minutes} |"
+        )
+    first = next(iter(results["models"]))
+    out += ["", f"sentences/s, one line at a time / all in one call (x: against {first}); BLEU", ""]
+    head = "| model | " + " | ".join(ENGINES) + " |"
+    out += [head, "|---" * (head.count("|") - 1) + "|"]
+    for name, m in results["models"].items():
+        cells = []
+        for engine in ENGINES:
+            e, base = m[engine], results["models"][first][engine]
+            one, whole = 1000 / e["single_ms"], e["whole"]
+            ratio = f" ({base['single_ms'] / e['single_ms']:.2f}x / {whole / base['whole']:.2f}x)" if name != first else ""
+            cells.append(f"{one:.0f} / {whole:.0f}{ratio}; {e['bleu']:.2f}")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    engines = sorted({f"{k}: {v['engine']}" for m in results["models"].values() for k, v in m.items() if isinstance(v, dict)})
+    return "\n".join(out + [""] + engines)
+
+
+if __name__ == "__main__":
+    main()
