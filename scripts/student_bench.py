@@ -135,11 +135,13 @@ def table(results: dict) -> str:
         for engine in ENGINES:
             e, base = m[engine], results["models"][first][engine]
             one, whole = 1000 / e["single_ms"], e["whole"]
-            ratio = f" ({base['single_ms'] / e['single_ms']:.2f}x / {whole / base['whole']:.2f}x)" if name != first else ""
+            ratio = ""
+            if name != first:
+                ratio = f" ({base['single_ms'] / e['single_ms']:.2f}x / {whole / base['whole']:.2f}x)"
             cells.append(f"{one:.0f} / {whole:.0f}{ratio}; {e['bleu']:.2f}")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
-    engines = sorted({f"{k}: {v['engine']}" for m in results["models"].values() for k, v in m.items() if isinstance(v, dict)})
-    return "\n".join(out + [""] + engines)
+    engines = {f"{k}: {v['engine']}" for m in results["models"].values() for k, v in m.items() if isinstance(v, dict)}
+    return "\n".join(out + [""] + sorted(engines))
 
 
 if __name__ == "__main__":
