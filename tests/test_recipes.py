@@ -107,30 +107,36 @@ def hub_copy(corpus: str, directory) -> str:
     return str(directory)
 
 
-def readme_recipe_commands() -> list[str]:
-    """The README's code block that trains the small_cpu recipe, one command per line, without
-    the comments after them."""
+def readme_commands(marker: str) -> list[str]:
+    """The README's one code block with a line that holds `marker`, one command per line,
+    without the comments after them."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         blocks = f.read().split("```")[1::2]
     found = [[line.split("#")[0].strip() for line in block.strip().splitlines()] for block in blocks]
-    (commands,) = [c for c in found if c[0] == "mt-train --config configs/recipes/small_cpu.yaml"]
+    (commands,) = [c for c in found if any(marker in line for line in c)]
     return commands
+
+
+TINY = ["data.vocab_size=300", "model.d_model=32", "model.d_ff=64", "train.valid_every=6"]
+TINY += ["train.valid_max_sentences=5", "decode.max_len_b=5"]
 
 
 def test_small_cpu_runs_as_the_readme_gives_it_on_a_copy_of_its_hub_dataset(corpus, tmp_path, monkeypatch):
     """The recipe's own commands (train, average the last 3, score test2016 with --split test) in
     a fresh directory, the data from bentrevett/multi30k through datasets.load_dataset with the hub
     replaced by a local copy of the same files; only the model's size and length change."""
-    commands = readme_recipe_commands()
+    commands = readme_commands("mt-average --inputs runs/small_cpu")
     assert [c.split()[0] for c in commands] == ["mt-train", "mt-average", "mt-eval"]
     with open(os.path.join(ROOT, RECIPES[0]), encoding="utf-8") as f:
         assert [line.strip("# \n") for line in f if line.startswith("#   mt-")][:3] == commands  # its comment too
     monkeypatch.setenv("MT_HUB_MIRROR", hub_copy(corpus, tmp_path / "mirror"))
     monkeypatch.chdir(tmp_path)
     shutil.copytree(os.path.join(ROOT, "configs"), tmp_path / "configs")
-    smaller = ["data.vocab_size=300", "model.d_model=32", "model.d_ff=64", "train.max_steps=6", "train.save_every=2"]
-    smaller += ["train.valid_every=6", "train.valid_max_sentences=5", "decode.max_len_b=5"]
-    extra = {"mt-train": ["--set", *smaller], "mt-average": [], "mt-eval": ["--json"]}
+    extra = {
+        "mt-train": ["--set", *TINY, "train.max_steps=6", "train.save_every=2"],
+        "mt-average": [],
+        "mt-eval": ["--json"],
+    }
     for command in commands:
         name, *args = command.split()
         result = run_cli(name, *args, *extra[name])
@@ -139,6 +145,27 @@ def test_small_cpu_runs_as_the_readme_gives_it_on_a_copy_of_its_hub_dataset(corp
     assert set(scores) >= {"bleu", "chrf"} and "tok:13a" in scores["signature"]["bleu"]
     with open(tmp_path / "runs/small_cpu/config.yaml", encoding="utf-8") as f:
         assert yaml.safe_load(f)["data"]["hub_name"] == "bentrevett/multi30k"
+
+
+def test_a_student_runs_as_the_readme_gives_it_teacher_student_and_int8_export(corpus, tmp_path, monkeypatch):
+    """The README's three commands in a fresh directory on a copy of the hub dataset, only the
+    models' size and length changed: the student learns from the teacher's translations."""
+    commands = readme_commands("configs/recipes/student_cpu.yaml")
+    assert [c.split()[0] for c in commands] == ["mt-train", "mt-train", "mt-export"]
+    with open(os.path.join(ROOT, "configs/recipes/student_cpu.yaml"), encoding="utf-8") as f:
+        assert [line[1:].split("#")[0].strip() for line in f if line.startswith("#   mt-")] == commands
+    monkeypatch.setenv("MT_HUB_MIRROR", hub_copy(corpus, tmp_path / "mirror"))
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(os.path.join(ROOT, "configs"), tmp_path / "configs")
+    tiny = ["--set", *TINY, "train.max_steps=6", "train.max_minutes=0"]
+    for command in commands:
+        name, *args = command.split()
+        sized = ["data.vocab_size=0"] if "student" in command else []  # a tiny teacher writes few words
+        result = run_cli(name, *args, *(tiny + sized if name == "mt-train" else []))
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+    (distilled,) = [d for d in os.listdir("runs/student_cpu/cache") if d.startswith("teacher-")]
+    assert len(open(f"runs/student_cpu/cache/{distilled}/train.en", encoding="utf-8").readlines()) == 600
+    assert os.path.isfile("runs/student-int8/model.bin")
 
 
 def test_a_hub_dataset_offline_without_a_copy_is_a_one_line_error(tmp_path, monkeypatch):
