@@ -33,6 +33,7 @@ TASKS = {"single": "single_ms", "whole": "whole"}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", required=True, metavar="NAME=CHECKPOINT")
+    parser.add_argument("--beam", action="append", default=[], metavar="NAME=K", help="a beam other than its config's")
     parser.add_argument("--src", required=True, help="source lines (the first --lines are translated)")
     parser.add_argument("--ref", required=True, help="their references")
     parser.add_argument("--lines", type=int, default=1000)
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     from mt_transformer.exchange.ctranslate2_cache import cached_conversion
 
     models = dict(item.split("=", 1) for item in args.model)
+    beams = {name: int(k) for name, k in (item.split("=", 1) for item in args.beam)}
     refs = read_lines(args.ref)[: args.lines]
     results = {"cpu": cpu_model(), "torch": torch.__version__, "models": {}}
     print(f"{results['cpu']}, {os.cpu_count()} cores, {args.lines} lines, each engine in its process")
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                 "checkpoint": path,
                 "layers": f"{config.model.encoder_layers}+{config.model.decoder_layers}",
                 "d_model": config.model.d_model,
-                "beam": config.decode.beam_size,
+                "beam": beams.get(name, config.decode.beam_size),
                 "checkpoint_mb": size_mb(os.path.join(directory, checkpoint.MODEL_FILE)),
                 "int8_export_mb": size_mb(os.path.join(exported, "model.bin")),
                 "training_minutes": training_minutes(path),
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
                         name=f"{name} | {engine}",
                         path=exported if "CTranslate2" in engine else path,
                         load={**load, "threads": args.threads} if "CTranslate2" in engine else load,
-                        beam=config.decode.beam_size,
+                        beam=beams.get(name, config.decode.beam_size),
                         out=os.path.join(workdir, f"{name}-{engine}.txt".replace(" ", "_")),
                         **common,
                     )
