@@ -202,3 +202,30 @@ def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
     assert sorted(os.listdir(out / "cache" / directory)) == ["pairs.json", "train.de", "train.en", "translations.tsv"]
     with open(f"{alone}/translations.tsv", "rb") as a, open(out / "cache" / directory / "translations.tsv", "rb") as b:
         assert a.read() == b.read()
+
+
+def test_sigterm_in_the_teacher_stage_stops_mt_train_after_the_window_and_the_rerun_continues(
+    sources, trained_run, tmp_path, monkeypatch
+):
+    import signal
+
+    monkeypatch.setattr(teacher, "TEACHER_WINDOW", 100)
+    selected = teacher._selected
+
+    def signalled(*args):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the first window is being translated
+        return selected(*args)
+
+    monkeypatch.setattr(teacher, "_selected", signalled)
+    out = tmp_path / "student"
+    config = tiny_config(sources, str(out), data={"teacher": [trained_run]}, train={"max_steps": 2})
+    config["data"].update(train=sources, valid=sources)
+    path = write_config(tmp_path / "c.yaml", config)
+    stopped = run_cli("mt-train", "--config", path)
+    assert stopped.returncode == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM after 100 lines; run the same command again to continue" in stopped.stderr
+    assert not (out / "checkpoints").exists()
+    monkeypatch.setattr(teacher, "_selected", selected)
+    resumed = run_cli("mt-train", "--config", path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "continuing after line 100" in resumed.stderr
