@@ -40,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--single", type=int, default=100, help="lines translated one at a time")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     parser.add_argument("--json", help="also write the results here")
     return parser.parse_args(argv)
 
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
                 "int8_export_mb": size_mb(os.path.join(exported, "model.bin")),
                 "training_minutes": training_minutes(path),
             }
-            for engine, load in ENGINES.items():
+            for engine in args.engines:
+                load = ENGINES[engine]
                 common = dict(src=args.src, lines=args.lines, single=args.single, torch_threads=args.threads)
                 specs.append(
                     dict(
@@ -112,13 +114,13 @@ def main(argv: list[str] | None = None) -> None:
             row.update(score(read_lines(spec["out"]), refs, ("bleu", "chrf")))
             model, engine = spec["name"].split(" | ")
             results["models"][model][engine] = {k: v for k, v in row.items() if k != "signature"}
-    print(table(results))
+    print(table(results, args.engines))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
 
 
-def table(results: dict) -> str:
+def table(results: dict, engines: list[str]) -> str:
     head = "| model | layers, d_model, beam | BLEU | chrF | checkpoint MB | int8 export MB | training min |"
     out = [head, "|---" * (head.count("|") - 1) + "|"]
     for name, m in results["models"].items():
@@ -130,11 +132,11 @@ def table(results: dict) -> str:
         )
     first = next(iter(results["models"]))
     out += ["", f"sentences/s, one line at a time / all in one call (x: against {first}); BLEU", ""]
-    head = "| model | " + " | ".join(ENGINES) + " |"
+    head = "| model | " + " | ".join(engines) + " |"
     out += [head, "|---" * (head.count("|") - 1) + "|"]
     for name, m in results["models"].items():
         cells = []
-        for engine in ENGINES:
+        for engine in engines:
             e, base = m[engine], results["models"][first][engine]
             one, whole = 1000 / e["single_ms"], e["whole"]
             ratio = ""
