@@ -157,7 +157,7 @@ def test_tied_weights_are_stored_once_and_load_under_any_of_their_names(tmp_path
 
 def test_identity_changes_with_the_files_and_not_with_what_is_made_beside_them(trained_run, tmp_path):
     model = tmp_path / "model"
-    shutil.copytree(checkpoint.resolve(trained_run), model)
+    shutil.copytree(checkpoint.resolve(trained_run), model, ignore=shutil.ignore_patterns("ctranslate2", ".*"))
     before = checkpoint.identity(str(model))
     assert checkpoint.identity(trained_run) != before  # another directory
     os.makedirs(model / "ctranslate2")  # the conversion and its lock, made by --engine auto
