@@ -124,7 +124,7 @@ def table(results: dict, engines: list[str]) -> str:
     head = "| model | layers, d_model, beam | BLEU | chrF | checkpoint MB | int8 export MB | training min |"
     out = [head, "|---" * (head.count("|") - 1) + "|"]
     for name, m in results["models"].items():
-        d = m["default"]
+        d = m[engines[0]]  # BLEU and chrF of the first engine timed (the default engine unless --engines)
         minutes = f"{m['training_minutes']:.0f}" if m["training_minutes"] else ""
         out.append(
             f"| {name} | {m['layers']}, {m['d_model']}, {m['beam']} | {d['bleu']:.2f} | {d['chrf']:.2f} | "
