@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
-import os
 from collections.abc import Callable, Iterator
 
 from mt_transformer.errors import UserError
@@ -132,18 +131,13 @@ def _merge_ranks(output: str, processes) -> None:
     """After every rank has written its shard: rank 0 merges them into `output` and removes them."""
     import torch.distributed as dist
 
-    from mt_transformer.decoding.corpus_files import merge_shards
-    from mt_transformer.decoding.corpus_windows import Shard
+    from mt_transformer.decoding.corpus_files import merge_rank_shards
 
     if not dist.is_initialized():  # gloo only waits here; ranks may finish hours apart
         dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
     dist.barrier()
     if processes.is_main:
-        shards = [Shard(k, processes.world_size).path(output) for k in range(processes.world_size)]
-        lines = merge_shards(shards, output)
+        lines = merge_rank_shards(output, processes.world_size)
         log.info("%d ranks' shards merged: %d lines in %s", processes.world_size, lines, output)
-        for path in shards:
-            os.remove(path)
-            os.remove(f"{path}.progress.json")
     dist.barrier()
     dist.destroy_process_group()

@@ -29,7 +29,7 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config, CorpusConfig, DataConfig, config_from_dict, corpus_keys
 from mt_transformer.data.corpus import load_pairs, quiet_datasets
 from mt_transformer.data.prepare import cache_directory, cache_key, split_source
-from mt_transformer.decoding.corpus_files import merge_shards
+from mt_transformer.decoding.corpus_files import merge_rank_shards
 from mt_transformer.decoding.corpus_job import CorpusJob
 from mt_transformer.decoding.corpus_windows import Shard, Window, read_windows
 from mt_transformer.decoding.ctranslate2_engine import read_settings
@@ -141,11 +141,7 @@ def _translate(data, corpus, key, pairs, output: str, settings: dict, device, th
     if processes.enabled:
         distributed.barrier()
         if processes.is_main:
-            shards = [Shard(k, processes.world_size).path(output) for k in range(processes.world_size)]
-            merge_shards(shards, output)
-            for done in shards:
-                os.remove(done)
-                os.remove(f"{done}.progress.json")
+            merge_rank_shards(output, processes.world_size)
         distributed.barrier()
 
 
@@ -154,7 +150,6 @@ def _teacher_translator(corpus: CorpusConfig, nbest: int, device: torch.device, 
     log-probabilities, its own decode settings and a beam of at least `nbest`."""
     own = teacher_config(corpus.teacher[0])
     tagged = own.data.target_tags
-    torch_threads = torch.get_num_threads()
     translator = open_translator(
         list(corpus.teacher),
         "auto",
@@ -165,7 +160,6 @@ def _teacher_translator(corpus: CorpusConfig, nbest: int, device: torch.device, 
         beam_size=max(own.decode.beam_size, nbest),
         sampling=False,
     )
-    torch.set_num_threads(torch_threads)
     return translator.with_exact_scores()
 
 
