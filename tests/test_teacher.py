@@ -51,13 +51,27 @@ def test_chrf_keeps_the_hypothesis_closest_to_the_reference_and_score_the_teache
         Translation("das Haus", [1, 2], -0.9, -2.7),
     ]
     reference = "das kleine Haus steht am See ."
-    assert teacher._selected([nbest], [reference], "chrf") == ["-0.7000\tdas kleine Haus steht am See\n"]
-    assert teacher._selected([nbest], [reference], "score") == ["-0.4000\tein Haus am See\n"]
-    # a tie goes to the better-scored hypothesis: the first of equal chrF
+    assert teacher._selected([nbest], [reference], "chrf") == [nbest[1]]
+    assert teacher._selected([nbest], [reference], "score") == [nbest[0]]
+    # a tie goes to the better-ranked hypothesis: the first of equal chrF
     twins = [nbest[2], Translation("das Haus", [1, 2], -1.0, -3.0)]
-    assert teacher._selected([twins], ["Haus"], "chrf") == ["-0.9000\tdas Haus\n"]
-    # an empty source's empty translation
-    assert teacher._selected([[Translation("", [], 0.0, 0.0)]], [""], "chrf") == ["0.0000\t\n"]
+    assert teacher._selected([twins], ["Haus"], "chrf") == [nbest[2]]
+
+
+def test_the_chosen_lines_log_probabilities_per_token_are_the_teachers_exact_ones(sources, trained_run):
+    """CTranslate2's chosen lines scored again equal the exact n-best's; an empty line scores 0."""
+    corpus = data_config(sources, [trained_run], teacher_nbest=3, teacher_select="chrf")
+    translator = teacher._teacher_translator(corpus, 3, torch.device("cpu"), 1)
+    assert translator.model is None  # auto: CTranslate2, whose search's scores are not exact
+    lines, references = read(f"{sources}.en")[:40] + [""], read(f"{sources}.de")[:40] + [""]
+    chosen = teacher._selected(translator(lines), references, "chrf")
+    exact = teacher._selected(translator.with_exact_scores()(lines), references, "chrf")
+    assert [h.text for h in chosen] == [h.text for h in exact]
+    expected = [h.log_prob / (len(h.tokens) + 1) for h in exact[:-1]] + [0.0]
+    assert teacher._per_token(translator, lines, chosen) == pytest.approx(expected, abs=1e-4)
+    assert teacher._per_token(translator, lines, chosen) != [h.log_prob / (len(h.tokens) + 1) for h in chosen[:-1]] + [
+        0.0
+    ]
 
 
 def test_the_pairs_are_the_sources_and_the_teachers_translations_and_the_filter_drops_unlikely_ones(

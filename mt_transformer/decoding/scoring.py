@@ -53,6 +53,11 @@ def score_lines(
             raise UserError(
                 f"line {line}: {max(len(s), len(t))} subwords, more than the model's {limit - 1} positions hold"
             )
+    return score_ids(translator, src_ids, tgt_ids, progress)
+
+
+def score_ids(translator, src_ids: list[list[int]], tgt_ids: list[list[int]], progress=None) -> list[LineScore]:
+    """score_lines of subword ids (each pair within the model's positions), in input order."""
     if translator.model is None:
         return [LineScore(scores) for scores in _ctranslate2_scores(translator, src_ids, tgt_ids)]
     order = sorted(range(len(src_ids)), key=lambda i: -max(len(src_ids[i]), len(tgt_ids[i])))
