@@ -1,4 +1,4 @@
-"""The evaluation of lexically constrained decoding in docs/recipes.md, as Post & Vilar (2018) and
+"""The evaluation of lexically constrained decoding in docs/techniques.md, as Post & Vilar (2018) and
 Hu et al. (2019) run it: each test sentence gets 1-2 phrases of its reference that the
 unconstrained translation misses, and BLEU, chrF, the share of translations holding every
 phrase, and sentences/s are compared with and without them, at each beam size.

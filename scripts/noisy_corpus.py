@@ -1,4 +1,4 @@
-"""The corpus-filtering measurement of docs/recipes.md: a parallel corpus with a share of its
+"""The corpus-filtering measurement of docs/techniques.md: a parallel corpus with a share of its
 target lines shuffled against their sources, and the filter that catches them by dual
 conditional cross-entropy (Junczys-Dowmunt, 2018) from the scores of `mt-score`.
 

@@ -1,4 +1,4 @@
-"""The data.byte_fallback measurement of docs/recipes.md: test sentences with characters inserted
+"""The data.byte_fallback measurement of docs/techniques.md: test sentences with characters inserted
 that the training data never had (emoji, CJK, symbols, names with rare letters), translated by
 each checkpoint; the share of lines whose inserted characters all come out in the translation.
 

@@ -86,7 +86,7 @@ class DataConfig(CorpusConfig):
     character_coverage: float = 0.0  # 0: 0.9995 for Chinese/Japanese/Korean text, else 1.0 (data/from_text.py)
     # characters outside the vocabulary become their UTF-8 bytes (256 byte pieces of the
     # vocabulary) instead of <unk>, for a model to copy; off: on Multi30k it cost 2.9 valid BLEU
-    # (docs/recipes.md, "Characters the training data never had")
+    # (docs/techniques.md, "Characters the training data never had")
     byte_fallback: bool = False
     spm_max_sentences: int = 2_000_000
     # cleaning (training data only), in subword tokens

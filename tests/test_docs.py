@@ -1,0 +1,62 @@
+"""The README and docs/ as a reader follows them: every relative link names a file that exists,
+and every #anchor a heading of that file (as GitHub forms anchors from headings)."""
+
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = ["README.md"] + sorted(
+    f"docs/{name}" for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md")
+)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(path: str) -> set[str]:
+    """GitHub's anchors of a markdown file's headings: lower case, punctuation but - and _ gone,
+    spaces as -, a repeated heading numbered -1, -2, ..."""
+    found: set[str] = set()
+    in_code = False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("```"):
+                in_code = not in_code
+            if in_code or not line.startswith("#"):
+                continue
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            anchor, n = slug, 0
+            while anchor in found:
+                n += 1
+                anchor = f"{slug}-{n}"
+            found.add(anchor)
+    return found
+
+
+def test_anchors_follow_githubs_rule(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Recipes\n## A vocabulary sized from the data: `data.vocab_size: 0`\n## Recipes\n```\n# not a heading\n```\n"
+    )
+    assert anchors(str(page)) == {"recipes", "a-vocabulary-sized-from-the-data-datavocab_size-0", "recipes-1"}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_relative_link_resolves(page):
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address
+        path, _, anchor = target.partition("#")
+        path = (
+            os.path.normpath(os.path.join(os.path.dirname(os.path.join(ROOT, page)), path))
+            if path
+            else os.path.join(ROOT, page)
+        )
+        if not os.path.exists(path):
+            broken.append(target)
+        elif anchor and path.endswith(".md") and anchor not in anchors(path):
+            broken.append(target)
+    assert broken == []
