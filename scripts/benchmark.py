@@ -13,8 +13,8 @@ fp32 and int8 speed, and how many greedy outputs equal ours.
 Model: the peers' size (d_model 256, 3+3 layers, 4 heads, d_ff 1024, pre-norm, shared 8k
 vocabulary) on the German->English files train.de/train.en/valid.* of the directory that
 $MT_BENCH_CORPUS names (Multi30k in docs/benchmarks.md), else on the generated demo corpus
-(said in the output). Prints Markdown tables and replaces this device's section of
-docs/benchmarks.md (--markdown); --json PATH also writes the numbers. The measurements live in
+(said in the output). Prints Markdown tables and replaces this device's section of its page
+under docs/bench/ (--markdown); --json PATH also writes the numbers. The measurements live in
 benchmark_training.py and benchmark_translation.py, the tables in benchmark_report.py.
 """
 
@@ -28,7 +28,7 @@ import tempfile
 
 import torch
 
-from benchmark_report import machine, markdown, write_section
+from benchmark_report import machine, machine_page, markdown, write_section
 from benchmark_training import (
     MODEL,
     PEERS_CONFIG,
@@ -73,8 +73,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument(
         "--markdown",
-        default=os.path.join(ROOT, "docs", "benchmarks.md"),
-        help="replace this device's section of this page ('' for none)",
+        default=os.path.join(ROOT, "docs", "bench"),
+        help="replace this device's section of its page in this directory, or of this .md file ('' for none)",
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
@@ -149,7 +149,8 @@ def main() -> None:
     print(text)
     if args.markdown:
         processor = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
-        write_section(args.markdown, f"{device.type}, {processor}", text)
+        kind = f"{device.type}, {processor}"
+        write_section(args.markdown if args.markdown.endswith(".md") else machine_page(args.markdown, kind), kind, text)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -1,5 +1,5 @@
 """The benchmark's report (`make bench`, scripts/benchmark.py): Markdown tables of the results,
-MFU against the ceiling of the precision used, and each host's own section of docs/benchmarks.md."""
+MFU against the ceiling of the precision used, and each host's own page under docs/bench/."""
 
 from __future__ import annotations
 
@@ -93,11 +93,16 @@ def paper_configs_table(rows: list[dict], ceilings: dict) -> str:
     return "\n".join(lines)
 
 
+def machine_page(directory: str, device: str) -> str:
+    """The page of one machine's `make bench` numbers: DIRECTORY/cpu-amd-epyc-family-25-model-17.md."""
+    return os.path.join(directory, re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + ".md")
+
+
 def write_section(path: str, device: str, text: str) -> None:
-    """Replace this machine's section of the benchmarks page (between its two markers, named by the
-    device kind and the processor), or add it: each host keeps its own numbers."""
+    """Replace this machine's section of its page (between its two markers, named by the device
+    kind and the processor), or add it: each host keeps its own numbers."""
     begin, end = f"<!-- make bench: {device} -->", f"<!-- /make bench: {device} -->"
-    page = open(path, encoding="utf-8").read() if os.path.isfile(path) else "# Benchmarks\n"
+    page = open(path, encoding="utf-8").read() if os.path.isfile(path) else f"# make bench: {device}\n"
     block = f"{begin}\n{text}{end}"
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     page = pattern.sub(lambda _: block, page) if pattern.search(page) else page.rstrip("\n") + "\n\n" + block + "\n"

@@ -32,3 +32,18 @@ def test_each_precision_is_measured_against_the_ceiling_of_its_matrix_products()
     assert "| base | fp32 (TF32 matmuls) | no | 16,384 | 0.1 | 163,840 | 100.0 | 25.0% of tf32 | 9,000 |" in table
     assert benchmark_report.ceiling_for("fp32", {"fp32": 1.0, "bf16": 2.0}) == "fp32"
     assert "| base | fp16 | no | 16,384 | 0.1 | 163,840 | 200.0 | 25.0% of bf16 | 6,000 |" in table
+
+
+def test_each_machine_keeps_its_own_page_and_a_new_run_replaces_only_its_block(tmp_path):
+    amd = "cpu, AMD EPYC (family 25, model 17) [avx2, avx512f, avx512_bf16]"
+    intel = "cpu, Intel(R) Xeon(R) Processor (family 6, model 207) [avx2, avx512f]"
+    page = benchmark_report.machine_page(str(tmp_path), amd)
+    assert page == str(tmp_path / "cpu-amd-epyc-family-25-model-17-avx2-avx512f-avx512-bf16.md")
+    assert benchmark_report.machine_page(str(tmp_path), intel) != page
+    benchmark_report.write_section(page, amd, "first\n")
+    with open(page, "a", encoding="utf-8") as f:
+        f.write("a note below\n")
+    benchmark_report.write_section(page, amd, "second\n")
+    text = open(page, encoding="utf-8").read()
+    assert text.startswith(f"# make bench: {amd}\n")
+    assert "second" in text and "first" not in text and text.endswith("a note below\n")
