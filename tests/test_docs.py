@@ -60,3 +60,41 @@ def test_every_relative_link_resolves(page):
         elif anchor and path.endswith(".md") and anchor not in anchors(path):
             broken.append(target)
     assert broken == []
+
+
+PAGE_LINES = 265  # a page a reader takes in: current tables and one line per decision
+HEADER_LINES, SETTING_LINES = 12, 2  # a config's opening comment (what, data, commands), a setting's why
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_stays_short(page):
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) <= PAGE_LINES
+
+
+def comment_blocks(path: str) -> list[tuple[int, int]]:
+    """(first line, length) of each run of whole-line comments in a YAML file."""
+    blocks, start = [], None
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines() + [""]
+    for number, line in enumerate(lines):
+        if line.strip().startswith("#"):
+            start = number if start is None else start
+        elif start is not None:
+            blocks.append((start, number - start))
+            start = None
+    return blocks
+
+
+CONFIGS = sorted(
+    os.path.relpath(os.path.join(d, name), ROOT)
+    for d, _, names in os.walk(os.path.join(ROOT, "configs"))
+    for name in names
+    if name.endswith(".yaml")
+)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_config_comments_give_a_line_or_two_of_why_not_results(config):
+    for start, length in comment_blocks(os.path.join(ROOT, config)):
+        assert length <= (HEADER_LINES if start == 0 else SETTING_LINES), f"line {start + 1}: {length} comment lines"
