@@ -112,9 +112,10 @@ def test_a_checkpoint_of_the_first_layout_scores_as_when_it_was_written():
     assert TrainerState.from_dict(checkpoint.load_trainer_state(FIRST_LAYOUT)).step == 60
 
 
-def test_a_checkpoint_of_the_first_layout_translates():
+def test_a_checkpoint_of_the_first_layout_translates(tmp_path):
+    copy = shutil.copytree(FIRST_LAYOUT, tmp_path / "checkpoint_v1")  # its conversion is made beside it, not in tests/
     result = run_cli(
-        "mt-translate", "--checkpoint", FIRST_LAYOUT, "--device", "cpu", input="a red apple\n\nTom sold it.\n"
+        "mt-translate", "--checkpoint", str(copy), "--device", "cpu", input="a red apple\n\nTom sold it.\n"
     )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.split("\n")) == 4  # three lines and the final newline
