@@ -4,7 +4,9 @@ PIP = $(PYTHON) -m pip
 DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
-.PHONY: install demo test tour lint bench gpu-check clean
+.PHONY: install demo test tour lint bench gpu-check clean \
+	bench-engines bench-students bench-serve bench-corpus bench-exports bench-techniques bench-filtering \
+	bench-peers profile recipe-run
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
 # first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels. The package
@@ -49,6 +51,70 @@ bench: install
 # On a CUDA machine: the gpu tests, precisions, speed and a killed run resumed; a report to paste (gpu-check.md).
 gpu-check: install
 	$(PYTHON) scripts/gpu_check.py
+
+# The measurements behind docs/ (docs/architecture.md#scripts). Each runs on the demo run unless
+# given CHECKPOINT, SRC and REF; ARGS passes a script's own options (its --help lists them).
+CHECKPOINT ?= $(DEMO_RUN)
+SRC ?= $(DEMO_DATA)/test.en
+REF ?= $(DEMO_DATA)/test.de
+
+# the default engine, CTranslate2 and ours, each in a process of its own (docs/benchmarks.md)
+bench-engines:
+	$(PYTHON) scripts/engine_bench.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) $(ARGS)
+	$(PYTHON) scripts/step_bench.py --checkpoint $(CHECKPOINT)
+
+# teachers and students: MODELS="teacher=runs/small_cpu/avg3 student=runs/student_cpu/avg3" (docs/recipes.md#students)
+MODELS ?= demo=$(CHECKPOINT)
+bench-students:
+	$(PYTHON) scripts/student_bench.py $(addprefix --model ,$(MODELS)) --src $(SRC) --ref $(REF) $(ARGS)
+
+# mt-serve under concurrent clients on 127.0.0.1, and its page in headless Chromium (docs/serving.md)
+bench-serve:
+	$(PYTHON) scripts/serve_bench.py --checkpoint $(CHECKPOINT) --src $(SRC) --compare-unbatched $(ARGS)
+	$(PYTHON) scripts/serve_page.py --checkpoint $(CHECKPOINT) --text "$$(head -n 1 $(SRC))" --attention --screenshot serve_page.png
+
+# mt-translate on a large corpus drawn from SRC, and memory against corpus size (docs/benchmarks.md)
+bench-corpus:
+	$(PYTHON) scripts/corpus_bench.py --checkpoint $(CHECKPOINT) --source $(SRC) $(ARGS)
+	$(PYTHON) scripts/memory_scaling.py
+
+# the transformers and CTranslate2 exports against our translator (docs/exports.md)
+bench-exports:
+	$(PYTHON) scripts/huggingface_compare.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) $(ARGS)
+
+# constraints drawn from the references, and unseen characters kept by CHECKPOINTS (with and
+# without data.byte_fallback) trained on TRAIN (docs/techniques.md)
+TRAIN ?= $(DEMO_DATA)/train.en $(DEMO_DATA)/train.de
+CHECKPOINTS ?= $(CHECKPOINT)
+bench-techniques:
+	$(PYTHON) scripts/constrained_eval.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) $(ARGS)
+	$(PYTHON) scripts/unseen_characters.py --train $(TRAIN) --src $(SRC) --checkpoints $(CHECKPOINTS)
+
+# a corpus with shuffled targets filtered by the two directions' mt-score (docs/techniques.md):
+# CORPUS=DIR/train SRC_LANG=de TGT_LANG=en, FORWARD and BACKWARD: runs trained on FILTER_DIR/noisy
+FILTER_DIR ?= runs/filtering
+bench-filtering:
+	$(PYTHON) scripts/noisy_corpus.py make --corpus $(CORPUS) --src $(SRC_LANG) --tgt $(TGT_LANG) --share 0.2 --out $(FILTER_DIR)/noisy
+	mt-score --checkpoint $(FORWARD) --src $(FILTER_DIR)/noisy.$(SRC_LANG) --tgt $(FILTER_DIR)/noisy.$(TGT_LANG) -o $(FILTER_DIR)/forward.scores
+	mt-score --checkpoint $(BACKWARD) --src $(FILTER_DIR)/noisy.$(TGT_LANG) --tgt $(FILTER_DIR)/noisy.$(SRC_LANG) -o $(FILTER_DIR)/backward.scores
+	$(PYTHON) scripts/noisy_corpus.py filter --corpus $(FILTER_DIR)/noisy --src $(SRC_LANG) --tgt $(TGT_LANG) \
+	  --scores $(FILTER_DIR)/forward.scores $(FILTER_DIR)/backward.scores --drop 0.2 --out $(FILTER_DIR)/filtered
+
+# mt_transformer and a peer in the peers' benchmark and their 60-minute quality runs (docs/benchmarks.md):
+# PEERS_SCRIPTS=DIR (the peers' install and run scripts) CORPUS=DIR (Multi30k as DIR/train.de ...)
+bench-peers:
+	$(PYTHON) scripts/peer_bench.py $(ARGS)
+	bash scripts/peer_quality.sh fairseq
+	bash scripts/peer_quality.sh onmt
+
+# one config's update in each precision on the same batches (docs/benchmarks.md#performance-decisions)
+CONFIG ?= configs/recipes/small_cpu.yaml
+profile:
+	$(PYTHON) scripts/profile_step.py --config $(CONFIG) $(ARGS)
+
+# one recipe run and its scores, appended to runs/results.jsonl: NAME=... SET="train.max_minutes=30" (docs/recipes.md)
+recipe-run:
+	$(PYTHON) scripts/recipe_runs.py --config $(CONFIG) --name $(NAME) $(if $(SET),--set $(SET)) $(ARGS)
 
 clean:
 	rm -rf $(DEMO_DATA) $(DEMO_RUN) .pytest_cache

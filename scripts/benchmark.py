@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import tempfile
 
 import torch
 
-from benchmark_report import machine, machine_page, markdown, write_section
+from benchmark_report import machine_page, markdown, write_section
 from benchmark_training import (
     MODEL,
     PEERS_CONFIG,
@@ -39,6 +38,7 @@ from benchmark_training import (
     precision_name,
 )
 from benchmark_translation import bench_translations
+from measure import machine_line, write_json
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, DataConfig, load_config
 from mt_transformer.data.demo_data import generate
@@ -123,7 +123,7 @@ def main() -> None:
             "bf16": matmul_ceiling(device, torch.bfloat16) / 1e9,
         }
         results = {
-            "machine": machine(device),
+            "machine": machine_line(device),
             "corpus": corpus_name,
             "precision": precision_name(device, args.precision),
             "ceilings_gflops": {k: round(v, 1) for k, v in ceilings.items()},
@@ -152,8 +152,7 @@ def main() -> None:
         kind = f"{device.type}, {processor}"
         write_section(args.markdown if args.markdown.endswith(".md") else machine_page(args.markdown, kind), kind, text)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

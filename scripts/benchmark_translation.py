@@ -5,20 +5,25 @@ a checkpoint's beam search in each decode precision (`make gpu-check`)."""
 from __future__ import annotations
 
 import os
-import time
 
 from benchmark_training import synchronize
+from measure import timed
 from mt_transformer.config import Config
 from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.scores import score
 
 
+def translate_synchronized(translate, lines: list[str], device):
+    """translate(lines), returning once the device has finished (a GPU runs asynchronously)."""
+    results = translate(lines)
+    synchronize(device)
+    return results
+
+
 def bench_translation(model, tokenizer, config: Config, lines: list[str], device, beam: int, max_tokens: int):
     translate = torch_translator(model, tokenizer, with_decode(config, beam_size=beam, max_tokens=max_tokens), device)
-    start = time.perf_counter()
-    results = translate(lines)
-    seconds = time.perf_counter() - start
+    results, seconds = timed(translate, lines)
     tokens = sum(len(r[0].tokens) + 1 for r in results)
     return {
         "beam": beam,
@@ -52,9 +57,7 @@ def _ctranslate2_rows(out: str, lines: list[str], device: str, ours_greedy: list
                 out, "ctranslate2", device, compute_type, beam_size=beam, n_best=1, max_tokens=8192
             )
             translate(lines[:50])  # warm-up
-            start = time.perf_counter()
-            results = translate(lines)
-            seconds = time.perf_counter() - start
+            results, seconds = timed(translate, lines)
             row = {
                 "compute_type": compute_type,
                 "beam": beam,
@@ -113,10 +116,8 @@ def bench_decode_precisions(run_dir: str, prefix: str, device) -> dict:
             translate = torch_translator(loaded.model, loaded.tokenizer, config, device)
             translate(sources[:50])  # warm-up
             synchronize(device)
-            started = time.perf_counter()
-            hypotheses = [r[0].text for r in translate(sources)]
-            synchronize(device)
-            seconds = time.perf_counter() - started
+            results, seconds = timed(translate_synchronized, translate, sources, device)
+            hypotheses = [r[0].text for r in results]
             bleu = score(hypotheses, references, ("bleu",), data.tgt_lang)["bleu"]
             rows[precision] = {"ok": True, "sentences": len(sources), "per_s": len(sources) / seconds, "bleu": bleu}
         except Exception as error:

@@ -17,13 +17,10 @@ import argparse
 import json
 import random
 import re
-import time
 
-import torch
-
+from measure import machine, machine_line, texts, timed, write_json
 from mt_transformer.data.text import read_lines
 from mt_transformer.decoding.translator import load_translator
-from mt_transformer.devices import cpu_model
 from mt_transformer.evaluation.scores import score
 from mt_transformer.files import write_text
 
@@ -41,13 +38,7 @@ def reference_phrases(reference: str, translation: str, rng: random.Random) -> l
     return phrases
 
 
-def timed(translate, lines, constraints=None):
-    start = time.perf_counter()
-    results = translate(lines, constraints=constraints)
-    return [r[0].text for r in results], time.perf_counter() - start
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--src", required=True)
@@ -55,20 +46,21 @@ def main() -> None:
     parser.add_argument("--beams", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--write-constraints", metavar="FILE")
-    args = parser.parse_args()
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
 
     sources, references = read_lines(args.src), read_lines(args.ref)
-    print(f"# {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    include = None
+    print(f"# {machine_line()}")
+    include, rows = None, []
     for beam in args.beams:
         translate = load_translator(args.checkpoint, "torch", "cpu", beam_size=beam)
-        plain, plain_seconds = timed(translate, sources)
+        plain, plain_seconds = timed(texts, translate, sources)
         if include is None:  # drawn once, against the first beam's translations
             rng = random.Random(args.seed)
             include = [reference_phrases(r, t, rng) for r, t in zip(references, plain)]
             if args.write_constraints:
                 write_text(args.write_constraints, "".join("\t".join(p) + "\n" for p in include))
-        constrained, seconds = timed(translate, sources, (include, [[] for _ in sources]))
+        constrained, seconds = timed(texts, translate, sources, constraints=(include, [[] for _ in sources]))
         held = sum(all(p in t for p in phrases) for phrases, t in zip(include, constrained))
         row = {
             "beam": beam,
@@ -84,6 +76,10 @@ def main() -> None:
             "speed_ratio": round(plain_seconds / seconds, 3),
         }
         print(json.dumps(row), flush=True)
+        rows.append(row)
+    if args.json:
+        write_json(args.json, {"machine": machine(), "checkpoint": args.checkpoint, "rows": rows})
+    return rows
 
 
 if __name__ == "__main__":

@@ -21,15 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-from mt_transformer.devices import cpu_model
+from measure import machine, run_process
 
 TRANSLATE = "import sys; from mt_transformer.cli import translate_main; sys.argv[0] = 'mt-translate'; translate_main()"
 WHOLE_FILE = """
@@ -54,15 +52,8 @@ def make_corpus(source: str, lines: int, path: str, seed: int = 1) -> str:
 
 def timed(command: list[str], stdin=None) -> dict:
     """Run a process to its end: seconds and peak RSS (MB)."""
-    with tempfile.TemporaryFile() as log:  # a file, not a pipe: nothing reads stderr while it runs
-        start = time.perf_counter()
-        process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=log)
-        _, status, usage = os.wait4(process.pid, 0)
-        seconds = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            log.seek(0)
-            raise SystemExit(f"{command[3:]} failed: {log.read().decode()[-2000:]}")
-    return {"seconds": round(seconds, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024)}
+    seconds, peak_mb = run_process(command, stdin)
+    return {"seconds": round(seconds, 2), "peak_rss_mb": round(peak_mb)}
 
 
 def translate_command(args, source: str, output: str, beam: int, *extra: str) -> list[str]:
@@ -94,15 +85,16 @@ def killed_and_continued(args, source: str, beam: int) -> dict:
     total = sum(1 for _ in open(source, "rb"))
     start = time.perf_counter()
     process = subprocess.Popen(translate_command(args, source, out, beam), stderr=subprocess.DEVNULL)
-    while _lines_recorded(out + ".progress.json") < 0.6 * total:
+    while process.poll() is None and _lines_recorded(out + ".progress.json") < 0.6 * total:
         time.sleep(0.05)
+    killed = process.poll() is None  # a corpus of one window can end before 60% is recorded
     process.send_signal(signal.SIGKILL)
     process.wait()
     before_kill = time.perf_counter() - start
     again = timed(translate_command(args, source, out, beam))
     identical = open(out, "rb").read() == open(fresh_out, "rb").read()
-    return {"fresh_s": fresh["seconds"], "killed_after_s": round(before_kill, 2), "rerun_s": again["seconds"],
-            "identical": identical}  # fmt: skip
+    return {"fresh_s": fresh["seconds"], "killed": killed, "killed_after_s": round(before_kill, 2),
+            "rerun_s": again["seconds"], "identical": identical}  # fmt: skip
 
 
 def _lines_recorded(path: str) -> int:
@@ -164,8 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--buffer-sizes", type=int, nargs="+")
     args = parser.parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
-    host = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
-    print(json.dumps({"host": host}), flush=True)
+    print(json.dumps({"host": machine()}), flush=True)
     for beam in args.beam:
         if args.buffer_sizes:
             print(json.dumps({"beam": beam, "buffer_sizes": buffer_sizes(args, beam)}), flush=True)

@@ -23,7 +23,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from measure import calls_per_s, machine, machine_line, markdown_table, timed, write_json
 
 PAIRS = {"fp32": "float32", "int8": "int8"}  # our --precision: CTranslate2's compute type
 CALL = 32  # lines per call in the middle column
@@ -31,20 +32,7 @@ CALL = 32  # lines per call in the middle column
 
 def single_ms(translate, lines: list[str]) -> float:
     """Median milliseconds of one line per call."""
-    times = []
-    for line in lines:
-        start = time.perf_counter()
-        translate([line])
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
-def calls_per_s(translate, lines: list[str], size: int) -> float:
-    """Sentences/s translating `lines` in consecutive calls of `size` lines."""
-    start = time.perf_counter()
-    for i in range(0, len(lines), size):
-        translate(lines[i : i + size])
-    return len(lines) / (time.perf_counter() - start)
+    return 1000 * statistics.median(timed(translate, [line])[1] for line in lines)
 
 
 def worker(spec: dict) -> None:
@@ -78,9 +66,8 @@ def worker(spec: dict) -> None:
         elif task == "calls":
             value = calls_per_s(translate, lines[: max(4 * CALL, min(len(lines), 256))], CALL)
         else:
-            start = time.perf_counter()
-            texts = translate(lines)
-            value = len(lines) / (time.perf_counter() - start)
+            texts, seconds = timed(translate, lines)
+            value = len(lines) / seconds
             with open(spec["out"], "w", encoding="utf-8") as f:
                 f.write("".join(t + "\n" for t in texts))
         print(json.dumps(value), flush=True)
@@ -200,14 +187,13 @@ def main(argv: list[str] | None = None) -> None:
 
     from mt_transformer import checkpoint
     from mt_transformer.data.text import read_lines
-    from mt_transformer.devices import cpu_model
     from mt_transformer.evaluation.scores import score
     from mt_transformer.exchange import ctranslate2_export
     from mt_transformer.exchange.ctranslate2_cache import cached_conversion
 
     refs = read_lines(args.ref)[: args.lines] if args.ref else None
-    results = {"cpu": cpu_model(), "torch": torch.__version__, "checkpoint": args.checkpoint, "beam": args.beam}
-    print(f"{results['cpu']}, {os.cpu_count()} cores, beam {args.beam}, {args.lines} lines, each engine in its process")
+    results = {**machine(), "checkpoint": args.checkpoint, "beam": args.beam}
+    print(f"{machine_line()}; beam {args.beam}, {args.lines} lines, each engine in its process")
     cached_conversion(args.checkpoint)  # made once, before the default path is timed
     with tempfile.TemporaryDirectory() as workdir:
         exported = os.path.join(workdir, "ct2")
@@ -227,8 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     if max(args.threads) > 1:
         print(save_layout(results, args) if args.save_layout else f"layout: {layout(results, args)}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results)
 
 
 def layout(results: dict, args) -> dict[str, int]:
@@ -262,8 +247,9 @@ def save_layout(results: dict, args) -> str:
 
 def table(results: dict, args) -> str:
     columns = ("single_ms", f"calls_{CALL}", "whole")
-    head = f"| engine | 1 line, ms | calls of {CALL}, sent/s | all in one call, sent/s | equal to CTranslate2 | BLEU |"
-    out = [head, "|---" * (head.count("|") - 1) + "|"]
+    header = ["engine", "1 line, ms", f"calls of {CALL}, sent/s", "all in one call, sent/s"]
+    header += ["equal to CTranslate2", "BLEU"]
+    rows = []
     for precision in args.precisions:
         layouts = [f"ct2 {t}" for t in args.threads] + (["ct2 intra"] if max(args.threads) > 1 else [])
         ct2 = [results[f"{name} {precision}"] for name in layouts]
@@ -276,20 +262,17 @@ def table(results: dict, args) -> str:
             workers = f"{name.split()[-1]} worker(s) of 1 thread"
             label = labels.get(name) or f"CTranslate2 {PAIRS[precision]}, {intra if 'intra' in name else workers}"
             bleu = f"{r['bleu']:.2f}" if "bleu" in r else ""
-            out.append(
-                f"| {label} | {r['single_ms']:.1f} | {r[columns[1]]:.0f} | {r['whole']:.0f} | "
-                f"{r['equal_to_ct2']:.1%} | {bleu} |"
-            )
+            rows.append([label, f"{r['single_ms']:.1f}", f"{r[columns[1]]:.0f}", f"{r['whole']:.0f}",
+                         f"{r['equal_to_ct2']:.1%}", bleu])  # fmt: skip
             if name in ("default", "ours"):
                 ratios = [fastest["single_ms"] / r["single_ms"]] + [r[c] / fastest[c] for c in columns[1:]]
-                out.append(f"| {name} / fastest CTranslate2 | " + " | ".join(f"{x:.2f}x" for x in ratios) + " | | |")
+                rows.append([f"{name} / fastest CTranslate2", *(f"{x:.2f}x" for x in ratios), "", ""])
             if name == "default":
                 same = results[f"ct2 {max(args.threads)} {precision}"]  # the layout the default runs
-                ratios = paired(r, same)
                 label = f"default / CTranslate2 {max(args.threads)} workers, paired rounds (median)"
-                out.append(f"| {label} | " + " | ".join(f"{x:.2f}x" for x in ratios) + " | | |")
+                rows.append([label, *(f"{x:.2f}x" for x in paired(r, same)), "", ""])
     engines = sorted({f"{k}: {v['engine']}" for k, v in results.items() if isinstance(v, dict) and "engine" in v})
-    return "\n".join(out + [""] + engines)
+    return "\n".join([markdown_table(header, rows), "", *engines])
 
 
 if __name__ == "__main__":

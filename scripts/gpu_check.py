@@ -41,6 +41,7 @@ import torch
 from benchmark_report import paper_configs_table
 from benchmark_training import bench_paper_configs, matmul_ceiling
 from benchmark_translation import bench_decode_precisions
+from measure import markdown_table
 from mt_transformer.devices import use_fast_matmul
 from mt_transformer.files import write_text
 
@@ -174,23 +175,18 @@ def check_two_processes(corpus: str, workdir: str, reference: list[tuple[int, fl
     }
 
 
-def table_start(title: str, columns: list[str]) -> list[str]:
-    """A report item's title line and the head of its Markdown table."""
-    return [f"- {title}:", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-
-
 def translation_lines(rows: dict, verdict) -> list[str]:
     """The report's table of bench_decode_precisions' rows, each judged against fp32's BLEU."""
     title = f"translation with the bf16 run's checkpoint, beam 4, the valid set; BLEU within {BLEU_TOLERANCE} of fp32's"
-    lines = table_start(title, ["decode precision", "result", "sentences/s", "BLEU"])
-    reference = rows["fp32"].get("bleu", float("nan"))
+    reference, cells = rows["fp32"].get("bleu", float("nan")), []
     for name, row in rows.items():
         if not row["ok"]:
-            lines.append(f"| {name} | {verdict(False)} | {row['error']} | |")
+            cells.append([name, verdict(False), row["error"], ""])
             continue
         ok = abs(row["bleu"] - reference) <= BLEU_TOLERANCE
-        lines.append(f"| {name} | {verdict(ok)} | {row['per_s']:.1f} | {row['bleu']:.2f} |")
-    return lines + [""]
+        cells.append([name, verdict(ok), f"{row['per_s']:.1f}", f"{row['bleu']:.2f}"])
+    table = markdown_table(["decode precision", "result", "sentences/s", "BLEU"], cells)
+    return [f"- {title}:", "", *table.splitlines(), ""]
 
 
 def check_speed(updates: int) -> dict:
@@ -273,14 +269,12 @@ def precision_lines(precisions: dict, verdict) -> list[str]:
     """The report's table of the precision runs, each judged against fp32's losses."""
     title = f"precisions, base model, {UPDATES} updates; each logged loss within {LOSS_TOLERANCE:.0%} of fp32's"
     columns = ["precision", "result", "largest gap to fp32", "skipped updates", "loss at each log", "seconds"]
-    lines = table_start(title, columns)
+    cells = []
     for name, row in precisions.items():
         ok = row["ok"] and row["gap"] <= LOSS_TOLERANCE
         losses = " ".join(f"{loss:.3f}" for _, loss in row["losses"]) or row["error"]
-        lines.append(
-            f"| {name} | {verdict(ok)} | {row['gap']:.1%} | {row.get('skipped', '')} | {losses} | {row['seconds']} |"
-        )
-    return lines + [""]
+        cells.append([name, verdict(ok), f"{row['gap']:.1%}", row.get("skipped", ""), losses, row["seconds"]])
+    return [f"- {title}:", "", *markdown_table(columns, cells).splitlines(), ""]
 
 
 def environment() -> str:

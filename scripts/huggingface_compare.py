@@ -16,36 +16,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import re
 import tempfile
-import time
 
 import sacrebleu
 import torch
 
+from measure import machine, machine_line, markdown_table, texts, timed, write_json
 from mt_transformer import checkpoint
+from mt_transformer.data.text import read_lines
 from mt_transformer.decoding.search import output_limit
 from mt_transformer.decoding.translator import load_translator
 from mt_transformer.exchange import ctranslate2_export, huggingface_export
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        text = f.read()
-    model = re.search(r"model name\s*:\s*(.*)", text)
-    flags = sorted({f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if re.search(rf"\b{f}\b", text)})
-    return f"{model.group(1) if model else platform.processor()} [{', '.join(flags)}]"
-
-
-def timed(function, *args):
-    started = time.perf_counter()
-    result = function(*args)
-    return result, time.perf_counter() - started
-
-
-def texts(translate, lines: list[str]) -> list[str]:
-    return [results[0].text for results in translate(lines)]
 
 
 def generate_all(model, tokenizer, lines: list[str], decode, beam: int, batch_size: int) -> list[str]:
@@ -60,7 +41,7 @@ def generate_all(model, tokenizer, lines: list[str], decode, beam: int, batch_si
     return outputs
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--src", required=True)
@@ -68,26 +49,37 @@ def main() -> None:
     parser.add_argument("--tgt-lang", help="for a model trained with target tags")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per generate() call")
-    args = parser.parse_args()
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import transformers
 
     transformers.logging.set_verbosity_error()  # not a warning per call that max_new_tokens overrides max_length
-    with open(args.src, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    with open(args.ref, encoding="utf-8") as f:
-        refs = f.read().splitlines()
+    lines, refs = read_lines(args.src), read_lines(args.ref)
     loaded = checkpoint.load(args.checkpoint, torch.device("cpu"))
-    work = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory() as work:
+        rows = compare(args, loaded, lines, refs, work, transformers)
+    header = ["search", "engine", "sent/s", "BLEU", "lines equal to ours"]
+    cells = [[r["search"], r["engine"], f"{r['sentences_per_s']:.1f}", f"{r['bleu']:.2f}", f"{r['equal_to_ours']:.1%}"]
+             for r in rows]  # fmt: skip
+    print("\n" + markdown_table(header, cells))
+    if args.json:
+        write_json(args.json, {**machine(), "transformers": transformers.__version__, "rows": rows})
+    return rows
+
+
+def compare(args, loaded, lines: list[str], refs: list[str], work: str, transformers) -> list[dict]:
+    """Greedy and beam 4 in each of the three engines: a row each."""
     hf_dir, ct2_dir = os.path.join(work, "hf"), os.path.join(work, "ct2")
     settings = huggingface_export.export(loaded, hf_dir)
     ctranslate2_export.export(loaded, ct2_dir)
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     hf_lines = [f">>{args.tgt_lang}<< {line}" for line in lines] if args.tgt_lang else lines
-    print(f"{cpu_name()}, {args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"{machine_line()}, transformers {transformers.__version__}")
     gap = settings["largest_log_prob_difference"]
     print(f"{args.checkpoint}: {settings['architecture']}, {len(lines)} lines, export check {gap:.1e}")
+    rows = []
     for beam in (1, 4):
         ours_translate = load_translator(args.checkpoint, "torch", "cpu", tgt_lang=args.tgt_lang, beam_size=beam)
         ct2_translate = load_translator(
@@ -107,10 +99,9 @@ def main() -> None:
         ):
             same = sum(a == b for a, b in zip(output, ours)) / len(lines)
             bleu = sacrebleu.corpus_bleu(output, [refs]).score
-            print(
-                f"beam {beam}  {name:15s} {len(lines) / seconds:7.1f} sent/s  BLEU {bleu:6.2f}  "
-                f"lines equal to ours {100 * same:5.1f}%"
-            )
+            row = dict(search="greedy" if beam == 1 else f"beam {beam}", engine=name, bleu=bleu, equal_to_ours=same)
+            rows.append({**row, "sentences_per_s": len(lines) / seconds})
+    return rows
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 
 For generated English-German corpora of each size (default 100k and 2M pairs): `mt-prepare`
 (tokenizer + encoding into memory-mapped Arrow; wall time, pairs/s, peak RSS, size on disk),
-then a short `mt-train` on the prepared data (peak RSS), each in its own process measured by
-GNU time. Prints a Markdown table and the ratio of the largest corpus's training RSS to the
+then a short `mt-train` on the prepared data (peak RSS), each in its own process (its peak RSS
+as the kernel reports it on exit). Prints a Markdown table and the ratio of the largest corpus's training RSS to the
 smallest's.
 """
 
@@ -12,34 +12,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import yaml
 
+from measure import machine_line, markdown_table, run_process
 from mt_transformer.data.demo_data import generate
-from mt_transformer.files import directory_size
+from mt_transformer.files import directory_size, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def measured(command: list[str]) -> tuple[float, float]:
-    """Run `command`; return (wall seconds, peak RSS in MiB)."""
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as report:
-        start = time.monotonic()
-        done = subprocess.run(
-            ["/usr/bin/time", "-o", report.name, "-f", "%M", *command],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        wall = time.monotonic() - start
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-        return wall, int(report.read().split()[-1]) / 1024
 
 
 def config(corpus: str, run_dir: str, steps: int, spm_sample: int) -> dict:
@@ -68,7 +50,7 @@ def config(corpus: str, run_dir: str, steps: int, spm_sample: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[tuple]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 2_000_000])
     parser.add_argument("--steps", type=int, default=30)
@@ -79,7 +61,7 @@ def main() -> None:
         help="sentences per side sentencepiece samples (data.spm_max_sentences)",
     )
     parser.add_argument("--workdir", default=None, help="default: a temporary directory, removed afterwards")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -88,10 +70,9 @@ def main() -> None:
             corpus, run_dir = os.path.join(workdir, f"corpus_{size}"), os.path.join(workdir, f"run_{size}")
             generate(corpus, train=size, valid=500, test=10, seed=size)
             path = os.path.join(workdir, f"config_{size}.yaml")
-            with open(path, "w", encoding="utf-8") as f:
-                yaml.safe_dump(config(corpus, run_dir, args.steps, args.spm_sample), f)
-            prep_s, prep_rss = measured(["mt-prepare", "--config", path])
-            train_s, train_rss = measured(["mt-train", "--config", path])
+            write_text(path, yaml.safe_dump(config(corpus, run_dir, args.steps, args.spm_sample)))
+            prep_s, prep_rss = run_process(["mt-prepare", "--config", path], cwd=ROOT)
+            train_s, train_rss = run_process(["mt-train", "--config", path], cwd=ROOT)
             text_mb = sum(os.path.getsize(f"{corpus}/train.{lang}") for lang in ("en", "de")) / 2**20
             disk_mb = directory_size(os.path.join(run_dir, "cache")) / 2**20
             rows.append((size, text_mb, prep_s, size / prep_s, prep_rss, disk_mb, train_s, train_rss))
@@ -100,17 +81,12 @@ def main() -> None:
                 file=sys.stderr,
             )
 
-    print(
-        "| pairs | text (MB) | mt-prepare (s) | pairs/s | mt-prepare peak RSS (MiB) | encoded on disk (MB) "
-        f"| mt-train {args.steps} steps (s) | mt-train peak RSS (MiB) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for size, text_mb, prep_s, rate, prep_rss, disk, train_s, train_rss in rows:
-        print(
-            f"| {size:,} | {text_mb:.0f} | {prep_s:.0f} | {rate:,.0f} | {prep_rss:.0f} | {disk:.0f} | {train_s:.0f} "
-            f"| {train_rss:.0f} |"
-        )
+    header = ["pairs", "text (MB)", "mt-prepare (s)", "pairs/s", "mt-prepare peak RSS (MiB)"]
+    header += ["encoded on disk (MB)", f"mt-train {args.steps} steps (s)", "mt-train peak RSS (MiB)"]
+    cells = [[f"{size:,}", *(f"{v:,.0f}" for v in values)] for size, *values in rows]
+    print(f"{machine_line()}\n\n{markdown_table(header, cells)}")
     print(f"\ntraining peak RSS, {rows[-1][0]:,} pairs over {rows[0][0]:,}: {rows[-1][-1] / rows[0][-1]:.2f}")
+    return rows
 
 
 if __name__ == "__main__":

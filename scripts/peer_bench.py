@@ -18,13 +18,11 @@ loading excluded). Prints one `peer=mt_transformer ...` line and writes result.j
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
-import time
+
+from measure import machine_line, run_process, timed, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS_CONFIG = os.path.join(ROOT, "configs", "bench", "peers.yaml")
@@ -67,9 +65,7 @@ def decode(args, data: str, out: str) -> dict:
     for round_ in range(args.rounds):
         for name, translate in engines.items():
             translate(sources[:20])  # warm-up
-            start = time.perf_counter()
-            results = translate(sources)
-            seconds = time.perf_counter() - start
+            results, seconds = timed(translate, sources)
             hypotheses = [r[0].text for r in results]
             tokens = sum(len(r[0].tokens) for r in results)
             result[f"decode_sent_per_s@{name}/round{round_ + 1}"] = round(len(sources) / seconds, 2)
@@ -81,7 +77,7 @@ def decode(args, data: str, out: str) -> dict:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers-dir", default=os.environ.get("PEERS_DIR", os.path.expanduser("~/.cache/mt-peers")))
     parser.add_argument("--tag", default="r1")
@@ -98,13 +94,14 @@ def main() -> None:
     parser.add_argument(
         "--decode-precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16", "fp16"], help="decode.precision"
     )
-    args = parser.parse_args()
+    parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE", help="more config overrides")
+    args = parser.parse_args(argv)
     data = os.path.join(args.peers_dir, "data")
     out = os.path.join(args.peers_dir, "runs", f"mt_transformer-{args.tag}")
     if not os.path.isfile(f"{data}/raw/test.de"):
         sys.exit(f"{data}/raw/test.de not found: run the peers' prepare_data.sh first")
     os.makedirs(out, exist_ok=True)
-    result = {"peer": "mt_transformer"}
+    result = {"peer": "mt_transformer", "machine": machine_line()}
 
     if not args.decode_only:
         settings = [
@@ -114,22 +111,18 @@ def main() -> None:
             f"train.max_steps={args.steps}",
             f"train.valid_every={args.steps}",
             f"train.precision={args.precision}",
+            *args.set,
         ]
-        start = time.perf_counter()
         train = "import sys; from mt_transformer.cli import train_main; sys.argv[0] = 'mt-train'; train_main()"
-        subprocess.run(
-            [sys.executable, "-c", train, "--config", PEERS_CONFIG, "--set", *settings],
-            check=True,
-            env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ROOT},
-        )
-        result["train_wall_s"] = round(time.perf_counter() - start, 1)
-        result["train_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+        command = [sys.executable, "-c", train, "--config", PEERS_CONFIG, "--set", *settings]
+        seconds, peak_mb = run_process(command, env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ROOT})
+        result["train_wall_s"], result["train_peak_rss_mb"] = round(seconds, 1), round(peak_mb, 1)
     result["train_tok_per_s"] = round(steady_rate(os.path.join(out, "run")), 1)
 
     result.update(decode(args, data, out))
-    with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(out, "result.json"), result)
     print(" ".join(f"{k}={v}" for k, v in result.items()))
+    return result
 
 
 if __name__ == "__main__":

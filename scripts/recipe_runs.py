@@ -30,9 +30,9 @@ import sys
 import tempfile
 import time
 
+from measure import machine
 from mt_transformer import checkpoint
 from mt_transformer.config import load_config
-from mt_transformer.devices import cpu_model
 from mt_transformer.training.run_log import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,7 +117,7 @@ def score_run(out: str, best_name: str, has_test: bool) -> dict:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--name", required=True, help="the run's name (its directory under --runs-dir)")
@@ -135,7 +135,7 @@ def main() -> None:
         metavar="N",
         help="first time N updates of the same settings (this machine's speed now)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     out = os.path.join(args.runs_dir, args.name)
     overrides = [*args.set, f"train.output_dir={out}"]
@@ -164,7 +164,7 @@ def main() -> None:
     if probe is not None:
         row["probe_tokens_per_s"] = probe
     if not args.eval_only:
-        row["cpu"] = cpu_model()
+        row["cpu"] = machine()["cpu"]
     if args.brief:
         row.update(score_last(out))
     else:
@@ -178,6 +178,7 @@ def main() -> None:
             f"{row['valid_best']} (step {row['best_step']}; greedy {row['valid_best_greedy']}) | "
             f"{row.get('valid_avg3', '-')} | {row.get('valid_avg5', '-')} |"
         )
+    return row
 
 
 if __name__ == "__main__":

@@ -18,13 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import time
 
-import torch
-
+from measure import calls_per_s, machine, machine_line, markdown_table, write_json
 from mt_transformer.data.text import read_lines
-from mt_transformer.devices import cpu_model
 from mt_transformer.exchange.engine_choice import open_translator
 from mt_transformer.serve.app import ServerSettings
 from serve_process import ServerProcess, get
@@ -89,14 +86,6 @@ def call_size(clients: int, lines_per_request: int, batching: bool = True) -> in
     return min(clients * lines_per_request, ServerSettings.batch_lines) if batching else lines_per_request
 
 
-def engine_speed(translator, lines: list[str], call_lines: int) -> float:
-    """Sentences/s of the translator alone on `lines` in calls of `call_lines` lines, one after another."""
-    began = time.perf_counter()
-    for i in range(0, len(lines), call_lines):
-        translator(lines[i : i + call_lines])
-    return len(lines) / (time.perf_counter() - began)
-
-
 def engine_speeds(
     checkpoint: str, engine: str, lines: list[str], call_sizes: set[int], rounds: int = 3, precision: str | None = None
 ) -> tuple[float, dict[int, float]]:
@@ -111,7 +100,7 @@ def engine_speeds(
     best = dict.fromkeys(sizes, 0.0)
     for _ in range(rounds):
         for n in sizes:
-            best[n] = max(best[n], engine_speed(translator, lines[: max(8 * n, 128)], n))
+            best[n] = max(best[n], calls_per_s(translator, lines[: max(8 * n, 128)], n))
     offline = best.pop(len(lines))
     return offline, best
 
@@ -124,8 +113,8 @@ def measure(args, lines: list[str], offline: float, bounds: dict[int, float], un
         server_args += ["--precision", args.precision]
     rows = []
     with ServerProcess(server_args) as server:
-        languages = get(server.url + "/languages")[1]
-        pair = (languages[0]["code"], languages[0]["targets"][0])
+        source = next(entry for entry in get(server.url + "/languages")[1] if entry["targets"])
+        pair = (source["code"], source["targets"][0])
         warm = [[line] for line in lines[:32]]
         asyncio.run(load(server.port, warm, 8, pair, 60))
         for size in args.lines_per_request:
@@ -148,7 +137,7 @@ def measure(args, lines: list[str], offline: float, bounds: dict[int, float], un
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
     parser.add_argument("--engine", default="auto", choices=["auto", "torch", "ctranslate2"])
@@ -161,7 +150,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="requests per client per measurement, at least")
     parser.add_argument("--compare-unbatched", action="store_true", help="also a server without batching")
     parser.add_argument("--json", help="write the rows here as well")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     lines = [line for line in read_lines(args.src) if line.strip()][: args.max_lines]
     call_sizes = {
         call_size(clients, size, batching)
@@ -170,7 +159,7 @@ def main() -> None:
         for batching in ([True, False] if args.compare_unbatched else [True])
     }
     offline, bounds = engine_speeds(args.checkpoint, args.engine, lines, call_sizes, precision=args.precision)
-    print(f"# {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()}")
+    print(f"# {machine_line()}")
     print(f"# {args.checkpoint}, engine {args.engine}: {len(lines)} lines of {args.src}")
     print(f"# offline: {offline:.1f} sentences/s")
     for n, speed in bounds.items():
@@ -178,24 +167,29 @@ def main() -> None:
     rows = measure(args, lines, offline, bounds, unbatched=False)
     if args.compare_unbatched:
         rows += measure(args, lines, offline, bounds, unbatched=True)
-    print(
-        "\n| batching | lines/request | clients | req/s | sent/s | x offline | engine alone, x offline "
-        "| p50 ms | p99 ms | peak RSS MB |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {'yes' if r['batching'] else 'no'} | {r['lines_per_request']} | {r['clients']} | "
-            f"{r['requests_per_s']:.1f} | {r['sentences_per_s']:.1f} | {r['vs_offline']:.2f} | "
-            f"{r['engine_alone_vs_offline']:.2f} | "
-            f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['peak_rss_mb']:.0f} |"
-        )
+    header = ["batching", "lines/request", "clients", "req/s", "sent/s", "x offline", "engine alone, x offline"]
+    header += ["p50 ms", "p99 ms", "peak RSS MB"]
+    cells = [
+        [
+            "yes" if r["batching"] else "no",
+            r["lines_per_request"],
+            r["clients"],
+            f"{r['requests_per_s']:.1f}",
+            f"{r['sentences_per_s']:.1f}",
+            f"{r['vs_offline']:.2f}",
+            f"{r['engine_alone_vs_offline']:.2f}",
+            f"{r['p50_ms']:.0f}",
+            f"{r['p99_ms']:.0f}",
+            f"{r['peak_rss_mb']:.0f}",
+        ]
+        for r in rows
+    ]
+    print("\n" + markdown_table(header, cells))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            summary = {"cpu": cpu_model(), "checkpoint": args.checkpoint, "engine": args.engine}
-            summary["precision"] = args.precision
-            speeds = {"offline_sentences_per_s": offline, "engine_alone_sentences_per_s": bounds}
-            json.dump({**summary, **speeds, "rows": rows}, f, indent=1)
+        speeds = {"offline_sentences_per_s": offline, "engine_alone_sentences_per_s": bounds}
+        write_json(args.json, {**machine(), "checkpoint": args.checkpoint, "engine": args.engine,
+                               "precision": args.precision, **speeds, "rows": rows})  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":

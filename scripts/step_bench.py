@@ -9,28 +9,23 @@ divided by this host's memory bandwidth, per precision.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 
 import torch
 
+from measure import machine, machine_line, timed, write_json
 from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.decoding.engine import restack
 from mt_transformer.decoding.translator import load_translator
 from mt_transformer.decoding.weights import PACK_FROM_ELEMENTS, prepared_linears
-from mt_transformer.devices import autocast, cpu_model
+from mt_transformer.devices import autocast
 from mt_transformer.model.masks import padding_mask
 
 
 def memory_bandwidth() -> float:
     """Bytes/s of copying a 256 MB buffer (read + write), best of 5."""
     a, b = torch.empty(64 * 2**20), torch.empty(64 * 2**20)
-    fastest = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        b.copy_(a)
-        fastest = min(fastest, time.perf_counter() - start)
+    fastest = min(timed(b.copy_, a)[1] for _ in range(5))
     return 2 * a.numel() * 4 / fastest
 
 
@@ -67,11 +62,13 @@ def step_time(model, precision: str, rows: int = 4, length: int = 20, repeats: i
             cache = model.new_cache()
             model.decode(torch.full((1, 1), BOS_ID), memory, src_mask, cache)
             cache.select(torch.zeros(rows, dtype=torch.long))
-            start = time.perf_counter()
-            for _ in range(length):
-                model.logits(model.decode(tokens, None, src_mask, cache)[0]).log_softmax(-1)
-            times.append((time.perf_counter() - start) / length)
+            times.append(timed(steps, model, tokens, src_mask, cache, length)[1] / length)
     return statistics.median(times)
+
+
+def steps(model, tokens, src_mask, cache, length: int) -> None:
+    for _ in range(length):
+        model.logits(model.decode(tokens, None, src_mask, cache)[0]).log_softmax(-1)
 
 
 def step_bound(translator, repeats: int = 30) -> dict:
@@ -92,8 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    results = {"cpu": cpu_model(), "threads": args.threads}
-    print(f"{results['cpu']}, {args.threads} threads")
+    results = machine()
+    print(machine_line())
     for precision in args.precisions:
         translator = load_translator(args.checkpoint, "torch", "cpu", precision=precision)
         s = results[precision] = step_bound(translator, args.repeats)
@@ -102,8 +99,7 @@ def main(argv: list[str] | None = None) -> None:
             f"bound {s['bound_ms']:.2f} ms ({s['x_bound']:.1f}x the bound)"
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ workers); each model decodes with its own config's settings (beam, length penalt
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from engine_bench import measure_all  # noqa: E402
+from measure import machine, machine_line, markdown_table, write_json  # noqa: E402
 
 # the engines timed, as mt.load opens each (the int8 export is made here, as mt-export makes it)
 ENGINES = {
@@ -45,20 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def size_mb(path: str) -> float:
-    if os.path.isfile(path):
-        return os.path.getsize(path) / 2**20
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / 2**20
-
-
 def training_minutes(path: str) -> float | None:
     """The training minutes of the run a checkpoint belongs to (its metrics.jsonl), if found."""
+    from mt_transformer.training.run_log import METRICS_FILE, read_metrics
+
     for directory in (path, os.path.dirname(os.path.normpath(path))):
-        metrics = os.path.join(directory, "metrics.jsonl")
-        if os.path.isfile(metrics):
-            with open(metrics, encoding="utf-8") as f:
-                elapsed = [json.loads(line).get("elapsed_s") for line in f]
-            return max(e for e in elapsed if e is not None) / 60
+        if os.path.isfile(os.path.join(directory, METRICS_FILE)):
+            return max(e["elapsed_s"] for e in read_metrics(directory) if "elapsed_s" in e) / 60
     return None
 
 
@@ -68,7 +61,6 @@ def main(argv: list[str] | None = None) -> None:
 
     from mt_transformer import checkpoint
     from mt_transformer.data.text import read_lines
-    from mt_transformer.devices import cpu_model
     from mt_transformer.evaluation.scores import score
     from mt_transformer.exchange import ctranslate2_export
     from mt_transformer.exchange.ctranslate2_cache import cached_conversion
@@ -76,8 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     models = dict(item.split("=", 1) for item in args.model)
     beams = {name: int(k) for name, k in (item.split("=", 1) for item in args.beam)}
     refs = read_lines(args.ref)[: args.lines]
-    results = {"cpu": cpu_model(), "torch": torch.__version__, "models": {}}
-    print(f"{results['cpu']}, {os.cpu_count()} cores, {args.lines} lines, each engine in its process")
+    results = {**machine(), "models": {}}
+    print(f"{machine_line()}; {args.lines} lines, each engine in its process")
     with tempfile.TemporaryDirectory() as workdir:
         specs = []
         for name, path in models.items():
@@ -91,8 +83,8 @@ def main(argv: list[str] | None = None) -> None:
                 "layers": f"{config.model.encoder_layers}+{config.model.decoder_layers}",
                 "d_model": config.model.d_model,
                 "beam": beams.get(name, config.decode.beam_size),
-                "checkpoint_mb": size_mb(os.path.join(directory, checkpoint.MODEL_FILE)),
-                "int8_export_mb": size_mb(os.path.join(exported, "model.bin")),
+                "checkpoint_mb": os.path.getsize(os.path.join(directory, checkpoint.MODEL_FILE)) / 2**20,
+                "int8_export_mb": os.path.getsize(os.path.join(exported, "model.bin")) / 2**20,
                 "training_minutes": training_minutes(path),
             }
             for engine in args.engines:
@@ -116,24 +108,19 @@ def main(argv: list[str] | None = None) -> None:
             results["models"][model][engine] = {k: v for k, v in row.items() if k != "signature"}
     print(table(results, args.engines))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results)
 
 
 def table(results: dict, engines: list[str]) -> str:
-    head = "| model | layers, d_model, beam | BLEU | chrF | checkpoint MB | int8 export MB | training min |"
-    out = [head, "|---" * (head.count("|") - 1) + "|"]
+    header = ["model", "layers, d_model, beam", "BLEU", "chrF", "checkpoint MB", "int8 export MB", "training min"]
+    rows = []
     for name, m in results["models"].items():
         d = m[engines[0]]  # BLEU and chrF of the first engine timed (the default engine unless --engines)
         minutes = f"{m['training_minutes']:.0f}" if m["training_minutes"] else ""
-        out.append(
-            f"| {name} | {m['layers']}, {m['d_model']}, {m['beam']} | {d['bleu']:.2f} | {d['chrf']:.2f} | "
-            f"{m['checkpoint_mb']:.1f} | {m['int8_export_mb']:.1f} | {minutes} |"
-        )
+        rows.append([name, f"{m['layers']}, {m['d_model']}, {m['beam']}", f"{d['bleu']:.2f}", f"{d['chrf']:.2f}",
+                     f"{m['checkpoint_mb']:.1f}", f"{m['int8_export_mb']:.1f}", minutes])  # fmt: skip
     first = next(iter(results["models"]))
-    out += ["", f"sentences/s, one line at a time / all in one call (x: against {first}); BLEU", ""]
-    head = "| model | " + " | ".join(engines) + " |"
-    out += [head, "|---" * (head.count("|") - 1) + "|"]
+    speeds = []
     for name, m in results["models"].items():
         cells = []
         for engine in engines:
@@ -143,9 +130,12 @@ def table(results: dict, engines: list[str]) -> str:
             if name != first:
                 ratio = f" ({base['single_ms'] / e['single_ms']:.2f}x / {whole / base['whole']:.2f}x)"
             cells.append(f"{one:.0f} / {whole:.0f}{ratio}; {e['bleu']:.2f}")
-        out.append(f"| {name} | " + " | ".join(cells) + " |")
-    engines = {f"{k}: {v['engine']}" for m in results["models"].values() for k, v in m.items() if isinstance(v, dict)}
-    return "\n".join(out + [""] + sorted(engines))
+        speeds.append([name, *cells])
+    caption = f"sentences/s, one line at a time / all in one call (x: against {first}); BLEU"
+    models = results["models"].values()
+    engines_used = {f"{k}: {v['engine']}" for m in models for k, v in m.items() if isinstance(v, dict)}
+    parts = [markdown_table(header, rows), "", caption, "", markdown_table(["model", *engines], speeds), ""]
+    return "\n".join(parts + sorted(engines_used))
 
 
 if __name__ == "__main__":

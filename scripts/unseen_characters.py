@@ -17,11 +17,9 @@ import json
 import random
 import unicodedata
 
-import torch
-
+from measure import machine_line
 from mt_transformer.data.text import read_lines
 from mt_transformer.decoding.translator import load_translator
-from mt_transformer.devices import cpu_model
 
 MARKS = ["😀", "北京", "©", "Þórður", "🚲", "東京", "→", "Nguyễn", "🎉", "漢字", "♥", "Łódź", "Jiří", "🙂"]
 
@@ -31,14 +29,14 @@ def unseen(mark: str, seen: set[str]) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKC", mark) if ch not in seen and not ch.isspace())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", nargs="+", required=True, help="the training files of both sides")
     parser.add_argument("--src", required=True)
     parser.add_argument("--checkpoints", nargs="+", required=True)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     seen = set()
     for path in args.train:
@@ -54,7 +52,8 @@ def main() -> None:
         lines.append(" ".join(words[:at] + [mark] + words[at:]))
         wanted.append(unseen(mark, seen))
     shown = ", ".join(f"{m} ({unseen(m, seen)})" for m in marks)
-    print(f"# {cpu_model()}; the marks and the characters of each that training lacks: {shown}")
+    print(f"# {machine_line()}; the marks and the characters of each that training lacks: {shown}")
+    found = []
     for checkpoint in args.checkpoints:
         translate = load_translator(checkpoint, "torch", "cpu", beam_size=args.beam)
         results = translate(lines)
@@ -70,11 +69,12 @@ def main() -> None:
             "by_mark": by_kind,
             "lines_with_unknowns": sum(r[0].unknowns > 0 for r in results),
             "unknown_mark_printed": sum("\u2047" in r[0].text for r in results),
-            "threads": torch.get_num_threads(),
         }
         print(json.dumps(row, ensure_ascii=False), flush=True)
+        found.append(row)
         for line, result in list(zip(lines, results))[:3]:
             print(f"#   {line}\n#   -> {result[0].text}")
+    return found
 
 
 if __name__ == "__main__":

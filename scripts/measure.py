@@ -1,0 +1,89 @@
+"""What the measuring scripts share: the machine a number came from, the clock, and the Markdown
+table or JSON file it is written as. A speed means something only beside its machine (the CPU
+model, family and vector extensions, cores, threads, torch), so every script records `machine()`."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from mt_transformer.devices import cpu_model
+from mt_transformer.files import write_text
+
+
+def machine(device: torch.device | str = "cpu") -> dict:
+    """The machine a measurement ran on: CPU (model, family, vector extensions), cores, torch's
+    threads, torch and Python versions, and the GPU where `device` is one."""
+    device = torch.device(device)
+    described = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    if device.type == "cuda":
+        described["gpu"] = torch.cuda.get_device_name(device)
+    return described
+
+
+def machine_line(device: torch.device | str = "cpu") -> str:
+    """machine() in one line, as the scripts print it above their tables."""
+    m = machine(device)
+    gpu = f", GPU {m['gpu']}" if "gpu" in m else ""
+    return f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads, torch {m['torch']}, Python {m['python']}{gpu}"
+
+
+def timed(function: Callable, *args, **kwargs) -> tuple[object, float]:
+    """function(*args, **kwargs) and the seconds it took."""
+    start = time.perf_counter()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def per_second(count: int, function: Callable, *args, **kwargs) -> float:
+    """`count` items (lines, tokens) divided by the seconds function(*args, **kwargs) took."""
+    return count / timed(function, *args, **kwargs)[1]
+
+
+def texts(translate: Callable, lines: list[str], **options) -> list[str]:
+    """The best translation of each line, as text (translate: a translator, as mt.load's)."""
+    return [results[0].text for results in translate(lines, **options)]
+
+
+def calls_per_s(translate: Callable, lines: list[str], size: int) -> float:
+    """Sentences/s of translate() on `lines` in consecutive calls of `size` lines."""
+    return per_second(len(lines), lambda: [translate(lines[i : i + size]) for i in range(0, len(lines), size)])
+
+
+def run_process(command: list[str], stdin=None, cwd: str | None = None, env: dict | None = None) -> tuple[float, float]:
+    """Run a command to its end, its output discarded: (wall seconds, its peak RSS in MiB). A
+    failure stops the script with the command's last lines of stderr."""
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: nothing reads stderr while it runs
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=log, cwd=cwd, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.seek(0)
+            raise SystemExit(f"{' '.join(command)} failed:\n{log.read().decode(errors='replace')[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table: one row per sequence of cells, each cell as str() writes it."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(path: str, results: object) -> None:
+    """Results written atomically as indented JSON (the numbers a docs table is made from)."""
+    write_text(path, json.dumps(results, indent=2) + "\n")

@@ -1,0 +1,16 @@
+"""scripts/memory_scaling.py: mt-prepare and mt-train time and peak memory as the corpus grows."""
+
+import pytest
+
+import memory_scaling
+
+
+@pytest.mark.slow  # about 25 s: two corpora, each prepared and trained in a process of its own
+def test_each_size_is_prepared_and_trained_and_tabled(tmp_path, capsys):
+    rows = memory_scaling.main(["--sizes", "3000", "6000", "--steps", "2", "--workdir", str(tmp_path)])
+    assert [r[0] for r in rows] == [3000, 6000]
+    for _, text_mb, prep_s, rate, prep_rss, disk_mb, train_s, train_rss in rows:
+        assert text_mb > 0 and prep_s > 0 and rate > 0 and prep_rss > 0 and disk_mb > 0 and train_s > 0
+        assert train_rss > 50  # torch alone
+    printed = capsys.readouterr().out
+    assert "| 6,000 |" in printed and "training peak RSS, 6,000 pairs over 3,000:" in printed
