@@ -78,7 +78,7 @@ bench-corpus:
 	$(PYTHON) scripts/corpus_bench.py --checkpoint $(CHECKPOINT) --source $(SRC) $(ARGS)
 	$(PYTHON) scripts/memory_scaling.py
 
-# the transformers and CTranslate2 exports against our translator (docs/exports.md)
+# the transformers and CTranslate2 exports against our translator (docs/benchmarks.md)
 bench-exports:
 	$(PYTHON) scripts/huggingface_compare.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) $(ARGS)
 
