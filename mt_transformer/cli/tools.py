@@ -18,19 +18,27 @@ def export_main(argv=None):
     parser.add_argument(
         "--format",
         required=True,
-        choices=["ctranslate2", "huggingface"],
-        help="ctranslate2: for mt-translate --engine ctranslate2; huggingface: a transformers model and tokenizer",
+        choices=["ctranslate2", "huggingface", "argos"],
+        help="ctranslate2: for mt-translate --engine ctranslate2; huggingface: a transformers model and tokenizer; "
+        "argos: an Argos Translate package (.argosmodel) for Argos Translate and LibreTranslate",
     )
     parser.add_argument(
         "--quantization",
-        choices=["int8", "int8_float32", "int16", "float16", "bfloat16"],
-        help="ctranslate2: store the weights quantized (default: float32; the compute type can still be "
-        "chosen at translation time)",
+        choices=["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"],
+        help="ctranslate2 and argos: the weights' storage (default: float32 for ctranslate2, int8 for argos; "
+        "the compute type can still be chosen at translation time)",
     )
-    parser.add_argument("output_dir", help="the directory to write (replaced if it exists)")
+    argos = parser.add_argument_group("argos")
+    argos.add_argument("--from-name", help="the source language's name (default: known for common codes)")
+    argos.add_argument("--to-name", help="the target language's name")
+    argos.add_argument("--package-version", default="1.0", help="the package's version (default: 1.0)")
+    argos.add_argument("--license", default="unspecified", help="the model's license, written into the package")
+    argos.add_argument("--check-src", help="source lines to check the package with (default: the test split's)")
+    parser.add_argument("output_dir", help="the directory to write (replaced if it exists); argos: the .argosmodel")
     args = parser.parse_args(argv)
-    if args.quantization and args.format != "ctranslate2":
-        raise UserError(f"--quantization: only for --format ctranslate2, not {args.format}")
+    if args.quantization and args.format == "huggingface":
+        raise UserError("--quantization: only for --format ctranslate2 or argos, not huggingface")
+    quantization = None if args.quantization == "float32" else args.quantization
 
     import torch
 
@@ -49,10 +57,37 @@ def export_main(argv=None):
     from mt_transformer.exchange import ctranslate2_export
 
     ctranslate2_export.import_ctranslate2()
-    ctranslate2_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, args.quantization)
+    if args.format == "argos":
+        return export_argos(args, quantization)
+    ctranslate2_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, quantization)
     print(
         f"wrote {args.output_dir} (CTranslate2; translate with: mt-translate --engine ctranslate2 "
         f"--checkpoint {args.output_dir})"
+    )
+
+
+def export_argos(args, quantization: str | None) -> None:
+    import torch
+
+    from mt_transformer import checkpoint
+    from mt_transformer.exchange import argos_export
+
+    argos_export.argos_version()  # a clear message before the model is loaded
+    options = argos_export.PackageOptions(
+        quantization="int8" if args.quantization is None else quantization,
+        from_name=args.from_name,
+        to_name=args.to_name,
+        version=args.package_version,
+        license=args.license,
+        check_src=args.check_src,
+    )
+    report = argos_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, options)
+    meta, equal, lines = report["metadata"], report["equal_to_ctranslate2_engine"], report["checked_lines"]
+    print(
+        f"wrote {args.output_dir} (Argos Translate {meta['from_code']} -> {meta['to_code']}; argostranslate "
+        f"{meta['argos_version']} translated {lines} check lines as our tokenizer and its CTranslate2 model do at "
+        f"its settings, {equal} of them as mt-translate --engine ctranslate2 does at ours; install it with "
+        f'argostranslate.package.install_from_path("{args.output_dir}") or from an index: docs/exports.md)'
     )
 
 

@@ -1,0 +1,107 @@
+"""exchange/argos_export.py and argos_check.py: Argos Translate packages, checked with argostranslate
+from PyPI, as a user installs and runs them."""
+
+import json
+import os
+import zipfile
+
+import pytest
+
+from conftest import run_cli, tiny_config, write_config
+
+pytest.importorskip("argostranslate", reason="argostranslate is not installed (pip install argostranslate)")
+pytest.importorskip("spacy", reason="spaCy is not installed")
+
+from mt_transformer import checkpoint  # noqa: E402
+from mt_transformer.exchange import argos_check  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory) -> str:
+    """A tiny model trained long enough to write words (the shared 40-step run writes one letter)."""
+    directory = tmp_path_factory.mktemp("argos_run")
+    config = tiny_config(corpus, str(directory / "run"), train={"max_steps": 200, "valid_every": 200})
+    config["data"]["test"] = f"{corpus}/test"
+    assert run_cli("mt-train", "--config", write_config(directory / "config.yaml", config)).returncode == 0
+    return str(directory / "run")
+
+
+@pytest.fixture(scope="module")
+def package(trained, tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("argos") / "en_de.argosmodel")
+    result = run_cli("mt-export", "--checkpoint", trained, "--format", "argos", path, "--license", "MIT")
+    assert result.returncode == 0, result.stderr
+    assert "argostranslate" in result.stdout and "40 check lines" in result.stdout
+    return path
+
+
+@pytest.mark.slow  # about 15 s: the export, and argostranslate started in a process of its own
+def test_a_package_is_one_directory_argos_reads(package, trained):
+    with zipfile.ZipFile(package) as archive:
+        names = archive.namelist()
+        (top,) = {name.split("/")[0] for name in names}
+        meta = json.loads(archive.read(f"{top}/metadata.json"))
+        spm = archive.read(f"{top}/sentencepiece.model")
+    assert top == "translate-en_de-1_0"
+    assert {f"{top}/model/model.bin", f"{top}/model/config.json", f"{top}/spacy/meta.json"} <= set(names)
+    from importlib.metadata import version
+
+    assert meta["from_code"] == "en" and meta["to_code"] == "de" and meta["from_name"] == "English"
+    assert meta["to_name"] == "German" and meta["argos_version"] == version("argostranslate")
+    assert meta["package_version"] == "1.0" and meta["license"] == "MIT" and meta["type"] == "translate"
+    loaded = checkpoint.load(trained, "cpu")
+    with open(loaded.tokenizer.path(loaded.tokenizer.model_files[0]), "rb") as f:
+        assert spm == f.read()  # Argos feeds the model our pieces
+    with zipfile.ZipFile(package) as archive:
+        config = json.loads(archive.read(f"{top}/model/config.json"))
+    assert config.get("add_source_eos") is True
+
+
+@pytest.mark.slow
+def test_argostranslate_splits_a_paragraph_offline_and_translates_as_we_do(package, trained, tmp_path):
+    with zipfile.ZipFile(package) as archive:
+        archive.extractall(tmp_path / "unpacked")
+    (directory,) = (tmp_path / "unpacked").iterdir()
+    tokenizer = checkpoint.load(trained, "cpu").tokenizer
+    paragraph = "the teacher bought three red apples. my sister sold two green books."
+    lines = [paragraph, "the teacher bought three red apples.", "my sister sold two green books."]
+    theirs = argos_check.argos_translations(package, lines, str(tmp_path))
+    ours, _ = argos_check.ours_at_argos_settings(str(directory), tokenizer, lines)
+    assert theirs == ours and all(theirs)
+    assert theirs[0] == f"{theirs[1]} {theirs[2]}"  # two sentences, translated apart, joined
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--check-src", "no/such.en"], "--check-src: no source lines to check the package with (no/such.en"),
+        (["--quantization", "int8", "--format", "huggingface"], "--quantization: only for --format ctranslate2"),
+    ],
+)
+def test_mistakes_are_one_line_errors_and_nothing_is_written(trained_run, tmp_path, extra, message):
+    out = tmp_path / "x.argosmodel"
+    result = run_cli("mt-export", "--checkpoint", trained_run, "--format", "argos", str(out), *extra)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_language_without_a_known_name_needs_one():
+    from types import SimpleNamespace
+
+    from mt_transformer.errors import UserError
+    from mt_transformer.exchange import argos_export
+
+    loaded = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(src_lang="qx", tgt_lang="en")))
+    with pytest.raises(UserError, match="--from-name: no name known for the language code 'qx'"):
+        argos_export.metadata(loaded, None, None, "1.0", "MIT")
+    assert argos_export.metadata(loaded, "Qxish", None, "1.0", "MIT")["from_name"] == "Qxish"
+
+
+def test_what_a_package_cannot_carry_is_named(corpus, tmp_path):
+    config = tiny_config(corpus, str(tmp_path / "run"), train={"max_steps": 2, "valid_every": 2})
+    config["data"]["joint_vocab"] = False
+    path = write_config(tmp_path / "config.yaml", config)
+    assert run_cli("mt-train", "--config", path).returncode == 0
+    result = run_cli("mt-export", "--checkpoint", str(tmp_path / "run"), "--format", "argos", str(tmp_path / "x"))
+    assert result.returncode == 2 and "one sentencepiece model for both languages" in result.stderr
+    assert not os.path.exists(tmp_path / "x")
