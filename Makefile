@@ -4,7 +4,7 @@ PIP = $(PYTHON) -m pip
 DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
-.PHONY: install demo test tour lint bench gpu-check clean \
+.PHONY: install demo test test-apps tour lint bench gpu-check clean \
 	bench-engines bench-students bench-serve bench-corpus bench-exports bench-techniques bench-filtering \
 	bench-peers profile recipe-run
 
@@ -29,7 +29,16 @@ demo: install
 	mt-eval --hyp $(DEMO_DATA)/test.en --ref $(DEMO_DATA)/test.de --metrics bleu chrf
 
 test: install
-	$(PYTHON) -m pytest -q -n 2 --dist loadgroup -m "not notebook"
+	$(PYTHON) -m pytest -q -n 2 --dist loadgroup -m "not notebook and not apps"
+
+# Our Argos packages in argostranslate and a LibreTranslate from PyPI, offline on 127.0.0.1.
+# LibreTranslate pins its own dependencies: it gets a virtual environment of its own, the CPU
+# build of torch installed there first (docs/exports.md#argos-translate-and-libretranslate).
+LT_VENV ?= $(HOME)/.cache/mt_transformer/libretranslate-venv
+test-apps: install
+	@test -x $(LT_VENV)/bin/libretranslate || { $(PYTHON) -m venv $(LT_VENV) && \
+	  $(LT_VENV)/bin/pip install -q "torch==2.13.0" && $(LT_VENV)/bin/pip install -q libretranslate libretranslatepy spacy; }
+	MT_LIBRETRANSLATE_PYTHON=$(LT_VENV)/bin/python $(PYTHON) -m pytest -q -m apps
 
 # docs/tour.ipynb run top to bottom in a fresh kernel (it trains a small model for a minute)
 tour: install
