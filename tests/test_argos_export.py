@@ -91,10 +91,10 @@ def test_a_language_without_a_known_name_needs_one():
     from mt_transformer.errors import UserError
     from mt_transformer.exchange import argos_export
 
-    loaded = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(src_lang="qx", tgt_lang="en")))
+    corpus = SimpleNamespace(src_lang="qx", tgt_lang="en")
     with pytest.raises(UserError, match="--from-name: no name known for the language code 'qx'"):
-        argos_export.metadata(loaded, None, None, "1.0", "MIT")
-    assert argos_export.metadata(loaded, "Qxish", None, "1.0", "MIT")["from_name"] == "Qxish"
+        argos_export.metadata(corpus, None, None, "1.0", "MIT")
+    assert argos_export.metadata(corpus, "Qxish", None, "1.0", "MIT")["from_name"] == "Qxish"
 
 
 def test_what_a_package_cannot_carry_is_named(corpus, tmp_path):
@@ -105,3 +105,28 @@ def test_what_a_package_cannot_carry_is_named(corpus, tmp_path):
     result = run_cli("mt-export", "--checkpoint", str(tmp_path / "run"), "--format", "argos", str(tmp_path / "x"))
     assert result.returncode == 2 and "one sentencepiece model for both languages" in result.stderr
     assert not os.path.exists(tmp_path / "x")
+
+
+@pytest.mark.slow  # about 20 s: a two-way model, two packages, argostranslate twice
+def test_a_model_with_target_tags_is_a_package_per_pair_whose_model_adds_its_tag(corpus, tmp_path):
+    corpora = [
+        {"src_lang": lang, "tgt_lang": other, "train": f"{corpus}/train", "test": f"{corpus}/test"}
+        for lang, other in (("en", "de"), ("de", "en"))
+    ]
+    data = {"train": None, "valid": None, "corpora": corpora, "target_tags": True}
+    config = tiny_config(corpus, str(tmp_path / "run"), data=data, train={"max_steps": 150, "valid_every": 150})
+    config["decode"]["max_len_b"] = 200  # CTranslate2 below stops at its own limit
+    assert run_cli("mt-train", "--config", write_config(tmp_path / "config.yaml", config)).returncode == 0
+    out = tmp_path / "two_way.argosmodel"
+    args = ["--checkpoint", str(tmp_path / "run"), "--format", "argos", str(out), "--quantization", "float32"]
+    result = run_cli("mt-export", *args, "--check-src", f"{corpus}/test.en")
+    assert result.returncode == 2 and "--check-src" in result.stderr  # one file cannot be both sources
+    result = run_cli("mt-export", *args)
+    assert result.returncode == 0, result.stderr
+    for src, tgt in (("en", "de"), ("de", "en")):
+        package = tmp_path / f"two_way.{src}_{tgt}.argosmodel"
+        with zipfile.ZipFile(package) as archive:
+            meta = json.loads(archive.read(f"translate-{src}_{tgt}-1_0/metadata.json"))
+            archive.extractall(tmp_path / f"{src}_{tgt}")
+        assert (meta["from_code"], meta["to_code"]) == (src, tgt) and "target_prefix" not in meta
+        assert (tmp_path / f"{src}_{tgt}" / f"translate-{src}_{tgt}-1_0" / "model" / "model.bin").is_file()

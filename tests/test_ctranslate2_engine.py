@@ -50,6 +50,31 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
         assert torch.allclose(theirs, ours, atol=1e-4), (theirs - ours).abs().max()
 
 
+def test_a_source_prefix_is_a_piece_the_model_adds_itself(trained_run, corpus, tmp_path):
+    """source_prefix (for Argos, which cannot prefix a source): the model reads the tag before every
+    source it is given, and scores as ours does after that tag, not after another."""
+    from mt_transformer.data.tokenizer import train_tokenizer
+
+    lines = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:5]
+    refs = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()[:5]
+    src, tgt = (open(f"{corpus}/train.{s}", encoding="utf-8").read().splitlines()[:500] for s in ("en", "de"))
+    tags = ["<2de>", "<2en>"]
+    tokenizer = train_tokenizer(str(tmp_path / "tok"), src, tgt, True, 150, "bpe", 1.0, 10_000, 1, False, tags)
+    loaded = checkpoint.load(trained_run, CPU)
+    model = perturbed_model(loaded.config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
+    out = tmp_path / "ct2-de"
+    tagged = dataclasses.replace(loaded, model=model, tokenizer=tokenizer)
+    gap = ctranslate2_export.export(tagged, str(out), source_prefix="<2de>")
+    assert gap < 1e-4 and not (out / "mt_transformer.json").exists()
+    translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
+    for src_ids, tgt_ids in zip(tokenizer.encode_src(lines), tokenizer.tgt.encode(refs)):
+        theirs = ct2_token_log_probs(translator, tokenizer, src_ids, tgt_ids)
+        ours = token_log_probs(model, [tokenizer.tags["<2de>"], *src_ids], tgt_ids)
+        assert torch.allclose(theirs, ours, atol=1e-4), (theirs - ours).abs().max()
+        other = token_log_probs(model, [tokenizer.tags["<2en>"], *src_ids], tgt_ids)
+        assert (theirs - other).abs().max() > 1e-3
+
+
 def test_mt_export_and_translate_with_ctranslate2(trained_run, corpus, tmp_path):
     out = tmp_path / "exported"
     result = run_cli("mt-export", "--checkpoint", trained_run, "--format", "ctranslate2", str(out))

@@ -74,6 +74,7 @@ def export_argos(args, quantization: str | None) -> None:
 
     argos_export.argos_version()  # a clear message before the model is loaded
     options = argos_export.PackageOptions(
+        checkpoint=args.checkpoint,
         quantization="int8" if args.quantization is None else quantization,
         from_name=args.from_name,
         to_name=args.to_name,
@@ -81,13 +82,17 @@ def export_argos(args, quantization: str | None) -> None:
         license=args.license,
         check_src=args.check_src,
     )
-    report = argos_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, options)
-    meta, equal, lines = report["metadata"], report["equal_to_ctranslate2_engine"], report["checked_lines"]
+    reports = argos_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, options)
+    for report in reports:
+        meta, equal, lines = report["metadata"], report["equal_to_ctranslate2_engine"], report["checked_lines"]
+        print(
+            f"wrote {report['path']} (Argos Translate {meta['from_code']} -> {meta['to_code']}; argostranslate "
+            f"{meta['argos_version']} translated {lines} check lines as our tokenizer and its CTranslate2 model do "
+            f"at its settings, {equal} of them as mt-translate --engine ctranslate2 does at ours)"
+        )
     print(
-        f"wrote {args.output_dir} (Argos Translate {meta['from_code']} -> {meta['to_code']}; argostranslate "
-        f"{meta['argos_version']} translated {lines} check lines as our tokenizer and its CTranslate2 model do at "
-        f"its settings, {equal} of them as mt-translate --engine ctranslate2 does at ours; install it with "
-        f'argostranslate.package.install_from_path("{args.output_dir}") or from an index: docs/exports.md)'
+        'install with argostranslate.package.install_from_path("PACKAGE"), or publish to an index: '
+        "docs/exports.md#argos-translate-and-libretranslate"
     )
 
 

@@ -77,9 +77,10 @@ def ours_at_argos_settings(directory: str, tokenizer, lines: list[str]) -> tuple
     return texts, unknowns
 
 
-def check(package: str, directory: str, tokenizer, lines: list[str], scratch: str) -> dict:
+def check(package: str, directory: str, tokenizer, lines: list[str], scratch: str, engine: dict) -> dict:
     """Argos's translations of `lines` against ours at its settings (every line must match but
-    those with an unknown piece or a "_") and against our CTranslate2 engine's."""
+    those with an unknown piece or a "_") and against our CTranslate2 engine's on the checkpoint
+    (engine: its path, the target language for a model with target tags, the quantization)."""
     import mt_transformer as mt
 
     theirs = argos_translations(package, lines, scratch)
@@ -90,12 +91,15 @@ def check(package: str, directory: str, tokenizer, lines: list[str], scratch: st
                 f"--format argos: argostranslate translates {line!r} as {argos!r}, our tokenizer and the "
                 f"package's model at its settings as {own!r}; nothing written"
             )
-    engine = mt.load(os.path.join(directory, "model"), engine="ctranslate2", device="cpu").translate(lines)
+    compute_type = engine["quantization"] or "float32"
+    found = mt.load(
+        engine["checkpoint"], engine="ctranslate2", device="cpu", tgt_lang=engine["tgt_lang"], compute_type=compute_type
+    ).translate(lines)
     return {
         "checked_lines": len(lines),
         "equal_at_argos_settings": sum(a == b for a, b in zip(theirs, ours)),
         "with_unknowns_or_underscores": sum(u or "_" in o for u, o in zip(unknowns, ours)),
-        "equal_to_ctranslate2_engine": sum(a == b for a, b in zip(theirs, engine)),
+        "equal_to_ctranslate2_engine": sum(a == b for a, b in zip(theirs, found)),
     }
 
 

@@ -15,8 +15,10 @@ Before the file is written, argostranslate's own code installs the package into 
 directory and translates check lines, offline, which must come out as our tokenizer and
 CTranslate2 give them at Argos's search settings (exchange/argos_check.py).
 
-What a package cannot carry: a source-side target tag (Argos puts a language token only before
-the output), separate source and target sentencepiece models, constraints, ensembles.
+A model with target tags (`data.target_tags`) reads `<2xx>` before each source, which Argos cannot
+write (it prefixes only the output): it becomes one package per language pair, OUT.SRC_TGT.argosmodel,
+each model adding its tag itself. What a package cannot carry: separate source and target
+sentencepiece models, constraints, ensembles.
 """
 
 from __future__ import annotations
@@ -63,26 +65,33 @@ def refuse_what_argos_cannot_carry(loaded) -> None:
             "--format argos: a package holds one sentencepiece model for both languages, and this "
             "checkpoint has two (data.joint_vocab: false)"
         )
-    if tokenizer.tags:
-        raise UserError(
-            "--format argos: this model reads its target language as a tag before the source "
-            f"({', '.join(sorted(tokenizer.tags))}); Argos puts a language token only before the output"
-        )
 
 
-def metadata(loaded, from_name: str | None, to_name: str | None, version: str, license: str) -> dict:
+def pairs(loaded) -> list[tuple[object, str | None]]:
+    """The language pairs a model translates, one package each: (its corpus config, the target
+    tag its sources begin with, or None). A model with target tags reads `<2xx>` before every
+    source, which Argos cannot write (it prefixes only the output): each of its packages holds a
+    model that adds its tag itself (ctranslate2_export.build_spec's source_prefix)."""
     data = loaded.config.data
+    found = {}
+    for corpus in data.corpus_list():
+        prefix = corpus.source_tags(data.target_tags)[0] if data.target_tags else None
+        found.setdefault((corpus.src_lang, corpus.tgt_lang), (corpus, prefix))
+    return list(found.values())
+
+
+def metadata(corpus, from_name: str | None, to_name: str | None, version: str, license: str) -> dict:
     names = {}
-    for side, code, given in (("from", data.src_lang, from_name), ("to", data.tgt_lang, to_name)):
+    for side, code, given in (("from", corpus.src_lang, from_name), ("to", corpus.tgt_lang, to_name)):
         names[side] = given or LANGUAGE_NAMES.get(code)
         if not names[side]:
             raise UserError(f"--{side}-name: no name known for the language code {code!r}; give one")
     return {
         "package_version": version,
         "argos_version": argos_version(),
-        "from_code": data.src_lang,
+        "from_code": corpus.src_lang,
         "from_name": names["from"],
-        "to_code": data.tgt_lang,
+        "to_code": corpus.tgt_lang,
         "to_name": names["to"],
         "type": "translate",
         "links": [],
@@ -116,12 +125,17 @@ def spacy_pipeline(language: str, directory: str) -> None:
     nlp.to_disk(directory)
 
 
-def build(loaded, directory: str, meta: dict, quantization: str | None) -> None:
-    """The package's directory: CTranslate2 model, tokenizer, sentence splitter, metadata, README."""
+def build(loaded, directory: str, meta: dict, quantization: str | None, prefix: str | None) -> None:
+    """The package's directory: CTranslate2 model (only what CTranslate2 reads), tokenizer,
+    sentence splitter, metadata, README."""
     from mt_transformer.exchange import ctranslate2_export
 
     os.makedirs(directory)
-    ctranslate2_export.export(loaded, os.path.join(directory, "model"), quantization)
+    model = os.path.join(directory, "model")
+    ctranslate2_export.export(loaded, model, quantization, source_prefix=prefix)
+    for name in os.listdir(model):
+        if name.endswith(".model") or name == "mt_transformer.json":
+            os.remove(os.path.join(model, name))
     tokenizer = loaded.tokenizer
     shutil.copyfile(tokenizer.path(tokenizer.model_files[0]), os.path.join(directory, "sentencepiece.model"))
     spacy_pipeline(meta["from_code"], os.path.join(directory, "spacy"))
@@ -139,13 +153,12 @@ def zip_directory(directory: str, path: str) -> None:
                 archive.write(full, os.path.relpath(full, parent))
 
 
-def check_lines(loaded, given: str | None) -> list[str]:
+def check_lines(corpus, given: str | None) -> list[str]:
     """The source lines Argos translates in the check: --check-src, or the first CHECK_LINES of the
-    checkpoint's test (or valid) split where it is a local text file."""
+    corpus's test (or valid) split where it is a local text file."""
     from mt_transformer.data.text import read_lines
 
-    data = loaded.config.data
-    candidates = [given] if given else [f"{p}.{data.src_lang}" for p in (data.test, data.valid) if p]
+    candidates = [given] if given else [f"{p}.{corpus.src_lang}" for p in (corpus.test, corpus.valid) if p]
     for path in candidates:
         if os.path.isfile(path):
             return [line for line in read_lines(path) if line.strip()][:CHECK_LINES]
@@ -157,6 +170,7 @@ def check_lines(loaded, given: str | None) -> list[str]:
 class PackageOptions:
     """What mt-export's options say of the package."""
 
+    checkpoint: str  # where the model was loaded from: the check translates with it as mt-translate does
     quantization: str | None = "int8"
     from_name: str | None = None  # default: LANGUAGE_NAMES
     to_name: str | None = None
@@ -165,21 +179,41 @@ class PackageOptions:
     check_src: str | None = None  # default: the checkpoint's test (or valid) source lines
 
 
-def export(loaded, out_path: str, options: PackageOptions) -> dict:
-    """Write the Argos package of a checkpoint.LoadedModel to out_path, once argostranslate has
-    loaded it and translated the check lines; returns its metadata and the check's result."""
+def package_paths(out_path: str, found: list) -> list[str]:
+    """OUT.argosmodel for a model of one pair; OUT.SRC_TGT.argosmodel for each of several."""
+    if len(found) == 1:
+        return [out_path]
+    stem = out_path[: -len(".argosmodel")] if out_path.endswith(".argosmodel") else out_path
+    return [f"{stem}.{corpus.src_lang}_{corpus.tgt_lang}.argosmodel" for corpus, _ in found]
+
+
+def export(loaded, out_path: str, options: PackageOptions) -> list[dict]:
+    """Write the Argos package of each language pair of a checkpoint.LoadedModel, once
+    argostranslate has loaded it and translated the check lines; returns, for each, its path,
+    metadata and the check's result."""
     from mt_transformer.exchange import argos_check
 
     refuse_what_argos_cannot_carry(loaded)
-    meta = metadata(loaded, options.from_name, options.to_name, options.version, options.license)
-    lines = check_lines(loaded, options.check_src)
-    name = f"translate-{meta['from_code']}_{meta['to_code']}-{options.version.replace('.', '_')}"
-    with tempfile.TemporaryDirectory() as scratch:
-        directory = os.path.join(scratch, name)
-        build(loaded, directory, meta, options.quantization)
-        package = os.path.join(scratch, name + ".argosmodel")
-        zip_directory(directory, package)
-        report = argos_check.check(package, directory, loaded.tokenizer, lines, scratch)
-        with atomic_path(out_path) as tmp:
-            shutil.copyfile(package, tmp)
-    return {"metadata": meta, **report}
+    found = pairs(loaded)
+    if options.check_src and len(found) > 1:
+        raise UserError("--check-src: this model translates several pairs; each is checked on its own test split")
+    jobs = []
+    for (corpus, prefix), path in zip(found, package_paths(out_path, found)):
+        names = (options.from_name, options.to_name) if len(found) == 1 else (None, None)
+        meta = metadata(corpus, *names, options.version, options.license)
+        jobs.append((corpus, prefix, path, meta, check_lines(corpus, options.check_src)))
+    reports = []
+    for corpus, prefix, path, meta, lines in jobs:
+        name = f"translate-{meta['from_code']}_{meta['to_code']}-{options.version.replace('.', '_')}"
+        with tempfile.TemporaryDirectory() as scratch:
+            directory = os.path.join(scratch, name)
+            build(loaded, directory, meta, options.quantization, prefix)
+            package = os.path.join(scratch, name + ".argosmodel")
+            zip_directory(directory, package)
+            target = corpus.tgt_lang if prefix else None
+            engine = dict(checkpoint=options.checkpoint, tgt_lang=target, quantization=options.quantization)
+            report = argos_check.check(package, directory, loaded.tokenizer, lines, scratch, engine)
+            with atomic_path(path) as tmp:
+                shutil.copyfile(package, tmp)
+        reports.append({"path": path, "metadata": meta, **report})
+    return reports

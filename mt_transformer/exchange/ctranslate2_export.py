@@ -50,9 +50,12 @@ def _position_table(positions, length: int) -> np.ndarray:
     return _array(positions(length))
 
 
-def build_spec(loaded):
+def build_spec(loaded, source_prefix: str | None = None):
     """The CTranslate2 TransformerSpec of a checkpoint.LoadedModel: its weights, in the layout its
-    model config names, and its tokenizer's vocabularies."""
+    model config names, and its tokenizer's vocabularies. With `source_prefix` (a target tag of
+    the model, `<2de>`), the model reads that tag before every source of itself: CTranslate2's
+    add_source_bos puts the BOS piece there, and the source vocabulary names the tag's row with
+    it (and the BOS row with the tag), for an app that cannot prefix the source (Argos)."""
     import_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -99,6 +102,10 @@ def build_spec(loaded):
 
     src_pieces = [tokenizer.src.id_to_piece(i) for i in range(tokenizer.src_vocab_size)]
     tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in range(tokenizer.tgt_vocab_size)]
+    if source_prefix is not None:
+        tag = tokenizer.tags[source_prefix]
+        src_pieces[tag], src_pieces[BOS_ID] = src_pieces[BOS_ID], src_pieces[tag]
+        spec.config.add_source_bos = True
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
     spec.config.layer_norm_epsilon = model.encoder[0].norms[0].eps
@@ -112,15 +119,20 @@ def build_spec(loaded):
     return spec
 
 
-def log_prob_gap(loaded, directory: str) -> float:
+def log_prob_gap(loaded, directory: str, source_prefix: str | None = None) -> float:
     """The largest difference between our teacher-forced log-probabilities and those of the
     CTranslate2 model in `directory` (run in float32 on one thread) on a fixed batch of random
-    subwords: two sentence pairs of different lengths."""
+    subwords: two sentence pairs of different lengths (ours after the `source_prefix` tag, which
+    that model adds itself)."""
     tokenizer = loaded.tokenizer
     generator = torch.Generator().manual_seed(0)
     sources = [torch.randint(4, tokenizer.src_vocab_size, (n,), generator=generator).tolist() for n in (8, 5)]
     targets = [torch.randint(4, tokenizer.tgt_vocab_size, (n,), generator=generator).tolist() for n in (6, 3)]
-    ours = teacher_forced_log_probs(loaded.model, sources, targets, torch.device("cpu"))
+    if source_prefix is not None:  # pieces that name other rows in that model's vocabulary: left out
+        swapped = {BOS_ID, tokenizer.tags[source_prefix]}
+        sources = [[i for i in s if i not in swapped] for s in sources]
+    head = [tokenizer.tags[source_prefix]] if source_prefix is not None else []
+    ours = teacher_forced_log_probs(loaded.model, [head + s for s in sources], targets, torch.device("cpu"))
     translator = new_translator(directory, device="cpu", compute_type="float32", intra_threads=1)
     theirs = translator.score_batch(
         [tokenizer.src_pieces(s) for s in sources], [tokenizer.tgt_pieces(t) for t in targets]
@@ -129,13 +141,16 @@ def log_prob_gap(loaded, directory: str) -> float:
     return max(abs(a - b) for o, t in zip(ours, theirs) for a, b in zip(o, t.log_probs, strict=True))
 
 
-def export(loaded, out_dir: str, quantization: str | None = None, extra: dict | None = None) -> float:
+def export(
+    loaded, out_dir: str, quantization: str | None = None, extra: dict | None = None, source_prefix: str | None = None
+) -> float:
     """Write the CTranslate2 model of a checkpoint.LoadedModel, its tokenizer and its decoding
     settings (with `extra` entries) to out_dir, atomically, once its float32 weights compute our
-    log-probabilities; returns the largest difference found."""
+    log-probabilities; returns the largest difference found. With `source_prefix`, only the
+    model, fixed to that target tag (build_spec): our commands do not translate with it."""
     tokenizer, config = loaded.tokenizer, loaded.config.to_dict()
     max_positions = loaded.config.model.max_positions
-    spec = build_spec(loaded)
+    spec = build_spec(loaded, source_prefix)
     try:
         with atomic_dir(out_dir) as tmp:
             spec.validate()
@@ -143,7 +158,7 @@ def export(loaded, out_dir: str, quantization: str | None = None, extra: dict | 
             checked = tmp if quantization is None else os.path.join(tmp, ".float32")
             os.makedirs(checked, exist_ok=True)
             spec.save(checked)
-            gap = log_prob_gap(loaded, checked)
+            gap = log_prob_gap(loaded, checked, source_prefix)
             if not gap <= CHECK_TOLERANCE:
                 raise UserError(
                     f"the CTranslate2 model differs from ours by {gap:.2g} in log-probability (more than "
@@ -151,10 +166,12 @@ def export(loaded, out_dir: str, quantization: str | None = None, extra: dict | 
                 )
             if quantization is not None:  # the checked weights, quantized
                 shutil.rmtree(checked)
-                spec = build_spec(loaded)
+                spec = build_spec(loaded, source_prefix)
                 spec.validate()
                 spec.optimize(quantization=quantization)
                 spec.save(tmp)
+            if source_prefix is not None:
+                return gap
             for name in tokenizer.files:
                 shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
             settings = {
