@@ -125,7 +125,8 @@ def test_argostranslate_installs_our_packages_from_our_index_and_splits_offline(
 def libretranslate(packages, tmp_path_factory):
     """LibreTranslate from PyPI on 127.0.0.1 with our two packages installed beforehand, offline."""
     python = os.environ.get("MT_LIBRETRANSLATE_PYTHON")
-    if not python or not os.path.isfile(python):
+    found = python and os.path.isfile(python)
+    if not found or subprocess.run([python, "-c", "import libretranslate, libretranslatepy, spacy"]).returncode:
         pytest.skip("LibreTranslate's environment is missing: make test-apps makes it (MT_LIBRETRANSLATE_PYTHON)")
     home = tmp_path_factory.mktemp("lt_home")
     packages_dir = home / "packages"
