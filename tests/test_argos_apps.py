@@ -5,6 +5,7 @@ virtual environment: it pins flask, numpy < 2 and its own fork of argostranslate
 `make test-apps` makes that environment and runs these tests (MT_LIBRETRANSLATE_PYTHON names
 its Python); `make test` leaves them out."""
 
+import contextlib
 import functools
 import http.server
 import json
@@ -93,54 +94,61 @@ def offline_env(home, **extra) -> dict:
     }
 
 
-INSTALL_FROM_INDEX = """
-import json, sys
-from argostranslate import package, translate
-package.update_package_index()
-for available in package.get_available_packages():
-    available.install()
-installed = sorted((p.from_code, p.to_code) for p in package.get_installed_packages())
-print(json.dumps({"installed": installed, "paragraph": translate.translate(sys.argv[1], "en", "de")}))
-"""
+def argos_command(name: str) -> list[str]:
+    """An argostranslate command as installed beside this Python (argospm, argos-translate)."""
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    found = beside if os.path.isfile(beside) else shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed")
+    return [found]
 
 
-def test_argostranslate_installs_our_packages_from_our_index_and_splits_offline(packages, index_server, tmp_path):
+def test_argospm_installs_our_packages_from_our_index_and_argos_translate_splits_offline(
+    packages, index_server, tmp_path
+):
     env = offline_env(tmp_path / "home", ARGOS_PACKAGE_INDEX=index_server)
-    done = subprocess.run(
-        [sys.executable, "-c", INSTALL_FROM_INDEX, PARAGRAPH["en"]],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["installed"] == [["de", "en"], ["en", "de"]]
+
+    def run(*command):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    run(*argos_command("argospm"), "update")
+    assert "translate-en_de" in run(*argos_command("argospm"), "search")
+    for name in ("translate-en_de", "translate-de_en"):
+        run(*argos_command("argospm"), "install", name)
+    assert sorted(run(*argos_command("argospm"), "list").split()) == ["translate-de_en", "translate-en_de"]
+    paragraph = run(*argos_command("argos-translate"), "--from-lang", "en", "--to-lang", "de", PARAGRAPH["en"])
     sentences = ["The teacher bought three red apples.", "My sister sold two green books."]
     (whole, *apart) = expected(packages[("en", "de")], [PARAGRAPH["en"], *sentences], tmp_path / "x")
-    assert result["paragraph"] == whole == " ".join(apart)
+    assert paragraph.rstrip("\n") == whole == " ".join(apart)
 
 
-@pytest.fixture(scope="module")
-def libretranslate(packages, tmp_path_factory):
-    """LibreTranslate from PyPI on 127.0.0.1 with our two packages installed beforehand, offline."""
+def lt_python() -> str:
     python = os.environ.get("MT_LIBRETRANSLATE_PYTHON")
     found = python and os.path.isfile(python)
     if not found or subprocess.run([python, "-c", "import libretranslate, libretranslatepy, spacy"]).returncode:
         pytest.skip("LibreTranslate's environment is missing: make test-apps makes it (MT_LIBRETRANSLATE_PYTHON)")
-    home = tmp_path_factory.mktemp("lt_home")
+    return python
+
+
+@contextlib.contextmanager
+def running_libretranslate(python: str, installed: list[str], home):
+    """LibreTranslate from PyPI on 127.0.0.1, offline (no package index to reach), with these
+    packages installed beforehand and `--load-only en,de`; yields its URL and how long it took to
+    answer."""
     packages_dir = home / "packages"
-    for package in packages.values():
-        with zipfile.ZipFile(package["path"]) as archive:
+    for path in installed:
+        with zipfile.ZipFile(path) as archive:
             archive.extractall(packages_dir)
     port = free_port()
     env = offline_env(home, ARGOS_PACKAGES_DIR=str(packages_dir))
     command = [python, "-m", "libretranslate.main", "--host", "127.0.0.1", "--port", str(port), "--load-only", "en,de"]
     log = open(home / "libretranslate.log", "w+")
+    began = time.monotonic()
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and process.poll() is None:
+    while time.monotonic() < began + 180 and process.poll() is None:
         try:
             if get(url + "/languages", timeout=2)[0] == 200:
                 break
@@ -150,10 +158,31 @@ def libretranslate(packages, tmp_path_factory):
         log.seek(0)
         process.kill()
         pytest.fail(f"LibreTranslate did not answer within 180 s:\n{log.read()[-3000:]}")
-    yield {"url": url, "python": python}
-    process.terminate()
-    process.wait(timeout=30)
+    try:
+        yield url, time.monotonic() - began
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def libretranslate(packages, tmp_path_factory):
+    """LibreTranslate with our two packages (a pair both ways)."""
+    python = lt_python()
+    home = tmp_path_factory.mktemp("lt_home")
+    with running_libretranslate(python, [p["path"] for p in packages.values()], home) as (url, _):
+        yield {"url": url, "python": python}
     shutil.rmtree(home, ignore_errors=True)
+
+
+def test_libretranslate_with_one_package_starts_offline_at_once(packages, tmp_path):
+    """With one package and --load-only, its refresh of an unreachable index fails before any
+    download, so it serves within seconds (without --load-only it would retry MiniSBD downloads
+    for minutes)."""
+    with running_libretranslate(lt_python(), [packages[("en", "de")]["path"]], tmp_path / "home") as (url, seconds):
+        assert seconds < 90
+        codes = {entry["code"]: set(entry["targets"]) for entry in get(url + "/languages")[1]}
+        assert codes == {"en": {"de"}, "de": set()}
 
 
 def lt_formatting(python: str, source: str, translation: str) -> str:

@@ -26,7 +26,12 @@ def ct2_token_log_probs(translator, tokenizer, src_ids: list[int], tgt_ids: list
 
 @pytest.mark.parametrize(
     "norm,positions,activation",
-    [("post", "sinusoidal", "relu"), ("pre", "learned", "swish"), ("post", "sinusoidal", "gelu")],
+    [
+        ("post", "sinusoidal", "relu"),
+        ("pre", "learned", "swish"),
+        ("post", "sinusoidal", "gelu"),
+        ("pre", "fairseq", "relu"),
+    ],
 )
 def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, positions, activation):
     """Per-token log-probabilities agree to 1e-4: every weight, norm and position went to the right place."""

@@ -82,7 +82,7 @@ def _check_model(model: ModelConfig, data: DataConfig) -> None:
         f"model.d_model: {model.d_model} is not divisible by model.n_heads ({model.n_heads})",
     )
     _check(
-        model.positions != "sinusoidal" or model.d_model % 2 == 0,
+        model.positions == "learned" or model.d_model % 2 == 0,
         f"model.d_model: must be even for sinusoidal positions, got {model.d_model}",
     )
     _check(0 <= model.dropout < 1, f"model.dropout: must be in [0, 1), got {model.dropout}")

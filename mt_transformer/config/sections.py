@@ -147,7 +147,8 @@ class ModelConfig:
     attention_dropout: float = 0.0
     word_dropout: float = 0.0  # the chance a source word's embedding is zeroed in training
     norm: Literal["post", "pre"] = "post"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # fairseq: fairseq's sinusoid (M2M100 and NLLB's): other frequencies, sines first, from position 2
+    positions: Literal["sinusoidal", "learned", "fairseq"] = "sinusoidal"
     activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's: the paper's relu; swish (SiLU) as in OPUS-MT
     max_positions: int = 1024
     tie_embeddings: bool = True

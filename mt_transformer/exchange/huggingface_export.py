@@ -68,10 +68,11 @@ def architecture(loaded) -> str:
     """ "marian" or "pegasus" for a checkpoint.LoadedModel one of them computes exactly; else a
     one-line error saying why."""
     model, settings = loaded.model, loaded.config.model
-    if settings.positions == "learned":
+    if settings.positions != "sinusoidal":
         raise UserError(
-            "this model has learned positions (model.positions: learned); the transformers models that "
-            "match it otherwise (Marian, Pegasus) compute sinusoidal positions, so it cannot be exported"
+            f"this model has {settings.positions} positions (model.positions: {settings.positions}); the "
+            "transformers models that match it otherwise (Marian, Pegasus) compute the paper's sinusoid, so it "
+            "cannot be exported"
         )
     if settings.norm == "post":
         return "marian"

@@ -23,18 +23,35 @@ def sinusoidal_encoding(length: int, d_model: int) -> torch.Tensor:
     return encoding
 
 
-class SinusoidalPositions(nn.Module):
-    """Fixed encodings, grown on demand, so any input length works."""
+def fairseq_sinusoidal_encoding(length: int, d_model: int, first: int = 2) -> torch.Tensor:
+    """fairseq's sinusoid (M2M100's and NLLB's): for i < h = d_model / 2, sin(pos * 10000^(-i / (h - 1)))
+    in the first half of the vector and cos in the second, positions counted from `first` (its
+    padding index + 1), not the paper's 10000^(-2i / d_model) interleaved from 0.
 
-    def __init__(self, d_model: int, max_positions: int):
+    Returns (length, d_model).
+    """
+    half = d_model // 2
+    position = torch.arange(first, first + length, dtype=torch.float32)[:, None]  # (length, 1)
+    inverse_freq = torch.exp(torch.arange(half, dtype=torch.float32) * (-math.log(10000.0) / (half - 1)))  # (h,)
+    angles = position * inverse_freq  # (length, h)
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+
+
+ENCODINGS = {"sinusoidal": sinusoidal_encoding, "fairseq": fairseq_sinusoidal_encoding}
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed encodings (`kind`: the paper's or fairseq's), grown on demand, so any input length works."""
+
+    def __init__(self, d_model: int, max_positions: int, kind: str = "sinusoidal"):
         super().__init__()
-        self.d_model = d_model
-        self.register_buffer("table", sinusoidal_encoding(max_positions, d_model), persistent=False)
+        self.d_model, self.encoding = d_model, ENCODINGS[kind]
+        self.register_buffer("table", self.encoding(max_positions, d_model), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         """Encodings of positions offset .. offset+length-1: (length, d_model)."""
         if offset + length > self.table.size(0):
-            self.table = sinusoidal_encoding(2 * (offset + length), self.d_model).to(self.table.device)
+            self.table = self.encoding(2 * (offset + length), self.d_model).to(self.table.device)
         return self.table[offset : offset + length]
 
 

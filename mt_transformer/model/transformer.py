@@ -55,10 +55,11 @@ class Transformer(nn.Module):
         # three-way tying (section 3.4) when source and target share one vocabulary
         share_embeddings = c.tie_embeddings and share_vocab and src_vocab_size == tgt_vocab_size
         self.tgt_embed = self.src_embed if share_embeddings else TokenEmbedding(tgt_vocab_size, c.d_model, PAD_ID)
-        position_class = SinusoidalPositions if c.positions == "sinusoidal" else LearnedPositions
-        self.src_positions = position_class(c.d_model, c.max_positions)
-        sinusoidal = c.positions == "sinusoidal"
-        self.tgt_positions = self.src_positions if sinusoidal else position_class(c.d_model, c.max_positions)
+        if c.positions == "learned":
+            self.src_positions = LearnedPositions(c.d_model, c.max_positions)
+            self.tgt_positions = LearnedPositions(c.d_model, c.max_positions)
+        else:  # one fixed table for both sides
+            self.src_positions = self.tgt_positions = SinusoidalPositions(c.d_model, c.max_positions, c.positions)
         self.dropout = Dropout(c.dropout)
         self.word_dropout = WordDropout(c.word_dropout)  # source words only
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
