@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> list[tuple]:
         help="sentences per side sentencepiece samples (data.spm_max_sentences)",
     )
     parser.add_argument("--workdir", default=None, help="default: a temporary directory, removed afterwards")
+    parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE", help="config overrides")
     args = parser.parse_args(argv)
 
     rows = []
@@ -70,7 +71,12 @@ def main(argv: list[str] | None = None) -> list[tuple]:
             corpus, run_dir = os.path.join(workdir, f"corpus_{size}"), os.path.join(workdir, f"run_{size}")
             generate(corpus, train=size, valid=500, test=10, seed=size)
             path = os.path.join(workdir, f"config_{size}.yaml")
-            write_text(path, yaml.safe_dump(config(corpus, run_dir, args.steps, args.spm_sample)))
+            settings = config(corpus, run_dir, args.steps, args.spm_sample)
+            for item in args.set:
+                key, value = item.split("=", 1)
+                section, name = key.split(".", 1)
+                settings[section][name] = yaml.safe_load(value)
+            write_text(path, yaml.safe_dump(settings))
             prep_s, prep_rss = run_process(["mt-prepare", "--config", path], cwd=ROOT)
             train_s, train_rss = run_process(["mt-train", "--config", path], cwd=ROOT)
             text_mb = sum(os.path.getsize(f"{corpus}/train.{lang}") for lang in ("en", "de")) / 2**20

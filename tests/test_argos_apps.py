@@ -182,7 +182,7 @@ def test_libretranslate_with_one_package_starts_offline_at_once(packages, tmp_pa
     with running_libretranslate(lt_python(), [packages[("en", "de")]["path"]], tmp_path / "home") as (url, seconds):
         assert seconds < 90
         codes = {entry["code"]: set(entry["targets"]) for entry in get(url + "/languages")[1]}
-        assert codes == {"en": {"de"}, "de": set()}
+        assert "de" in codes["en"] and "en" not in codes.get("de", set())
 
 
 def lt_formatting(python: str, source: str, translation: str) -> str:

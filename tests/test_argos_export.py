@@ -107,7 +107,7 @@ def test_what_a_package_cannot_carry_is_named(corpus, tmp_path):
     assert not os.path.exists(tmp_path / "x")
 
 
-@pytest.mark.slow  # about 20 s: a two-way model, two packages, argostranslate twice
+@pytest.mark.apps  # about 30 s: a two-way model, two packages, argostranslate twice (make test-apps)
 def test_a_model_with_target_tags_is_a_package_per_pair_whose_model_adds_its_tag(corpus, tmp_path):
     corpora = [
         {"src_lang": lang, "tgt_lang": other, "train": f"{corpus}/train", "test": f"{corpus}/test"}

@@ -60,7 +60,7 @@ def test_a_checkpoint_that_cannot_be_written_converts_into_the_users_cache(own_c
 
 
 def test_a_conversion_that_computes_other_numbers_is_refused_and_nothing_is_written(own_checkpoint, monkeypatch):
-    monkeypatch.setattr(ctranslate2_export, "log_prob_gap", lambda loaded, directory: 0.5)
+    monkeypatch.setattr(ctranslate2_export, "log_prob_gap", lambda loaded, directory, source_prefix=None: 0.5)
     with pytest.raises(UserError, match=r"differs from ours by 0.5 in log-probability"):
         ctranslate2_cache.cached_conversion(own_checkpoint)
     left = [name for name in os.listdir(own_checkpoint) if "ctranslate2" in name]
