@@ -82,16 +82,7 @@ def index_server(packages):
 
 
 def offline_env(home, **extra) -> dict:
-    return {
-        **os.environ,
-        "HOME": str(home),
-        "XDG_DATA_HOME": str(home / "data"),
-        "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "ARGOS_CHUNK_TYPE": "SPACY",
-        "ARGOS_PACKAGE_INDEX": "http://127.0.0.1:9/",
-        **extra,
-    }
+    return argos_check.offline_environment(str(home), **extra)
 
 
 def argos_command(name: str) -> list[str]:

@@ -28,22 +28,28 @@ from mt_transformer.files import write_text
 ARGOS_BEAM, ARGOS_LENGTH_PENALTY = 4, 0.2
 
 
-def argos_translations(package: str, lines: list[str], scratch: str) -> list[str]:
-    """`lines` translated by argostranslate in a process of its own, offline."""
-    source, result = os.path.join(scratch, "lines.json"), os.path.join(scratch, "argos.json")
-    write_text(source, json.dumps(lines, ensure_ascii=False))
-    home = os.path.join(scratch, "home")
-    env = {
+def offline_environment(home: str, **settings: str) -> dict:
+    """The environment of an Argos program whose data and caches live under `home`, splitting
+    sentences with the package's spaCy pipeline, with no package index to reach (unless
+    `settings` give ARGOS_PACKAGE_INDEX)."""
+    return {
         **os.environ,
         "HOME": home,
         "XDG_DATA_HOME": os.path.join(home, "data"),
         "XDG_CACHE_HOME": os.path.join(home, "cache"),
         "XDG_CONFIG_HOME": os.path.join(home, "config"),
         "ARGOS_CHUNK_TYPE": "SPACY",
-        "ARGOS_DEVICE_TYPE": "cpu",
-        "ARGOS_BEAM_SIZE": str(ARGOS_BEAM),
         "ARGOS_PACKAGE_INDEX": "http://127.0.0.1:9/",  # nothing to fetch: refused at once
+        **settings,
     }
+
+
+def argos_translations(package: str, lines: list[str], scratch: str) -> list[str]:
+    """`lines` translated by argostranslate in a process of its own, offline."""
+    source, result = os.path.join(scratch, "lines.json"), os.path.join(scratch, "argos.json")
+    write_text(source, json.dumps(lines, ensure_ascii=False))
+    home = os.path.join(scratch, "home")
+    env = offline_environment(home, ARGOS_DEVICE_TYPE="cpu", ARGOS_BEAM_SIZE=str(ARGOS_BEAM))
     command = [sys.executable, "-m", "mt_transformer.exchange.argos_check", package, source, result]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:

@@ -132,10 +132,7 @@ def build(loaded, directory: str, meta: dict, quantization: str | None, prefix: 
 
     os.makedirs(directory)
     model = os.path.join(directory, "model")
-    ctranslate2_export.export(loaded, model, quantization, source_prefix=prefix)
-    for name in os.listdir(model):
-        if name.endswith(".model") or name == "mt_transformer.json":
-            os.remove(os.path.join(model, name))
+    ctranslate2_export.export(loaded, model, quantization, source_prefix=prefix, model_only=True)
     tokenizer = loaded.tokenizer
     shutil.copyfile(tokenizer.path(tokenizer.model_files[0]), os.path.join(directory, "sentencepiece.model"))
     spacy_pipeline(meta["from_code"], os.path.join(directory, "spacy"))

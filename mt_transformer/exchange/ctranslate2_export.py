@@ -142,12 +142,18 @@ def log_prob_gap(loaded, directory: str, source_prefix: str | None = None) -> fl
 
 
 def export(
-    loaded, out_dir: str, quantization: str | None = None, extra: dict | None = None, source_prefix: str | None = None
+    loaded,
+    out_dir: str,
+    quantization: str | None = None,
+    extra: dict | None = None,
+    source_prefix: str | None = None,
+    model_only: bool = False,
 ) -> float:
     """Write the CTranslate2 model of a checkpoint.LoadedModel, its tokenizer and its decoding
     settings (with `extra` entries) to out_dir, atomically, once its float32 weights compute our
-    log-probabilities; returns the largest difference found. With `source_prefix`, only the
-    model, fixed to that target tag (build_spec): our commands do not translate with it."""
+    log-probabilities; returns the largest difference found. `model_only`: only what CTranslate2
+    reads (for another app's package); always so with `source_prefix`, a model fixed to that
+    target tag (build_spec), which our commands do not translate with."""
     tokenizer, config = loaded.tokenizer, loaded.config.to_dict()
     max_positions = loaded.config.model.max_positions
     spec = build_spec(loaded, source_prefix)
@@ -170,7 +176,7 @@ def export(
                 spec.validate()
                 spec.optimize(quantization=quantization)
                 spec.save(tmp)
-            if source_prefix is not None:
+            if model_only or source_prefix is not None:
                 return gap
             for name in tokenizer.files:
                 shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
