@@ -128,6 +128,7 @@ def load(
     engine: str = "auto",
     device: str = "auto",
     tgt_lang: str | None = None,
+    src_lang: str | None = None,
     compute_type: str = "default",
     threads: int = 0,
     ensemble_mode: str = "logprob",
@@ -141,18 +142,20 @@ def load(
     through the checkpoint's conversion, else ours; exchange/engine_choice.py), "torch" or
     "ctranslate2".
     device: "auto", "cpu" or "cuda[:N]". tgt_lang: the language to write, for a model trained
-    with target tags. settings: decode settings (beam_size, alpha, n_best, max_tokens,
+    with target tags or an imported NLLB or M2M100 model; src_lang: the latter's input language.
+    settings: decode settings (beam_size, alpha, n_best, max_tokens,
     precision, sampling, topk, topp, temperature, seed, no_repeat_ngram, ...), else the
     checkpoint's."""
     paths = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
     _check_names(settings)
     options = (device, compute_type, threads, ensemble_mode)
-    translator = open_translator(paths, engine, *options, tgt_lang=tgt_lang, **settings)
+    languages = {"tgt_lang": tgt_lang, "src_lang": src_lang}
+    translator = open_translator(paths, engine, *options, **languages, **settings)
     load_torch = None
     if not is_export(paths[0]):
 
         def load_torch():
-            return open_translator(paths, "torch", *options, tgt_lang=tgt_lang, **settings)
+            return open_translator(paths, "torch", *options, **languages, **settings)
 
     return TranslationModel(translator, load_torch)
 

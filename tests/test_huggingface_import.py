@@ -91,7 +91,9 @@ def test_a_field_we_do_not_model_is_refused_by_name(change, says):
 
 
 def test_a_model_other_than_marian_or_pegasus_is_refused():
-    with pytest.raises(UserError, match=r"^model_type: 'bart': only Marian and Pegasus models can be imported$"):
+    with pytest.raises(
+        UserError, match=r"^model_type: 'bart': only Marian, Pegasus and M2M100 \(NLLB\) models can be imported$"
+    ):
         model_config(transformers.BartConfig())
 
 
@@ -386,7 +388,7 @@ def test_an_import_is_refused_in_one_line_writing_nothing(corpus, tmp_path):
     bart = tmp_path / "bart"
     transformers.BartConfig(d_model=16, vocab_size=50).save_pretrained(str(bart))
     result = run_cli("mt-import", "--format", "huggingface", str(bart), out)
-    _refused(result, "model_type: 'bart': only Marian and Pegasus models can be imported", out)
+    _refused(result, "model_type: 'bart': only Marian, Pegasus and M2M100 (NLLB) models can be imported", out)
 
 
 def test_a_hub_id_offline_is_refused_in_one_line(tmp_path):

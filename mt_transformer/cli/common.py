@@ -138,7 +138,13 @@ def _search_options(parser: argparse.ArgumentParser) -> None:
         metavar="XX",
         help="the language to translate into, for a model trained with data.target_tags (each input then "
         "begins with the tag <2XX>; default: its one target language); mt-eval also tokenizes BLEU for "
-        "zh, ja and ko as sacreBLEU does for them (default: the checkpoint's target language)",
+        "zh, ja and ko as sacreBLEU does for them (default: the checkpoint's target language); for an "
+        "imported NLLB or M2M100 model, its language code (eng_Latn, de)",
+    )
+    parser.add_argument(
+        "--src-lang",
+        metavar="XX",
+        help="for an imported NLLB or M2M100 model: the inputs' language code (default: the checkpoint's)",
     )
 
 
@@ -206,6 +212,7 @@ def translator_from_args(args, n_best: int = 1):
             args.ensemble_mode,
             needs=needs,
             tgt_lang=args.tgt_lang,
+            src_lang=getattr(args, "src_lang", None),
             **decode,
         )
     except ConfigError as error:  # name the flag, not the config key it overrides

@@ -172,6 +172,10 @@ def check_corpora(data: DataConfig) -> None:
             not data.target_tags or _one_word(c.tgt_lang),
             f"{key}.tgt_lang: {c.tgt_lang!r} cannot name a target tag <2xx>: it must be one word",
         )
+    _check(
+        not (data.language_tokens and (data.target_tags or data.spm_alpha)),
+        "data.language_tokens: not with data.target_tags or data.spm_alpha (the language tokens say the target)",
+    )
     if data.corpora:
         for key in ("train", "valid", "test", "hub_name", "tag", "teacher"):
             _check(not getattr(data, key), f"data.{key}: with data.corpora, set it in each corpus instead")

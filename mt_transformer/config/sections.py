@@ -70,6 +70,9 @@ class DataConfig(CorpusConfig):
     # a token <2xx> before each source sentence, xx its target language: one model for several
     # target languages, told which one by `mt-translate --tgt-lang xx`
     target_tags: bool = False
+    # language tokens, as NLLB and M2M100 have them (mt-import writes this): each source begins
+    # with its language's token and each target with its own, forced first when translating
+    language_tokens: bool = False
     # with several corpora each epoch draws from corpus i in proportion to (its share of the
     # pairs) ** (1 / T): 1 keeps the sizes' proportions, higher values favour small corpora
     sampling_temperature: float = 1.0

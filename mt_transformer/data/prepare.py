@@ -47,14 +47,15 @@ class SubwordEncoder:
     of `directory` lazily in each worker. Source tags at the start of a line keep their own ids.
     `alpha` > 0 draws a segmentation per call (subword regularization: unigram sampling with
     smoothing alpha, or BPE-dropout with probability alpha); with a `seed`, the draws of that call
-    are those of the seed, in whichever process or order the calls run."""
+    are those of the seed, in whichever process or order the calls run. `heads`: the ids each
+    source and each target begins with (language tokens, data.language_tokens)."""
 
-    def __init__(self, directory: str, alpha: float = 0.0):
-        self.directory, self.alpha = directory, alpha
+    def __init__(self, directory: str, alpha: float = 0.0, heads: tuple[list[int], list[int]] = ([], [])):
+        self.directory, self.alpha, self.heads = directory, alpha, heads
         self._tokenizer = None
 
     def __getstate__(self):
-        return {"directory": self.directory, "alpha": self.alpha, "_tokenizer": None}
+        return {"directory": self.directory, "alpha": self.alpha, "heads": self.heads, "_tokenizer": None}
 
     def __call__(self, batch: dict, seed: int | None = None) -> dict:
         import sentencepiece as spm
@@ -66,6 +67,8 @@ class SubwordEncoder:
             spm.set_random_generator_seed(seed)
         src = self._tokenizer.encode_src(batch["src"], **sampling)
         tgt = self._tokenizer.encode_tgt(batch["tgt"], **sampling)
+        if any(self.heads):
+            src, tgt = ([head + ids for ids in side] for head, side in zip(self.heads, (src, tgt)))
         return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
 
 
@@ -89,13 +92,15 @@ def encode_split(
     max_ratio: float,
     num_proc: int,
     keep_text: bool = False,
+    heads: tuple[list[int], list[int]] = ([], []),
 ) -> tuple[datasets.Dataset, dict]:
     """Return the encoded split and its cleaning counts, from the cache when it is there.
 
     `load()` returns the normalized `src`/`tgt` Dataset; it is only called on a cache miss.
     Training data loses empty pairs, pairs longer than `max_len` subwords on either side and
     pairs whose length ratio exceeds `max_ratio`; other splits keep every line. Training data
-    keeps its text only with `keep_text` (to draw segmentations from it).
+    keeps its text only with `keep_text` (to draw segmentations from it). `heads`: the ids each
+    source and target begins with, as SubwordEncoder takes them.
     """
     path = os.path.join(cache_dir, key)
     if os.path.isfile(os.path.join(path, "stats.json")):
@@ -111,7 +116,7 @@ def encode_split(
     keep_text = keep_text or not training
     features = datasets.Features({**pairs.features, **FEATURES}) if keep_text else FEATURES
     encoded = pairs.map(
-        SubwordEncoder(tokenizer_dir),
+        SubwordEncoder(tokenizer_dir, heads=heads),
         batched=True,
         num_proc=num_proc if num_proc > 1 else None,
         remove_columns=None if keep_text else pairs.column_names,
@@ -190,7 +195,8 @@ def encode_corpus_split(
 ):
     training = split == "train"
     tags = corpus.source_tags(data.target_tags)
-    source = {**split_source(corpus, split), "tags": tags}
+    heads = language_heads(tokenizer, corpus) if data.language_tokens else ([], [])
+    source = {**split_source(corpus, split), "tags": tags, "heads": heads}
     keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
     dataset, stats = encode_split(
@@ -203,6 +209,7 @@ def encode_corpus_split(
         data.max_ratio,
         data.num_proc,
         keep_text,
+        heads,
     )
     origin = "cache" if stats["cached"] else "encoded"
     name = split if key == "data" else f"{key} {split}"
@@ -221,6 +228,14 @@ def encode_corpus_split(
     else:
         log.info("%s: %d pairs (%s)", name, stats["kept"], origin)
     return dataset
+
+
+def language_heads(tokenizer: Tokenizer, corpus: CorpusConfig) -> tuple[list[int], list[int]]:
+    """The ids a corpus's sources and targets begin with under data.language_tokens: the token of
+    each side's language (NLLB's and M2M100's layout)."""
+    return [tokenizer.language_id(corpus.src_lang, "data.src_lang")], [
+        tokenizer.language_id(corpus.tgt_lang, "data.tgt_lang")
+    ]
 
 
 def split_source(corpus: CorpusConfig, split: str) -> dict:

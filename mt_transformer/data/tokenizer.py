@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import re
@@ -26,6 +27,8 @@ JOINT_FILE = "spm.model"
 SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"
 VOCAB_FILE = "vocab.json"  # one vocabulary for both sides' models
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "vocab.src.json", "vocab.tgt.json"
+# the language tokens of an imported NLLB or M2M100 model: language code -> its piece
+LANGUAGES_FILE = "languages.json"
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +136,29 @@ def _load(path: str) -> spm.SentencePieceProcessor:
     return processor
 
 
+def read_languages(path: str, src, tgt) -> dict[str, int]:
+    """The language tokens of languages.json (code -> piece), as code -> id, each a piece of both
+    sides' vocabularies with one id."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            pieces = json.load(f)
+    except (OSError, ValueError):
+        raise UserError(f"{path}: not readable (a JSON object of language code -> token)") from None
+    if not isinstance(pieces, dict) or not all(isinstance(p, str) for p in pieces.values()):
+        raise UserError(f"{path}: a JSON object of language code -> token")
+    ids = {code: src.piece_to_id(piece) for code, piece in pieces.items()}
+    for code, piece in pieces.items():
+        if ids[code] == UNK_ID or tgt.piece_to_id(piece) != ids[code]:
+            raise UserError(f"{path}: {piece!r} ({code}) is not one piece of both vocabularies")
+    return ids
+
+
 class Tokenizer:
     """Source and target sentencepiece processors (the same one when the vocabulary is joint);
-    `joint`: one id space for both sides."""
+    `joint`: one id space for both sides. `languages`: the language tokens of an imported NLLB or
+    M2M100 model (code -> id), which begin its sources and targets (data.language_tokens)."""
+
+    languages: dict[str, int] = {}
 
     def __init__(self, directory: str):
         self.directory = directory
@@ -156,6 +179,10 @@ class Tokenizer:
         tgt_pieces = src_pieces if self.joint else read_vocabulary(self.path(vocabularies[1]))
         self.src, self.tgt = VocabularyProcessor(self.src, src_pieces), VocabularyProcessor(self.tgt, tgt_pieces)
         self.tags = {piece: i for i, piece in enumerate(src_pieces) if tag_language(piece)}
+        if os.path.isfile(self.path(LANGUAGES_FILE)):
+            self.files.append(LANGUAGES_FILE)
+            self.languages = read_languages(self.path(LANGUAGES_FILE), self.src, self.tgt)
+            self.tags |= {self.src.id_to_piece(i): i for i in self.languages.values()}
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
@@ -198,7 +225,16 @@ class Tokenizer:
         return encode_tagged(self.src, lines, self.tags, **options)
 
     def encode_tgt(self, lines: list[str], **options) -> list[list[int]]:
-        return encode_lines(self.tgt, lines, **options)
+        """Ids of target lines; a language token a line begins with is kept whole."""
+        if not self.languages:
+            return encode_lines(self.tgt, lines, **options)
+        return encode_tagged(self.tgt, lines, {self.tgt.id_to_piece(i): i for i in self.languages.values()}, **options)
+
+    def language_id(self, code: str, key: str) -> int:
+        """The id of a language's token; one not in the model is a one-line error naming `key`."""
+        if code not in self.languages:
+            raise UserError(f"{key}: {code!r} is not among the model's {len(self.languages)} languages")
+        return self.languages[code]
 
     def src_pieces(self, ids: list[int]) -> list[str]:
         return [self.src.id_to_piece(i) for i in ids]
@@ -207,7 +243,14 @@ class Tokenizer:
         return [self.tgt.id_to_piece(i) for i in ids]
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
-        return self.tgt.decode(ids)
+        return self.tgt.decode([self._spelled(one) for one in ids])
+
+    def _spelled(self, ids: list[int]) -> list[int]:
+        """The ids that spell text: without language tokens (an output begins with one)."""
+        if not self.languages:
+            return ids
+        languages = set(self.languages.values())
+        return [i for i in ids if i not in languages]
 
     def src_unknowns(self, text: str) -> list[tuple[int, str]]:
         """The pieces of the encoded source `text` that are <unk>: (position, the text it stands
@@ -224,6 +267,7 @@ class Tokenizer:
         """Target text of `ids` without sentencepiece's "⁇": the k-th <unk> becomes fills[k] (or
         nothing, past the end of `fills`), and byte pieces that spell no valid UTF-8 are left out.
         Returns the text and how many unknowns (an <unk>, or a run of broken bytes) it had."""
+        ids = self._spelled(ids)
         if UNK_ID not in ids and not any(self.tgt.is_byte(i) for i in ids):
             return self.tgt.decode(ids), 0
         pieces, unknowns, holes, run = [], 0, 0, bytearray()

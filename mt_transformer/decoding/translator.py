@@ -60,12 +60,16 @@ class Translator:
     device: torch.device | None = None
     config: Config | None = None  # the model's config, with `decode` in effect
     target_tag: str = ""  # a target-language tag put before every input line (multilingual models)
+    # data.language_tokens: the ids every source begins with and those every output is forced to begin with
+    heads: tuple[list[int], list[int]] = ([], [])
 
     @property
     def target_language(self) -> str | None:
         """The language this translator writes, when it is known: BLEU tokenizes for it."""
         if self.target_tag:
             return tag_language(self.target_tag)
+        if self.heads[1]:
+            return next(code for code, i in self.tokenizer.languages.items() if i == self.heads[1][0])
         return self.config.data.target_language if self.config else None
 
     @property
@@ -134,6 +138,11 @@ class Translator:
         texts = self.source_texts(lines)
         ids = self.tokenizer.encode_src(texts)
         forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
+        source_head, output_head = self.heads
+        if source_head:
+            ids = [source_head + line if line else line for line in ids]
+        if output_head:
+            forced = [output_head + p for p in (forced or [[]] * len(lines))]
         lexical = self._encode_constraints(*constraints, first_line) if constraints is not None else None
         segments, owners, segment_prefixes, segment_constraints = self._segments(ids, forced, lexical, first_line)
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
@@ -195,7 +204,7 @@ class Translator:
                 )
             segments += parts
             owners += [line] * len(parts)
-            segment_prefixes += [forced[line] if forced else []] + [[]] * (len(parts) - 1)
+            segment_prefixes += [forced[line] if forced else []] + [list(self.heads[1])] * (len(parts) - 1)
             if lexical:
                 segment_constraints += self._constraints_of_parts(first_line + line, lexical[line], parts)
         return segments, owners, segment_prefixes, segment_constraints
@@ -248,18 +257,40 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, device: torch.
     config = with_decode(config, precision=decode_precision(device, config.decode.precision))
     model.eval()
     search = TorchSearch(model, tokenizer, device, config.decode, max_positions)
-    return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), model, device, config)
+    translator = Translator(search, tokenizer, config.decode, input_limit(config, max_positions), model, device, config)
+    translator.heads = language_heads(config, tokenizer)
+    return translator
 
 
-def load_translator(path: str | list[str], *settings, tgt_lang: str | None = None, **decode) -> Translator:
+def load_translator(
+    path: str | list[str], *settings, tgt_lang: str | None = None, src_lang: str | None = None, **decode
+) -> Translator:
     """The translator of a checkpoint or run directory (engine torch; several paths: their
     ensemble, decoding.ensemble), or of an mt-export directory (engine ctranslate2), with the
     decode settings given overriding the (first) checkpoint's, into `tgt_lang` for a model
-    trained with target tags. `settings`: engine, device, compute_type, threads and
-    ensemble_mode, as load_untagged takes them."""
+    trained with target tags or language tokens (from `src_lang` for the latter). `settings`:
+    engine, device, compute_type, threads and ensemble_mode, as load_untagged takes them."""
     translator = load_untagged(path, *settings, **decode)
-    translator.target_tag = target_tag(translator.config, tgt_lang)
+    if translator.config.data.language_tokens:
+        translator.heads = language_heads(translator.config, translator.tokenizer, src_lang, tgt_lang)
+    else:
+        translator.target_tag = target_tag(translator.config, tgt_lang)
     return translator
+
+
+def language_heads(
+    config: Config, tokenizer: Tokenizer, src_lang: str | None = None, tgt_lang: str | None = None
+) -> tuple[list[int], list[int]]:
+    """For a model with data.language_tokens, the ids of the source and the target language's
+    tokens (default: data.src_lang and data.tgt_lang); ([], []) for any other model."""
+    if not config.data.language_tokens:
+        return [], []
+    if not tokenizer.languages:
+        raise UserError(f"data.language_tokens: the tokenizer in {tokenizer.directory} has no language tokens")
+    return (
+        [tokenizer.language_id(src_lang or config.data.src_lang, "--src-lang")],
+        [tokenizer.language_id(tgt_lang or config.data.tgt_lang, "--tgt-lang")],
+    )
 
 
 def target_tag(config: Config, tgt_lang: str | None) -> str:
@@ -305,7 +336,9 @@ def load_untagged(
         translator, tokenizer, intra = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
         max_positions = config.model.max_positions
         search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions, intra)
-        return Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
+        found = Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
+        found.heads = language_heads(config, tokenizer)
+        return found
     from mt_transformer import checkpoint
 
     limit_kernel_cache(selected)

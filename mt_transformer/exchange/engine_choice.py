@@ -88,14 +88,15 @@ def open_translator(
     *,
     needs=(),
     tgt_lang: str | None = None,
+    src_lang: str | None = None,
     tagged: bool = True,
     **decode,
 ) -> Translator:
     """The translator of `path` (a checkpoint or run directory, an mt-export directory, several
     checkpoints: their ensemble) on `engine`; auto picks as the module says and logs its choice.
     `needs`: what the calls will ask for beyond decode settings (TORCH_ONLY's keys). `tagged`:
-    with the target tag of `tgt_lang` (decoding/translator.py, load_translator); else without
-    (a server tags each language pair itself)."""
+    with the target tag of `tgt_lang`, or the language tokens of `src_lang` and `tgt_lang`
+    (decoding/translator.py, load_translator); else without (a server tags each pair itself)."""
     paths = [path] if isinstance(path, str) else list(path)
     settings = (device, compute_type, threads, ensemble_mode)
     if engine not in ENGINES:
@@ -103,7 +104,7 @@ def open_translator(
 
     def load(engine: str, paths: list[str]) -> Translator:
         if tagged:
-            return load_translator(paths, engine, *settings, tgt_lang=tgt_lang, **decode)
+            return load_translator(paths, engine, *settings, tgt_lang=tgt_lang, src_lang=src_lang, **decode)
         return load_untagged(paths, engine, *settings, **decode)
 
     if engine == "ctranslate2" and not is_export(paths[0]) and len(paths) == 1:

@@ -1,22 +1,26 @@
 """Import from Hugging Face transformers: a Marian or Pegasus model (OPUS-MT's, or one our export
-wrote) and its Marian tokenizer, as a checkpoint directory of ours.
+wrote) and its Marian tokenizer, or an M2M100 model (NLLB-200's, M2M100's) and its tokenizer, as
+a checkpoint directory of ours.
 
     SRC/                                            OUT/ (what mt-train writes)
         config.json, model.safetensors                  model.safetensors, config.json
         source.spm, target.spm                          spm.src.model, spm.tgt.model
+          (M2M100: sentencepiece.bpe.model)
         vocab.json (target_vocab.json)                  vocab.json (vocab.src.json, vocab.tgt.json)
+          (NLLB: tokenizer.json)                        languages.json (NLLB, M2M100: code -> token)
         tokenizer_config.json                           finetune.yaml: a config to fine-tune it
 
 Which of our model settings compute the model is read from its config; a field we do not model
 is a one-line refusal naming it. Where the weights go is exchange/huggingface_layout.py, shared
-with the export; how Marian's vocabulary ids map to ours is exchange/marian_tokenizer.py. Before
-anything is written, the imported model's log-probabilities are compared with the original's on
-a test batch.
+with the export; how the vocabulary ids map to ours is exchange/marian_tokenizer.py and
+exchange/m2m100_tokenizer.py. Before anything is written, the imported model's log-probabilities
+are compared with the original's on a test batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 
@@ -32,12 +36,22 @@ from mt_transformer.config import (
     finetune_yaml,
     tag_language,
 )
-from mt_transformer.data.tokenizer import SRC_FILE, SRC_VOCAB_FILE, TGT_FILE, TGT_VOCAB_FILE, VOCAB_FILE, Tokenizer
+from mt_transformer.data.special_tokens import BOS_ID
+from mt_transformer.data.tokenizer import (
+    LANGUAGES_FILE,
+    SRC_FILE,
+    SRC_VOCAB_FILE,
+    TGT_FILE,
+    TGT_VOCAB_FILE,
+    VOCAB_FILE,
+    Tokenizer,
+)
 from mt_transformer.data.vocabulary import write_vocabulary
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.huggingface_export import import_transformers
 from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
-from mt_transformer.exchange.marian_tokenizer import MarianVocabularies, read_marian_tokenizer, spm_settings
+from mt_transformer.exchange.m2m100_tokenizer import read_m2m100_tokenizer
+from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, read_marian_tokenizer, spm_settings
 from mt_transformer.files import atomic_dir, read_json, write_text
 from mt_transformer.model.transformer import Transformer
 
@@ -45,9 +59,13 @@ FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written bes
 
 # transformers' activation names -> model.activation
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
-NORMS = {"marian": "post", "pegasus": "pre"}
+NORMS = {"marian": "post", "pegasus": "pre", "m2m_100": "pre"}
+POSITIONS = {"marian": "sinusoidal", "pegasus": "sinusoidal", "m2m_100": "fairseq"}
+# our start id is never an output: where it takes the row of another id of ours, its logit is
+# lowered by this much (its probability becomes 0 in float32) and the other keeps the row's
+MUTED = 1e4
 # fields of older Marian and Pegasus configs (from BART's) that must hold these values: anything
-# else is a layer we do not have
+# else is a layer we do not have (M2M100's layer drop, for training only, is not one of ours)
 FIXED = {
     "scale_embedding": True,  # embeddings times sqrt(d_model), as ours (section 3.4)
     "static_position_embeddings": True,  # sinusoids, not learned
@@ -61,12 +79,14 @@ FIXED = {
 
 
 def model_config(hf_config) -> ModelConfig:
-    """Our model section for a transformers MarianConfig or PegasusConfig (without the output bias,
-    which the weights decide). A size that theirs has per stack must be the same in both."""
+    """Our model section for a transformers MarianConfig, PegasusConfig or M2M100Config (without
+    the output bias, which the weights decide). A size that theirs has per stack must be the same
+    in both."""
     kind = getattr(hf_config, "model_type", None)
     if kind not in NORMS:
-        raise UserError(f"model_type: {kind!r}: only Marian and Pegasus models can be imported")
-    for field, value in FIXED.items():
+        raise UserError(f"model_type: {kind!r}: only Marian, Pegasus and M2M100 (NLLB) models can be imported")
+    fixed = {k: v for k, v in FIXED.items() if kind != "m2m_100" or "layerdrop" not in k}
+    for field, value in fixed.items():
         found = getattr(hf_config, field, value)
         if found != value:
             raise UserError(f"{field}: {found!r} is not modelled here (only {value!r} is)")
@@ -85,7 +105,7 @@ def model_config(hf_config) -> ModelConfig:
         ModelConfig(),
         **{ours: value for ours, (_, value) in settings.items()},
         norm=NORMS[kind],
-        positions="sinusoidal",
+        positions=POSITIONS[kind],
         tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", True)),
     )
 
@@ -94,20 +114,20 @@ def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer,
     """Our Transformer computing a transformers Marian or Pegasus model's function, and its
     settings; a one-line refusal if a test batch's log-probabilities differ by more than
     CHECK_TOLERANCE. `src_order`/`tgt_order` (tensors, None: the same ids) give, for each of our
-    ids, the id of theirs whose rows it takes; an id of theirs taken by k of ours (the decoder
-    start of OPUS-MT, which is also its padding) has its output logit lowered by log k in each,
-    so that the probabilities stay those of the original."""
+    ids, the id of theirs whose rows it takes; where our start id takes the row of another of
+    ours (OPUS-MT starts from its padding, NLLB from its end of sentence), its output logit is
+    lowered by MUTED, so that the probabilities stay those of the original."""
     hf_config = hf_model.config
-    bias = hf_model.final_logits_bias[0]  # (vocab,)
     src_vocab = hf_config.vocab_size
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab
+    bias = getattr(hf_model, "final_logits_bias", torch.zeros(1, tgt_vocab))[0]  # (vocab,); M2M100 has none
     shared = getattr(hf_config, "share_encoder_decoder_embeddings", True)
     src_order = torch.arange(src_vocab) if src_order is None else src_order
     tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
-    shares = torch.bincount(tgt_order)[tgt_order]  # (our tgt_vocab,): how many of ours share its row
-    config = dataclasses.replace(model_config(hf_config), output_bias=bool(bias.any() or (shares > 1).any()))
+    muted = bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
+    config = dataclasses.replace(model_config(hf_config), output_bias=bool(bias.any()) or muted)
     theirs = Transformer(config, src_vocab, tgt_vocab, share_vocab=shared)
-    from_transformers(hf_model, theirs, pre_norm=config.norm == "pre")
+    from_transformers(hf_model, theirs, pre_norm=config.norm == "pre", reorder=config.positions == "sinusoidal")
     model = Transformer(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
     rows = {"src_embed": src_order, "tgt_embed": tgt_order, "output": tgt_order}  # modules indexed by ids
     source = theirs.state_dict()
@@ -115,8 +135,8 @@ def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer,
         for name, tensor in model.state_dict().items():
             order = rows.get(name.split(".")[0])
             tensor.copy_(source[name] if order is None else source[name].index_select(0, order))
-        if config.output_bias:
-            model.output.bias.sub_(shares.log())
+        if muted:
+            model.output.bias[BOS_ID] -= MUTED
     gap = log_prob_gap(model, hf_model, src_order, tgt_order)
     if not gap <= CHECK_TOLERANCE:
         raise UserError(f"the imported model differs from the original by {gap:.2g} in log-probability")
@@ -136,7 +156,7 @@ def local_directory(source: str) -> str:
         raise UserError(f"{source}: no such directory (huggingface_hub, to download it, is not installed)") from None
     try:
         return huggingface_hub.snapshot_download(
-            source, allow_patterns=["*.json", "*.spm", "*.safetensors", "pytorch_model.bin"]
+            source, allow_patterns=["*.json", "*.spm", "*.model", "*.safetensors", "pytorch_model.bin"]
         )
     except RepositoryNotFoundError:
         raise UserError(f"{source}: no such directory, nor a model of that name on the Hugging Face hub") from None
@@ -146,7 +166,7 @@ def local_directory(source: str) -> str:
         ) from None
 
 
-def imported_config(model: ModelConfig, vocabularies: MarianVocabularies, src_lang: str, tgt_lang: str) -> Config:
+def imported_config(model: ModelConfig, vocabularies: ImportedVocabularies, src_lang: str, tgt_lang: str) -> Config:
     """The config an imported checkpoint records: its model settings, and data settings that
     describe its tokenizer and languages (one corpus per target tag of a multilingual model).
     An export of ours brings back its data and decode settings as they were."""
@@ -162,7 +182,8 @@ def imported_config(model: ModelConfig, vocabularies: MarianVocabularies, src_la
             joint_vocab=not vocabularies.separate,
             vocab_size=len(vocabularies.tgt_pieces),
             max_len=min(DataConfig.max_len, model.max_positions - 1),
-            **spm_settings(os.path.join(vocabularies.directory, "source.spm")),
+            **spm_settings(os.path.join(vocabularies.directory, vocabularies.spm_files[0])),
+            language_tokens=bool(vocabularies.languages),
         )
         languages = sorted(filter(None, map(tag_language, vocabularies.src_pieces)))
         if languages:
@@ -175,13 +196,15 @@ def imported_config(model: ModelConfig, vocabularies: MarianVocabularies, src_la
         raise UserError(f"the imported settings are not valid here: {error}") from None
 
 
-def write_checkpoint(out_dir: str, model, config: Config, vocabularies: MarianVocabularies, source: str) -> None:
+def write_checkpoint(out_dir: str, model, config: Config, vocabularies: ImportedVocabularies, source: str) -> None:
     """The checkpoint directory of an imported model, atomically: what mt-train writes, with
     both sentencepiece models and our vocabularies, and a config to fine-tune it."""
     try:
         with atomic_dir(out_dir) as tmp:
-            for theirs, ours in (("source.spm", SRC_FILE), ("target.spm", TGT_FILE)):
+            for theirs, ours in zip(vocabularies.spm_files, (SRC_FILE, TGT_FILE)):
                 shutil.copyfile(os.path.join(vocabularies.directory, theirs), os.path.join(tmp, ours))
+            if vocabularies.languages:
+                write_text(os.path.join(tmp, LANGUAGES_FILE), json.dumps(vocabularies.languages, indent=0) + "\n")
             if vocabularies.separate:
                 write_vocabulary(os.path.join(tmp, SRC_VOCAB_FILE), vocabularies.src_pieces)
                 write_vocabulary(os.path.join(tmp, TGT_VOCAB_FILE), vocabularies.tgt_pieces)
@@ -206,12 +229,17 @@ def import_directory(source: str, out_dir: str, src_lang: str | None, tgt_lang: 
     except (OSError, ValueError) as error:
         raise UserError(f"{directory}: not a transformers model ({str(error).splitlines()[0][:120]})") from None
     model_config(hf_config)  # a refusal before the weights are read
-    vocabularies = read_marian_tokenizer(directory, hf_config)
+    if hf_config.model_type == "m2m_100":
+        vocabularies = read_m2m100_tokenizer(directory, hf_config, transformers)
+    else:
+        vocabularies = read_marian_tokenizer(directory, hf_config)
     src_lang = src_lang or vocabularies.settings.get("source_lang")
     tgt_lang = tgt_lang or vocabularies.settings.get("target_lang")
     for flag, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
         if not value:
             raise UserError(f"{flag}: required: the tokenizer's settings name no such language")
+        if vocabularies.languages and value not in vocabularies.languages:
+            raise UserError(f"{flag}: {value!r} is not among the model's {len(vocabularies.languages)} language codes")
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
     orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
     model, model_settings = import_model(hf_model, *orders)

@@ -1,8 +1,9 @@
-"""Where each of our weights lives in a transformers Marian or Pegasus model, for the export and
-the import alike.
+"""Where each of our weights lives in a transformers Marian, Pegasus or M2M100 model, for the
+export and the import alike.
 
 Marian and Pegasus compute the sinusoid with all sines first and all cosines after (features
-0..d/2-1 and d/2..d-1), where ours interleaves them (sin in even features, cos in odd). A model
+0..d/2-1 and d/2..d-1), where ours interleaves them (sin in even features, cos in odd; our
+model.positions fairseq, M2M100's, puts them as M2M100 does and needs no reordering). A model
 is the same function under any consistent reordering of the features of its residual stream
 (LayerNorm normalises over all of them; every linear layer that reads or writes the stream is
 reordered with it), so each weight pair below names the dimensions that index the stream: the
@@ -87,7 +88,7 @@ def weight_pairs(ours, hf_model, pre_norm: bool) -> Iterator[Pair]:
     yield ours.src_embed.weight, base.encoder.embed_tokens.weight, (1,)
     yield ours.tgt_embed.weight, base.decoder.embed_tokens.weight, (1,)
     yield ours.output.weight, hf_model.lm_head.weight, (1,)
-    if ours.output.bias is not None:  # theirs is a buffer of zeros unless the model has a bias
+    if ours.output.bias is not None and hasattr(hf_model, "final_logits_bias"):  # zeros unless it has a bias
         yield ours.output.bias, hf_model.final_logits_bias[0], ()
     for layer, theirs in zip(ours.encoder, base.encoder.layers):
         yield from _attention(layer.self_attn, theirs.self_attn)
@@ -119,25 +120,27 @@ def _copy(target: torch.Tensor, source: torch.Tensor) -> None:
         target.copy_(source)
 
 
-def to_transformers(ours, hf_model, pre_norm: bool) -> None:
-    """Our weights into a Marian or Pegasus model, the residual stream reordered."""
+def to_transformers(ours, hf_model, pre_norm: bool, reorder: bool = True) -> None:
+    """Our weights into a Marian, Pegasus or M2M100 model, the residual stream reordered (for
+    our paper's sinusoid, `reorder`)."""
     order = stream_order(ours.src_embed.weight.size(1))
     for mine, theirs, dims in weight_pairs(ours, hf_model, pre_norm):
-        _copy(theirs, _reorder(mine, dims, order))
+        _copy(theirs, _reorder(mine, dims, order) if reorder else mine)
 
 
-def from_transformers(hf_model, ours, pre_norm: bool) -> None:
-    """A Marian or Pegasus model's weights into ours, the residual stream put back in our order."""
+def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True) -> None:
+    """A Marian, Pegasus or M2M100 model's weights into ours, the residual stream put back in our
+    order (`reorder`, as for to_transformers)."""
     inverse = stream_order(ours.src_embed.weight.size(1)).argsort()
     for mine, theirs, dims in weight_pairs(ours, hf_model, pre_norm):
-        _copy(mine, _reorder(theirs, dims, inverse))
+        _copy(mine, _reorder(theirs, dims, inverse) if reorder else theirs)
 
 
 def log_prob_gap(model, hf_model, src_order=None, tgt_order=None) -> float:
     """The largest difference between our model's and a transformers model's teacher-forced
     log-probabilities on a fixed batch of random ids (two sentences, one padded). `src_order`
-    and `tgt_order` (tensors) give the id in theirs of each of our ids (None: the same ids); an
-    id of theirs that several of ours stand for has its probability shared evenly among them."""
+    and `tgt_order` (tensors) give the id in theirs of each of our ids (None: the same ids); our
+    start id, never an output, is left out (the import gives it no probability)."""
     src_vocab, tgt_vocab = model.src_embed.weight.size(0), model.output.weight.size(0)
     src_order = torch.arange(src_vocab) if src_order is None else src_order
     tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
@@ -146,10 +149,10 @@ def log_prob_gap(model, hf_model, src_order=None, tgt_order=None) -> float:
     src[:, -1], src[1, 4], src[1, 5:] = EOS_ID, EOS_ID, PAD_ID
     tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)  # (batch, tgt_len): BOS first
     tgt_in[:, 0] = BOS_ID
-    shares = torch.bincount(tgt_order)[tgt_order].log()  # (tgt_vocab,): log of how many share each
+    outputs = torch.arange(tgt_vocab) != BOS_ID  # (tgt_vocab,)
     with torch.inference_mode():
-        ours = model.logits(model(src, tgt_in)).log_softmax(-1) + shares  # (batch, tgt_len, vocab)
+        ours = model.logits(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
         theirs = hf_model(
             input_ids=src_order[src], attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_order[tgt_in]
         ).logits.log_softmax(-1)
-    return float((ours - theirs[..., tgt_order]).abs().max())
+    return float((ours[..., outputs] - theirs[..., tgt_order[outputs]]).abs().max())

@@ -33,11 +33,15 @@ def id_order(vocab: dict[str, int], rows: int, start: int | None, path: str) -> 
     specials = [pad, unk, vocab.get("<s>", pad) if start is None else start, eos]
     names = {i: piece for piece, i in vocab.items()}
     rest = [i for i in range(rows) if i not in set(specials)]
-    pieces = [_our_piece(names.get(i, f"<unused{i}>")) for i in rest]
+    pieces = [_our_piece(names.get(i), i) for i in rest]
     return specials + rest, list(SPECIAL_PIECES.values()) + pieces
 
 
-def _our_piece(piece: str) -> str:
+def _our_piece(piece: str | None, i: int) -> str:
+    """A piece of theirs as our vocabulary names it: >>xx<< as <2xx>; one of our special pieces
+    that is not special here (NLLB's unused <s>), or a row without a piece, as <unusedI>."""
+    if piece is None or piece in SPECIAL_PIECES.values():
+        return f"<unused{i}>"
     if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4:
         return language_tag(piece[2:-2])
     return piece
@@ -62,9 +66,9 @@ def spm_settings(path: str) -> dict:
 
 
 @dataclasses.dataclass
-class MarianVocabularies:
-    """A Marian tokenizer's files and, per side, our ids' order (the id of theirs each takes) and
-    pieces; the sides are the same when the vocabulary is shared."""
+class ImportedVocabularies:
+    """An imported tokenizer's files and, per side, our ids' order (the id of theirs each takes)
+    and pieces; the sides are the same when the vocabulary is shared."""
 
     directory: str
     settings: dict  # its tokenizer_config.json
@@ -73,9 +77,11 @@ class MarianVocabularies:
     src_pieces: list[str]
     tgt_order: list[int]
     tgt_pieces: list[str]
+    spm_files: tuple[str, str] = ("source.spm", "target.spm")  # each side's sentencepiece model in `directory`
+    languages: dict[str, str] = dataclasses.field(default_factory=dict)  # NLLB, M2M100: code -> token
 
 
-def read_marian_tokenizer(directory: str, hf_config) -> MarianVocabularies:
+def read_marian_tokenizer(directory: str, hf_config) -> ImportedVocabularies:
     """The Marian tokenizer of a model directory, checked against the model's config."""
     path = os.path.join(directory, "tokenizer_config.json")
     settings = read_json(path, "the tokenizer's settings") if os.path.isfile(path) else {}
@@ -98,4 +104,4 @@ def read_marian_tokenizer(directory: str, hf_config) -> MarianVocabularies:
     if separate:
         src_path = os.path.join(directory, "vocab.json")
         src_order, src_pieces = id_order(read_json(src_path, "the source vocabulary"), src_rows, None, src_path)
-    return MarianVocabularies(directory, settings, separate, src_order, src_pieces, tgt_order, tgt_pieces)
+    return ImportedVocabularies(directory, settings, separate, src_order, src_pieces, tgt_order, tgt_pieces)

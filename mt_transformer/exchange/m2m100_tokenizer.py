@@ -1,0 +1,68 @@
+"""An NLLB or M2M100 tokenizer (sentencepiece.bpe.model, and the vocabulary transformers reads
+beside it: NLLB's tokenizer.json, M2M100's vocab.json) read for an import: the order of our ids
+in its vocabulary, and its language tokens.
+
+Both put start of sentence at 0, padding at 1, end of sentence at 2 and unknown at 3, and start
+decoding from end of sentence: our ids 0-3 (padding, unknown, start, end) take the rows of 1, 3,
+2 and 2, and their other ids follow in order (the unused <s> named <unused0>). A sentence of
+language xx reads "xx_Tok text </s>" (NLLB; its legacy layout "text </s> xx_Tok" is refused) or
+"__xx__ text </s>" (M2M100), and a translation into yy begins with yy's token: the checkpoint's
+languages.json (code -> token) and data.language_tokens say so to our tokenizer and translator.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from mt_transformer.errors import UserError
+from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, id_order
+
+SPM_FILE = "sentencepiece.bpe.model"
+NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn
+
+
+def language_tokens(tokenizer) -> dict[str, str]:
+    """The tokenizer's languages: code -> token (M2M100: de -> __de__; NLLB: deu_Latn -> deu_Latn)."""
+    if hasattr(tokenizer, "lang_code_to_id"):  # M2M100Tokenizer
+        return {code: tokenizer.get_lang_token(code) for code in tokenizer.lang_code_to_id}
+    return {token: token for token in tokenizer.all_special_tokens if NLLB_CODE.fullmatch(token)}
+
+
+def check_layout(tokenizer, vocab: dict[str, int], code: str, token: str, directory: str) -> None:
+    """The layout our tokenizer writes must be the tokenizer's: "token text </s>" on each side."""
+    tokenizer.src_lang = code
+    ids = tokenizer("a").input_ids
+    eos = vocab["</s>"]
+    if ids[-2:] == [eos, vocab[token]]:
+        raise UserError(
+            f"{directory}: the tokenizer's legacy layout (the language code after </s>) is not supported; "
+            f"set legacy_behaviour false in its tokenizer_config.json if the model was trained without it"
+        )
+    if ids[0] != vocab[token] or ids[-1] != eos:
+        raise UserError(f"{directory}: the tokenizer writes neither the language code first nor </s> last")
+
+
+def read_m2m100_tokenizer(directory: str, hf_config, transformers) -> ImportedVocabularies:
+    """The NLLB or M2M100 tokenizer of a model directory, checked against the model's config."""
+    if not os.path.isfile(os.path.join(directory, SPM_FILE)):
+        raise UserError(f"{directory}: no {SPM_FILE} (the sentencepiece model of an NLLB or M2M100 tokenizer)")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    except (OSError, ValueError, KeyError) as error:
+        raise UserError(f"{directory}: its tokenizer cannot be read ({str(error).splitlines()[0][:120]})") from None
+    vocab = {**tokenizer.get_vocab(), **getattr(tokenizer, "lang_token_to_id", {})}  # M2M100's lacks the languages
+    languages = language_tokens(tokenizer)
+    if not languages:
+        raise UserError(f"{directory}: the tokenizer has no language codes (an NLLB or M2M100 tokenizer has)")
+    for field, piece in (("pad_token_id", "<pad>"), ("eos_token_id", "</s>"), ("decoder_start_token_id", "</s>")):
+        if getattr(hf_config, field) != vocab.get(piece):
+            raise UserError(f"{field}: {getattr(hf_config, field)} in the config but {piece} is {vocab.get(piece)}")
+    check_layout(tokenizer, vocab, *next(iter(languages.items())), directory)
+    order, pieces = id_order(vocab, hf_config.vocab_size, hf_config.decoder_start_token_id, directory)
+    settings = {
+        "source_lang": getattr(tokenizer, "src_lang", None),
+        "target_lang": getattr(tokenizer, "tgt_lang", None),
+    }
+    files = (SPM_FILE, SPM_FILE)
+    return ImportedVocabularies(directory, settings, False, order, pieces, order, pieces, files, languages)

@@ -1,0 +1,252 @@
+"""Importing transformers' M2M100 models in the layouts the hub's NLLB-200 and M2M100 models
+have, built tiny and random here, with tokenizers from a sentencepiece model trained here."""
+
+import io
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import run_cli
+
+transformers = pytest.importorskip("transformers")
+from mt_transformer import checkpoint  # noqa: E402
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID  # noqa: E402
+from mt_transformer.decoding.translator import load_translator  # noqa: E402
+from mt_transformer.exchange.engine_choice import open_translator  # noqa: E402
+
+NLLB_CODES = ["deu_Latn", "eng_Latn", "fra_Latn"]
+LINES = ["Ein Hund läuft über die Wiese.", "Zwei Kinder spielen im Park.", "Wiese"]
+TARGETS = ["A dog runs across the meadow.", "Two children play in the park.", "meadow"]
+
+
+def _sentencepiece(corpus: str, path) -> None:
+    """A BPE model with NLLB's and M2M100's own ids (unknown 0, start 1, end 2)."""
+    import sentencepiece
+
+    lines = []
+    for side in ("en", "de"):
+        lines += open(f"{corpus}/train.{side}", encoding="utf-8").read().splitlines()[:500]
+    buffer = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines + LINES + TARGETS),
+        model_writer=buffer,
+        vocab_size=200,
+        model_type="bpe",
+        character_coverage=1.0,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    path.write_bytes(buffer.getvalue())
+
+
+def _random_m2m100(directory, vocab_size: int) -> None:
+    """A random M2M100ForConditionalGeneration as NLLB's config has it, sizes made small; weights
+    drawn wide enough that the outputs depend on the input."""
+    config = transformers.M2M100Config(
+        vocab_size=vocab_size,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=128,
+        dropout=0.1,
+        attention_dropout=0.1,
+        encoder_layerdrop=0.05,
+        decoder_layerdrop=0.05,
+        scale_embedding=True,
+        init_std=0.2,
+    )
+    torch.manual_seed(0)
+    model = transformers.M2M100ForConditionalGeneration(config)
+    model.save_pretrained(str(directory))
+
+
+def nllb_directory(corpus: str, directory, legacy: bool = False) -> str:
+    """NLLB's files: sentencepiece.bpe.model, tokenizer.json and tokenizer_config.json (language
+    codes after the pieces), config.json and model.safetensors."""
+    directory.mkdir()
+    _sentencepiece(corpus, directory / "sentencepiece.bpe.model")
+    settings = {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn", "tgt_lang": "eng_Latn"}
+    settings |= {"additional_special_tokens": NLLB_CODES, "legacy_behaviour": legacy}
+    (directory / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    _random_m2m100(directory, len(tokenizer))
+    return str(directory)
+
+
+def m2m100_directory(corpus: str, directory) -> str:
+    """M2M100's files: sentencepiece.bpe.model, vocab.json (fairseq's order: <s>, <pad>, </s>,
+    <unk>, the pieces), tokenizer_config.json; the languages' __xx__ tokens follow the vocabulary."""
+    import sentencepiece
+
+    directory.mkdir()
+    _sentencepiece(corpus, directory / "sentencepiece.bpe.model")
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(directory / "sentencepiece.bpe.model"))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    vocab |= {processor.id_to_piece(i): 1 + i for i in range(3, processor.get_piece_size())}
+    (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    tokenizer = transformers.M2M100Tokenizer(
+        str(directory / "vocab.json"),
+        str(directory / "sentencepiece.bpe.model"),
+        src_lang="de",
+        tgt_lang="en",
+        language_codes="wmt21",
+        num_madeup_words=0,
+    )
+    tokenizer.save_pretrained(str(directory))
+    _random_m2m100(directory, len(vocab) + len(tokenizer.lang_code_to_id))
+    return str(directory)
+
+
+@pytest.fixture(scope="module", params=["nllb", "m2m100"])
+def imported(request, corpus, tmp_path_factory) -> tuple[str, str, dict]:
+    """(the transformers model's directory, our import of it, the codes of its source, its target
+    and another language; "fr" names the other)."""
+    root = tmp_path_factory.mktemp(request.param)
+    if request.param == "nllb":
+        source, codes = nllb_directory(corpus, root / "hf"), {"de": "deu_Latn", "en": "eng_Latn", "fr": "fra_Latn"}
+    else:
+        source, codes = m2m100_directory(corpus, root / "hf"), {"de": "de", "en": "en", "fr": "ru"}  # wmt21's
+    out = str(root / "ours")
+    result = run_cli("mt-import", "--format", "huggingface", source, out, "--src-lang", codes["de"])
+    assert result.returncode == 0, result.stderr
+    return source, out, codes
+
+
+def test_an_import_reads_and_writes_sources_and_targets_as_the_tokenizer_does(imported):
+    source, out, codes = imported
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(source, src_lang=codes["de"], tgt_lang=codes["en"])
+    loaded = checkpoint.load(out, torch.device("cpu"))
+    assert loaded.config.data.language_tokens and loaded.config.model.positions == "fairseq"
+    assert (loaded.config.data.src_lang, loaded.config.data.tgt_lang) == (codes["de"], codes["en"])
+    translator = load_translator(out, "torch", beam_size=1)
+    vocab = json.load(open(os.path.join(out, "vocab.json"), encoding="utf-8"))
+    src_ids = [translator.heads[0] + ids for ids in loaded.tokenizer.encode_src(LINES)]
+    tgt_ids = [translator.heads[1] + ids for ids in loaded.tokenizer.encode_tgt(TARGETS)]
+    theirs = hf_tokenizer(LINES, text_target=TARGETS)
+    for ours, their_ids in [*zip(src_ids, theirs["input_ids"]), *zip(tgt_ids, theirs["labels"])]:
+        assert [vocab[i] for i in ours + [EOS_ID]] == hf_tokenizer.convert_ids_to_tokens(their_ids)
+
+
+def _ids(out: str, hf_tokenizer) -> tuple[torch.Tensor, dict[int, int]]:
+    """For each of our ids the id of theirs (our start: their </s>), and theirs -> ours for the others."""
+    pieces = json.load(open(f"{out}/vocab.json", encoding="utf-8"))  # their unused <s> is our <unused0>
+    order = torch.tensor([0 if p == "<unused0>" else hf_tokenizer.convert_tokens_to_ids(p) for p in pieces])
+    order[BOS_ID] = hf_tokenizer.eos_token_id
+    return order, {int(theirs): ours for ours, theirs in enumerate(order) if ours != BOS_ID}
+
+
+def test_an_import_computes_the_originals_log_probabilities_on_sentences(imported):
+    source, out, codes = imported
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(source, src_lang=codes["de"], tgt_lang=codes["en"])
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(source).eval()
+    model = checkpoint.load(out, torch.device("cpu")).model.eval()
+    order, inverse = _ids(out, hf_tokenizer)
+    batch = hf_tokenizer(LINES[:2], text_target=TARGETS[:2], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        theirs = hf_model(**batch).logits.log_softmax(-1)  # (batch, tgt_len, their vocab)
+    for row in range(2):
+        src = [inverse[int(i)] for i in batch["input_ids"][row][batch["attention_mask"][row].bool()]]
+        labels = [inverse[int(i)] for i in batch["labels"][row] if i >= 0 and i != hf_tokenizer.pad_token_id]
+        with torch.inference_mode():
+            ours = model.logits(model(torch.tensor([src]), torch.tensor([[BOS_ID] + labels[:-1]]))).log_softmax(-1)
+        outputs = [i for i in range(len(order)) if i != BOS_ID]
+        gap = ours[0][:, outputs] - theirs[row, : len(labels)][:, order[outputs]]
+        assert float(gap.abs().max()) < 1e-4
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_greedy_translations_are_those_of_generate_with_the_forced_language(imported, engine):
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    source, out, codes = imported
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(source, src_lang=codes["de"])
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(source).eval()
+    _, inverse = _ids(out, hf_tokenizer)
+    for language in ("en", "fr"):
+        translator = open_translator(
+            out, engine, beam_size=1, max_len_a=0.0, max_len_b=12, tgt_lang=codes[language], precision="fp32"
+        )
+        forced = hf_tokenizer.convert_tokens_to_ids(
+            codes[language] if len(codes[language]) > 2 else f"__{codes[language]}__"
+        )
+        for line, found in zip(LINES, translator(LINES)):
+            inputs = hf_tokenizer(line, return_tensors="pt")
+            generated = hf_model.generate(
+                **inputs, forced_bos_token_id=forced, num_beams=1, do_sample=False, max_new_tokens=12
+            )[0, 1:]  # after the decoder start
+            theirs = [inverse[int(i)] for i in generated if i != hf_tokenizer.eos_token_id]
+            assert found[0].tokens == theirs and theirs[0] == translator.heads[1][0]
+            words = hf_tokenizer.decode(generated[1:], skip_special_tokens=True).split()
+            assert found[0].text == " ".join(words) and found[0].text
+
+
+def test_mt_translate_takes_the_languages_and_refuses_one_the_model_lacks(imported, tmp_path):
+    _, out, codes = imported
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    into = ("--tgt-lang", codes["fr"], "--src-lang", codes["de"])
+    result = run_cli("mt-translate", "--checkpoint", out, "--input", str(tmp_path / "in.txt"), *into, "--beam", "1")
+    assert result.returncode == 0, result.stderr
+    expected = [t[0].text for t in load_translator(out, "torch", beam_size=1, tgt_lang=codes["fr"])(LINES)]
+    assert result.stdout.splitlines() == expected
+    result = run_cli("mt-translate", "--checkpoint", out, "--tgt-lang", "xx", input="Hallo\n")
+    count = len(json.load(open(f"{out}/languages.json", encoding="utf-8")))  # NLLB here 3, M2M100 (wmt21) 8
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"error: --tgt-lang: 'xx' is not among the model's {count} languages\n",
+    )
+
+
+def test_a_language_the_model_lacks_or_the_legacy_layout_is_refused_in_one_line(corpus, tmp_path):
+    source = nllb_directory(corpus, tmp_path / "nllb")
+    out = str(tmp_path / "out")
+    result = run_cli("mt-import", "--format", "huggingface", source, out, "--tgt-lang", "xho_Latn")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "error: --tgt-lang: 'xho_Latn' is not among the model's 3 language codes\n",
+    )
+    legacy = nllb_directory(corpus, tmp_path / "legacy", legacy=True)
+    result = run_cli("mt-import", "--format", "huggingface", legacy, out)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {legacy}: the tokenizer's legacy layout")
+    assert len(result.stderr.splitlines()) == 1 and not os.path.exists(out)
+
+
+def test_an_nllb_import_fine_tunes_on_files_named_by_its_language_codes(corpus, tmp_path):
+    source = nllb_directory(corpus, tmp_path / "nllb")
+    out = str(tmp_path / "imported")
+    assert run_cli("mt-import", "--format", "huggingface", source, out).returncode == 0
+    for split in ("train", "valid"):
+        for side, code in (("de", "deu_Latn"), ("en", "eng_Latn")):
+            lines = open(f"{corpus}/{split}.{side}", encoding="utf-8").read().splitlines()[:64]
+            (tmp_path / f"{split}.{code}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_dir = str(tmp_path / "run")
+    result = run_cli(
+        "mt-train",
+        "--config",
+        os.path.join(out, "finetune.yaml"),
+        "--set",
+        f"data.train={tmp_path}/train",
+        f"data.valid={tmp_path}/valid",
+        f"train.output_dir={run_dir}",
+        "train.max_steps=4",
+        "train.valid_every=4",
+        "train.save_every=4",
+        "train.max_tokens=256",
+    )
+    assert result.returncode == 0, result.stderr
+    from mt_transformer.data.prepare import prepare_data
+
+    loaded = checkpoint.load(run_dir, torch.device("cpu"))
+    _, encoded, _ = prepare_data(loaded.config.data, run_dir, 0, splits=("train",))
+    heads = (loaded.tokenizer.languages["deu_Latn"], loaded.tokenizer.languages["eng_Latn"])
+    assert {(row["src_ids"][0], row["tgt_ids"][0]) for row in encoded["train"]} == {heads}
+    assert load_translator(run_dir, "torch", beam_size=1)(LINES[:1])[0][0].tokens[0] == heads[1]
