@@ -1,7 +1,7 @@
 import torch
 
 from conftest import FP32_TOLERANCE, tiny_model
-from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.model.masks import padding_mask
 from mt_transformer.model.transformer import count_parameters
 
@@ -178,3 +178,15 @@ def test_word_dropout_blanks_source_words_in_training_only():
     tgt = torch.tensor([[BOS_ID, 9, 10]])
     memory = evaluated[:1]
     assert torch.equal(model.decode(tgt, memory, src_mask[:1])[0], model.eval().decode(tgt, memory, src_mask[:1])[0])
+
+
+def test_a_decoder_starting_from_eos_reads_eos_where_the_input_has_bos():
+    src, after = torch.tensor([[5, 6, 7, EOS_ID]]), [9, 10]
+    fairseq, ours = tiny(decoder_start="eos"), tiny()
+    with torch.no_grad():
+        fairseq.tgt_embed.weight[BOS_ID].normal_()  # a row the decoder must not read
+    states = fairseq(src, torch.tensor([[BOS_ID, *after]]))
+    assert torch.equal(states, fairseq(src, torch.tensor([[EOS_ID, *after]])))
+    incremental, _ = decode_incrementally(fairseq, src, torch.tensor([[BOS_ID, *after]]))
+    assert torch.allclose(states, incremental, **FP32_TOLERANCE)
+    assert not torch.allclose(ours(src, torch.tensor([[BOS_ID, *after]])), ours(src, torch.tensor([[EOS_ID, *after]])))

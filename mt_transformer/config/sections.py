@@ -155,6 +155,8 @@ class ModelConfig:
     activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's: the paper's relu; swish (SiLU) as in OPUS-MT
     max_positions: int = 1024
     tie_embeddings: bool = True
+    # the token the decoder reads first: bos, ours; eos, fairseq's (M2M100 and NLLB start from </s>)
+    decoder_start: Literal["bos", "eos"] = "bos"
     output_bias: bool = False  # a learned bias on the output logits (Marian's, as OPUS-MT models have)
     # attention and FFN weights: xavier, Xavier-uniform for all; fairseq, W^Q, W^K, W^V with gain
     # 1/sqrt(2) and the FFN at PyTorch's default, which learns faster per update

@@ -115,7 +115,8 @@ def build_spec(loaded, source_prefix: str | None = None):
         tgt_pieces[BOS_ID],
         tgt_pieces[EOS_ID],
     )
-    spec.config.decoder_start_token = spec.config.bos_token
+    start = spec.config.eos_token if settings.decoder_start == "eos" else spec.config.bos_token
+    spec.config.decoder_start_token = start
     return spec
 
 

@@ -106,6 +106,7 @@ def model_config(hf_config) -> ModelConfig:
         **{ours: value for ours, (_, value) in settings.items()},
         norm=NORMS[kind],
         positions=POSITIONS[kind],
+        decoder_start="eos" if kind == "m2m_100" else "bos",
         tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", True)),
     )
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from mt_transformer.config import ModelConfig
-from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.model.dropout import Dropout, WordDropout
 from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
 from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
@@ -67,6 +67,7 @@ class Transformer(nn.Module):
         # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
+        self.start_from_eos = c.decoder_start == "eos"  # the decoder reads EOS's embedding for BOS
         self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=c.output_bias)
         if c.output_bias:
             nn.init.zeros_(self.output.bias)
@@ -101,6 +102,8 @@ class Transformer(nn.Module):
         layer the cross-attention weights (batch, heads, tgt_len, src_len), or None unless need_weights.
         """
         offset = cache.length if cache is not None else 0
+        if self.start_from_eos:
+            tgt_in = tgt_in.masked_fill(tgt_in == BOS_ID, EOS_ID)
         x = self.dropout(self.tgt_embed(tgt_in) + self.tgt_positions(tgt_in.size(1), offset))
         weights = []
         for i, layer in enumerate(self.decoder):
