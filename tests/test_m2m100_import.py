@@ -220,14 +220,52 @@ def test_a_language_the_model_lacks_or_the_legacy_layout_is_refused_in_one_line(
     assert len(result.stderr.splitlines()) == 1 and not os.path.exists(out)
 
 
-def test_an_nllb_import_fine_tunes_on_files_named_by_its_language_codes(corpus, tmp_path):
+def _text_files(corpus: str, directory, codes: dict[str, str], lines: int = 64) -> None:
+    """The corpus's first lines as DIR/{train,valid}.{code}: files named by the model's language codes."""
+    for split in ("train", "valid"):
+        for side, code in codes.items():
+            text = open(f"{corpus}/{split}.{side}", encoding="utf-8").read().splitlines()[:lines]
+            (directory / f"{split}.{code}").write_text("\n".join(text) + "\n", encoding="utf-8")
+
+
+def test_a_trimmed_model_keeps_the_logits_of_the_pieces_it_keeps(corpus, tmp_path):
+    source = nllb_directory(corpus, tmp_path / "nllb")
+    full, trimmed = str(tmp_path / "full"), str(tmp_path / "trimmed")
+    _text_files(corpus, tmp_path, {"de": "deu_Latn", "en": "eng_Latn"}, lines=20)
+    assert run_cli("mt-import", "--format", "huggingface", source, full).returncode == 0
+    kept = [f"{tmp_path}/train.deu_Latn", f"{tmp_path}/train.eng_Latn"]
+    result = run_cli("mt-import", "--format", "huggingface", source, trimmed, "--keep-vocab", *kept)
+    assert result.returncode == 0, result.stderr
+    big, small = (checkpoint.load(d, torch.device("cpu")) for d in (full, trimmed))
+    pieces = {d: json.load(open(f"{d}/vocab.json", encoding="utf-8")) for d in (full, trimmed)}
+    assert len(pieces[trimmed]) < len(pieces[full]) and set(pieces[trimmed]) < set(pieces[full])
+    assert json.load(open(f"{trimmed}/languages.json")) == {"deu_Latn": "deu_Latn", "eng_Latn": "eng_Latn"}
+    rows = torch.tensor([pieces[full].index(p) for p in pieces[trimmed]])  # our trimmed ids in the full model
+    line = open(kept[0], encoding="utf-8").readline().strip()
+    src = small.tokenizer.encode_src([line])[0]
+    assert [pieces[trimmed][i] for i in src] == [pieces[full][i] for i in big.tokenizer.encode_src([line])[0]]
+    tgt = src[:6]
+    with torch.inference_mode():
+        small_logits = small.model.logits(small.model(torch.tensor([src]), torch.tensor([[BOS_ID] + tgt])))
+        big_logits = big.model.logits(big.model(rows[torch.tensor([src])], rows[torch.tensor([[BOS_ID] + tgt])]))
+    assert torch.allclose(small_logits, big_logits[..., rows], atol=1e-5)
+    renormalized = big_logits[..., rows].log_softmax(-1)
+    assert torch.allclose(small_logits.log_softmax(-1), renormalized, atol=1e-5)
+
+
+def test_an_added_language_starts_from_a_related_one_and_fine_tunes(corpus, tmp_path):
     source = nllb_directory(corpus, tmp_path / "nllb")
     out = str(tmp_path / "imported")
-    assert run_cli("mt-import", "--format", "huggingface", source, out).returncode == 0
-    for split in ("train", "valid"):
-        for side, code in (("de", "deu_Latn"), ("en", "eng_Latn")):
-            lines = open(f"{corpus}/{split}.{side}", encoding="utf-8").read().splitlines()[:64]
-            (tmp_path / f"{split}.{code}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _text_files(corpus, tmp_path, {"de": "gsw_Latn", "en": "eng_Latn"})
+    new = ("--add-language", "gsw_Latn", "--init-from", "deu_Latn", "--src-lang", "gsw_Latn")
+    kept = ("--keep-vocab", f"{tmp_path}/train.gsw_Latn", f"{tmp_path}/train.eng_Latn")
+    result = run_cli("mt-import", "--format", "huggingface", source, out, *new, *kept)
+    assert result.returncode == 0, result.stderr
+    imported = checkpoint.load(out, torch.device("cpu"))
+    languages = imported.tokenizer.languages
+    assert set(languages) == {"gsw_Latn", "eng_Latn", "deu_Latn"}
+    embedding = imported.model.tgt_embed.weight
+    assert torch.equal(embedding[languages["gsw_Latn"]], embedding[languages["deu_Latn"]])
     run_dir = str(tmp_path / "run")
     result = run_cli(
         "mt-train",
@@ -245,8 +283,10 @@ def test_an_nllb_import_fine_tunes_on_files_named_by_its_language_codes(corpus, 
     assert result.returncode == 0, result.stderr
     from mt_transformer.data.prepare import prepare_data
 
-    loaded = checkpoint.load(run_dir, torch.device("cpu"))
-    _, encoded, _ = prepare_data(loaded.config.data, run_dir, 0, splits=("train",))
-    heads = (loaded.tokenizer.languages["deu_Latn"], loaded.tokenizer.languages["eng_Latn"])
+    tuned = checkpoint.load(run_dir, torch.device("cpu"))
+    _, encoded, _ = prepare_data(tuned.config.data, run_dir, 0, splits=("train",))
+    heads = (languages["gsw_Latn"], languages["eng_Latn"])
     assert {(row["src_ids"][0], row["tgt_ids"][0]) for row in encoded["train"]} == {heads}
+    learned = tuned.model.tgt_embed.weight
+    assert not torch.allclose(learned[heads[0]], learned[languages["deu_Latn"]])  # it learned the new one
     assert load_translator(run_dir, "torch", beam_size=1)(LINES[:1])[0][0].tokens[0] == heads[1]

@@ -111,21 +111,47 @@ def import_main(argv=None):
         required=True,
         choices=["huggingface"],
         help="huggingface: a transformers MarianMTModel (OPUS-MT, or our export) or our Pegasus export, with "
-        "its Marian tokenizer files (source.spm, target.spm, vocab.json)",
+        "its Marian tokenizer files (source.spm, target.spm, vocab.json); an M2M100ForConditionalGeneration "
+        "(NLLB-200, M2M100) with its tokenizer (sentencepiece.bpe.model, tokenizer.json or vocab.json)",
     )
-    parser.add_argument("--src-lang", help="the source language (default: the tokenizer config's source_lang)")
+    parser.add_argument(
+        "--src-lang", help="the source language (default: the tokenizer config's source_lang); NLLB: eng_Latn"
+    )
     parser.add_argument("--tgt-lang", help="the target language (default: the tokenizer config's target_lang)")
+    parser.add_argument(
+        "--keep-vocab",
+        nargs="+",
+        metavar="FILE",
+        default=(),
+        help="NLLB, M2M100: keep only the pieces these text files use (and the special tokens and those of "
+        "--src-lang, --tgt-lang, --add-language and --init-from), shrinking the embedding and output matrices",
+    )
+    parser.add_argument(
+        "--add-language",
+        metavar="CODE",
+        help="NLLB, M2M100: add a language the model lacks (xxx_Latn), for a fine-tune to learn",
+    )
+    parser.add_argument(
+        "--init-from",
+        metavar="CODE",
+        help="with --add-language: the related language whose token the new one starts from (default: their mean)",
+    )
     parser.add_argument("source", metavar="SRC", help="a model directory, or a Hugging Face hub id to download")
     parser.add_argument("output_dir", metavar="OUT", help="the checkpoint directory to write (replaced if it exists)")
     args = parser.parse_args(argv)
 
     from mt_transformer.exchange import huggingface_import
 
-    imported = huggingface_import.import_directory(args.source, args.output_dir, args.src_lang, args.tgt_lang)
+    if args.init_from and not args.add_language:
+        raise UserError("--init-from: goes with --add-language")
+    edits = huggingface_import.VocabularyEdits(tuple(args.keep_vocab), args.add_language, args.init_from)
+    imported = huggingface_import.import_directory(args.source, args.output_dir, args.src_lang, args.tgt_lang, edits)
     data = imported["config"].data
     into = ", ".join(data.target_languages) if data.target_tags else data.tgt_lang
+    sizes = imported["vocabulary"]
+    trimmed = f", vocabulary {sizes[0]:,} -> {sizes[1]:,} pieces" if len(sizes) > 1 else ""
     print(
-        f"wrote {args.output_dir} ({imported['architecture']}, {data.src_lang}->{into}); translate with "
+        f"wrote {args.output_dir} ({imported['architecture']}, {data.src_lang}->{into}{trimmed}); translate with "
         f"mt-translate --checkpoint {args.output_dir}, fine-tune with {os.path.join(args.output_dir, 'finetune.yaml')}"
     )
 

@@ -48,6 +48,7 @@ from mt_transformer.data.tokenizer import (
 )
 from mt_transformer.data.vocabulary import write_vocabulary
 from mt_transformer.errors import UserError
+from mt_transformer.exchange import vocabulary_edits
 from mt_transformer.exchange.huggingface_export import import_transformers
 from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
 from mt_transformer.exchange.m2m100_tokenizer import read_m2m100_tokenizer
@@ -219,10 +220,28 @@ def write_checkpoint(out_dir: str, model, config: Config, vocabularies: Imported
         raise UserError(f"{out_dir}: the import could not be written ({error.strerror or error})") from None
 
 
-def import_directory(source: str, out_dir: str, src_lang: str | None, tgt_lang: str | None) -> dict:
-    """Import the transformers model and Marian tokenizer of SRC (a directory or a hub id) into
-    the checkpoint directory `out_dir`, after checking that the imported model computes the
-    original's log-probabilities; returns what was imported."""
+@dataclasses.dataclass(frozen=True)
+class VocabularyEdits:
+    """What mt-import changes in an NLLB or M2M100 model's vocabulary (exchange/vocabulary_edits.py)."""
+
+    keep_vocab: tuple[str, ...] = ()  # text files: keep only the pieces they use
+    add_language: str | None = None  # a language code to add a token for
+    init_from: str | None = None  # the language whose token's rows the new one copies (None: their mean)
+
+
+def check_files(paths) -> None:
+    for path in paths:
+        if not os.path.isfile(path):
+            raise UserError(f"--keep-vocab: no such file: {path}")
+
+
+def import_directory(
+    source: str, out_dir: str, src_lang: str | None, tgt_lang: str | None, edits: VocabularyEdits = VocabularyEdits()
+) -> dict:
+    """Import the transformers model and tokenizer of SRC (a directory or a hub id) into the
+    checkpoint directory `out_dir`, after checking that the imported model computes the
+    original's log-probabilities, with `edits` to an NLLB or M2M100 model's vocabulary made
+    after that check; returns what was imported (its vocabulary's sizes: before and after trimming)."""
     transformers = import_transformers()
     directory = local_directory(source)
     try:
@@ -236,14 +255,30 @@ def import_directory(source: str, out_dir: str, src_lang: str | None, tgt_lang: 
         vocabularies = read_marian_tokenizer(directory, hf_config)
     src_lang = src_lang or vocabularies.settings.get("source_lang")
     tgt_lang = tgt_lang or vocabularies.settings.get("target_lang")
+    known = {**vocabularies.languages, **({edits.add_language: ""} if edits.add_language else {})}
     for flag, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
         if not value:
             raise UserError(f"{flag}: required: the tokenizer's settings name no such language")
-        if vocabularies.languages and value not in vocabularies.languages:
+        if vocabularies.languages and value not in known:
             raise UserError(f"{flag}: {value!r} is not among the model's {len(vocabularies.languages)} language codes")
+    if edits.add_language or edits.keep_vocab:
+        if not vocabularies.languages:
+            raise UserError("--add-language and --keep-vocab: for NLLB and M2M100 models (with language tokens)")
+        check_files(edits.keep_vocab)
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
     orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
     model, model_settings = import_model(hf_model, *orders)
+    architecture = type(hf_model).__name__
+    del hf_model  # its weights are ours now: half the memory for what follows
+    sizes = [len(vocabularies.tgt_pieces)]
+    if edits.add_language:
+        model, vocabularies = vocabulary_edits.add_language(
+            model, model_settings, vocabularies, edits.add_language, edits.init_from
+        )
+    if edits.keep_vocab:
+        kept = [src_lang, tgt_lang, edits.add_language, edits.init_from]  # None: not a code
+        model, vocabularies = vocabulary_edits.trim(model, model_settings, vocabularies, edits.keep_vocab, kept)
+        sizes.append(len(vocabularies.tgt_pieces))
     config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)
     write_checkpoint(out_dir, model, config, vocabularies, source)
-    return {"architecture": type(hf_model).__name__, "config": config}
+    return {"architecture": architecture, "config": config, "vocabulary": sizes}

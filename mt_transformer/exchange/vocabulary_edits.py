@@ -1,0 +1,136 @@
+"""Edits of an imported model's vocabulary, made before it is written (mt-import):
+
+- add a language: a new language token (spelled as the model's others are: NLLB's xxx_Latn,
+  M2M100's __xx__), its embedding row (and output bias) copied from a related language's token,
+  or their mean, for a fine-tune to learn it from;
+- trim to the text at hand: only the special ids, the kept languages' tokens and the pieces that
+  given text files use keep their rows of the embedding and output matrices (most of NLLB's
+  256,206 x 1,024 rows). On a kept piece the trimmed model's logits are the full model's; its
+  probabilities are those renormalized over the kept pieces.
+
+Both need one vocabulary for source and target (NLLB's and M2M100's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mt_transformer.data.vocabulary import VocabularyProcessor
+from mt_transformer.errors import UserError
+from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies
+from mt_transformer.model.transformer import Transformer
+
+ROW_MODULES = ("src_embed", "tgt_embed", "output")  # the modules whose rows are vocabulary ids
+LINES_PER_CALL = 10_000  # lines encoded per sentencepiece call while reading text to keep
+
+
+def _with_rows(model: Transformer, config, rows: torch.Tensor, extra: torch.Tensor | None = None) -> Transformer:
+    """A model of the same weights whose vocabulary is the ids `rows` of `model`'s, in that order,
+    then (`extra`, (n, d_model)) n new rows, each with output bias 0 (the caller sets it)."""
+    size = len(rows) + (0 if extra is None else len(extra))
+    edited = Transformer(config, size, size, share_vocab=True).eval()
+    source = model.state_dict()
+    with torch.no_grad():
+        for name, tensor in edited.state_dict().items():
+            if name.split(".")[0] not in ROW_MODULES:
+                tensor.copy_(source[name])
+                continue
+            kept = source[name].index_select(0, rows)
+            if extra is not None:
+                kept = torch.cat([kept, extra if kept.dim() == 2 else extra.new_zeros(len(extra))])
+            tensor.copy_(kept)
+    return edited
+
+
+def _language_token(languages: dict[str, str], code: str) -> str:
+    """The token of a new language, spelled as the model's others are."""
+    if all(token == f"__{known}__" for known, token in languages.items()):
+        return f"__{code}__"
+    if all(token == known for known, token in languages.items()):
+        return code
+    raise UserError("--add-language: the model's language tokens follow no one pattern to spell a new one by")
+
+
+def add_language(
+    model: Transformer, config, vocabularies: ImportedVocabularies, code: str, init_from: str | None
+) -> tuple[Transformer, ImportedVocabularies]:
+    """The model and vocabularies with language `code` added, its rows those of `init_from`'s
+    token (None: the mean of every language token's)."""
+    languages = vocabularies.languages
+    if not languages or vocabularies.separate:
+        raise UserError("--add-language: for a model with language tokens and one vocabulary (NLLB, M2M100)")
+    if code in languages:
+        raise UserError(f"--add-language: {code!r} is one of the model's languages already")
+    if init_from is not None and init_from not in languages:
+        raise UserError(f"--init-from: {init_from!r} is not among the model's {len(languages)} language codes")
+    token = _language_token(languages, code)
+    ids = {piece: i for i, piece in enumerate(vocabularies.tgt_pieces)}
+    if token in ids:
+        raise UserError(f"--add-language: {token!r} is a piece of the vocabulary already")
+    like = [ids[languages[init_from]]] if init_from else [ids[t] for t in languages.values()]
+    with torch.no_grad():
+        row = model.tgt_embed.weight[like].mean(0, keepdim=True)  # (1, d_model)
+        edited = _with_rows(model, config, torch.arange(len(ids)), row)
+        if config.output_bias:
+            edited.output.bias[-1] = model.output.bias[like].mean()
+    pieces = [*vocabularies.tgt_pieces, token]
+    order = [*vocabularies.tgt_order, -1]  # a row of ours alone
+    grown = dataclasses.replace(
+        vocabularies,
+        src_pieces=pieces,
+        tgt_pieces=pieces,
+        src_order=order,
+        tgt_order=order,
+        languages={**languages, code: token},
+    )
+    return edited, grown
+
+
+def used_ids(spm_path: str, pieces: list[str], paths: list[str]) -> set[int]:
+    """The ids of the vocabulary `pieces` that the text of `paths` (one sentence per line) is
+    made of, as the imported tokenizer segments it."""
+    import sentencepiece
+
+    processor = VocabularyProcessor(sentencepiece.SentencePieceProcessor(model_file=spm_path), pieces)
+    found: set[int] = set()
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = [line.strip() for line in f]
+        except (OSError, UnicodeDecodeError) as error:
+            raise UserError(f"--keep-vocab: {path}: not readable as UTF-8 text ({error})") from None
+        for start in range(0, len(lines), LINES_PER_CALL):
+            for ids in processor.encode(lines[start : start + LINES_PER_CALL]):
+                found.update(ids)
+    return found
+
+
+def trim(
+    model: Transformer, config, vocabularies: ImportedVocabularies, paths: list[str], keep_languages: list[str]
+) -> tuple[Transformer, ImportedVocabularies]:
+    """The model and vocabularies reduced to the special ids, the tokens of `keep_languages` and
+    the pieces the text files `paths` use, in their order."""
+    if vocabularies.separate:
+        raise UserError("--keep-vocab: for a model with one vocabulary for both sides")
+    pieces = vocabularies.tgt_pieces
+    spm_path = f"{vocabularies.directory}/{vocabularies.spm_files[0]}"
+    ids = {piece: i for i, piece in enumerate(pieces)}
+    languages = {code: vocabularies.languages[code] for code in keep_languages if code in vocabularies.languages}
+    kept = {PAD_ID, UNK_ID, BOS_ID, EOS_ID} | {ids[token] for token in languages.values()}
+    kept |= used_ids(spm_path, pieces, paths)
+    rows = torch.tensor(sorted(kept))
+    trimmed = _with_rows(model, config, rows)
+    kept_pieces = [pieces[i] for i in rows.tolist()]
+    order = [vocabularies.tgt_order[i] for i in rows.tolist()]
+    smaller = dataclasses.replace(
+        vocabularies,
+        src_pieces=kept_pieces,
+        tgt_pieces=kept_pieces,
+        src_order=order,
+        tgt_order=order,
+        languages=languages,
+    )
+    return trimmed, smaller
