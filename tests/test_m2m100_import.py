@@ -4,6 +4,7 @@ have, built tiny and random here, with tokenizers from a sentencepiece model tra
 import io
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -290,3 +291,39 @@ def test_an_added_language_starts_from_a_related_one_and_fine_tunes(corpus, tmp_
     learned = tuned.model.tgt_embed.weight
     assert not torch.allclose(learned[heads[0]], learned[languages["deu_Latn"]])  # it learned the new one
     assert load_translator(run_dir, "torch", beam_size=1)(LINES[:1])[0][0].tokens[0] == heads[1]
+
+
+def test_an_nllb_import_teaches_a_student_from_two_letter_codes(imported, corpus, tmp_path):
+    from mt_transformer.config import DataConfig
+    from mt_transformer.training import teacher
+
+    source, out, codes = imported
+    prefix = str(tmp_path / "train")
+    for side in ("en", "de"):  # the student's files are named de and en, the teacher's codes may not be
+        lines = open(f"{corpus}/train.{side}", encoding="utf-8").read().splitlines()[:6]
+        open(f"{prefix}.{side}", "w", encoding="utf-8").write("\n".join(lines) + "\n")  # lines: German, last
+    data = DataConfig(src_lang="de", tgt_lang="en", train=prefix, teacher=(out,))
+    distilled = teacher.distilled_corpora(data, str(tmp_path / "run"), torch.device("cpu"))["data"].train
+    expected = open_translator([out], "auto", "cpu", tgt_lang=codes["en"], src_lang=codes["de"])(lines)
+    assert open(f"{distilled}.en", encoding="utf-8").read().splitlines() == [t[0].text for t in expected]
+
+
+def test_a_server_serves_every_pair_of_an_import_by_two_letter_codes(imported):
+    fastapi_testclient = pytest.importorskip("fastapi.testclient")
+    from mt_transformer.serve.app import ServerSettings, create_app
+    from mt_transformer.serve.models import load_models
+
+    _, out, codes = imported
+    models = load_models([out], "torch", device="cpu")
+    with fastapi_testclient.TestClient(create_app(lambda: models, ServerSettings())) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/ready").status_code != 200:
+            assert client.app.state.server.load_error is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        listed = {entry["code"]: entry["targets"] for entry in client.get("/languages").json()}
+        assert set(listed) >= {"de", "en"} and all(
+            set(listed) - {code} == set(targets) for code, targets in listed.items()
+        )
+        answer = client.post("/translate", json={"q": LINES[0], "source": "de", "target": "en"})
+        expected = load_translator(out, "torch", tgt_lang=codes["en"], src_lang=codes["de"])(LINES[:1])[0][0].text
+        assert answer.status_code == 200 and answer.json() == {"translatedText": expected}

@@ -18,6 +18,7 @@ import sentencepiece as spm
 
 from mt_transformer.config import tag_language
 from mt_transformer.data.from_text import auto_coverage
+from mt_transformer.data.language_codes import model_code
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.data.vocabulary import WORD_START, VocabularyProcessor, read_vocabulary
 from mt_transformer.errors import UserError
@@ -231,10 +232,12 @@ class Tokenizer:
         return encode_tagged(self.tgt, lines, {self.tgt.id_to_piece(i): i for i in self.languages.values()}, **options)
 
     def language_id(self, code: str, key: str) -> int:
-        """The id of a language's token; one not in the model is a one-line error naming `key`."""
-        if code not in self.languages:
+        """The id of a language's token, by the model's code or a two-letter one (de for NLLB's
+        deu_Latn, data/language_codes.py); one not in the model is a one-line error naming `key`."""
+        found = model_code(code, self.languages)
+        if found is None:
             raise UserError(f"{key}: {code!r} is not among the model's {len(self.languages)} languages")
-        return self.languages[code]
+        return self.languages[found]
 
     def src_pieces(self, ids: list[int]) -> list[str]:
         return [self.src.id_to_piece(i) for i in ids]

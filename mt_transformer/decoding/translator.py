@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from mt_transformer.config import Config, DecodeConfig, config_from_dict, language_tag, tag_language, validate
 from mt_transformer.data.batching import budget_batches
+from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.alignment import cross_attention, select
@@ -68,8 +69,8 @@ class Translator:
         """The language this translator writes, when it is known: BLEU tokenizes for it."""
         if self.target_tag:
             return tag_language(self.target_tag)
-        if self.heads[1]:
-            return next(code for code, i in self.tokenizer.languages.items() if i == self.heads[1][0])
+        if self.heads[1]:  # sacreBLEU knows zh, ja, ko by their two-letter codes
+            return public_code(next(code for code, i in self.tokenizer.languages.items() if i == self.heads[1][0]))
         return self.config.data.target_language if self.config else None
 
     @property

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mt_transformer.config import language_tag
+from mt_transformer.data.language_codes import public_code
 from mt_transformer.decoding.translator import Translation, Translator, load_untagged
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.engine_choice import describe
@@ -101,8 +102,9 @@ class Models:
     def _torch_translator(self, pair: tuple[str, str]) -> Translator:
         if pair not in self._torch:
             log.info("%s-%s: requests for constraints, alignments or attention run on our engine", *pair)
+            served = self.translators[pair]
             self._torch[pair] = dataclasses.replace(
-                self._load_torch[pair](), target_tag=self.translators[pair].target_tag
+                self._load_torch[pair](), target_tag=served.target_tag, heads=served.heads
             )
         return self._torch[pair]
 
@@ -152,8 +154,9 @@ def load_models(
 ) -> Models:
     """Every checkpoint (run directory, checkpoint file or mt-export directory) loaded once on
     `engine` (auto: as exchange/engine_choice.py picks), by the language pairs it was trained
-    on; a model trained with target tags serves each of its pairs through its tag. Two
-    checkpoints for one pair are an error."""
+    on; a model trained with target tags serves each of its pairs through its tag, an NLLB or
+    M2M100 import every pair of its languages (by their two-letter codes where they have one).
+    Two checkpoints for one pair are an error."""
     from mt_transformer.exchange.engine_choice import is_export, open_translator
 
     translators: dict[tuple[str, str], Translator] = {}
@@ -161,14 +164,27 @@ def load_models(
     load_torch = {}
     for path in paths:
         translator = open_translator(path, engine, device, compute_type, threads, tagged=False)
-        data = translator.config.data
-        for corpus in data.corpus_list():
-            pair = (corpus.src_lang, corpus.tgt_lang)
+        for pair, changes in _pairs(translator).items():
             if pair in owners and owners[pair] != path:
                 raise UserError(f"--checkpoint: {owners[pair]} and {path} both translate {pair[0]} -> {pair[1]}")
             owners[pair] = path
-            tag = language_tag(corpus.tgt_lang) if data.target_tags else ""
-            translators[pair] = dataclasses.replace(translator, target_tag=tag)
+            translators[pair] = dataclasses.replace(translator, **changes)
             if translator.model is None and not is_export(path):
                 load_torch[pair] = functools.partial(load_untagged, path, "torch", device)
     return Models(translators, load_torch)
+
+
+def _pairs(translator: Translator) -> dict[tuple[str, str], dict]:
+    """The language pairs a model serves, each with what its translator sets for it: the target
+    tag of a model trained with them, or the language tokens of an NLLB or M2M100 import."""
+    data = translator.config.data
+    if data.language_tokens:
+        codes = translator.tokenizer.languages
+        return {
+            (public_code(a), public_code(b)): {"heads": ([codes[a]], [codes[b]])}
+            for a in codes
+            for b in codes
+            if a != b
+        }
+    tag = language_tag if data.target_tags else lambda _: ""
+    return {(c.src_lang, c.tgt_lang): {"target_tag": tag(c.tgt_lang)} for c in data.corpus_list()}
