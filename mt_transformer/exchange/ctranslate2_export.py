@@ -99,6 +99,8 @@ def build_spec(loaded, source_prefix: str | None = None):
         _set_linear(theirs.ffn.linear_1, ours.ffn.linear2)
         _set_norm(theirs.ffn.layer_norm, ours.norms[2])
     _set_linear(spec.decoder.projection, model.output)
+    if model.output_bias() is not None:  # the start's mask too (model.decoder_start: eos)
+        spec.decoder.projection.bias = _array(model.output_bias())
 
     src_pieces = [tokenizer.src.id_to_piece(i) for i in range(tokenizer.src_vocab_size)]
     tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in range(tokenizer.tgt_vocab_size)]

@@ -54,7 +54,7 @@ from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_F
 from mt_transformer.exchange.m2m100_tokenizer import read_m2m100_tokenizer
 from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, read_marian_tokenizer, spm_settings
 from mt_transformer.files import atomic_dir, read_json, write_text
-from mt_transformer.model.transformer import Transformer
+from mt_transformer.model.transformer import NEVER_WRITTEN, Transformer
 
 FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written beside it
 
@@ -62,9 +62,6 @@ FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written bes
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 NORMS = {"marian": "post", "pegasus": "pre", "m2m_100": "pre"}
 POSITIONS = {"marian": "sinusoidal", "pegasus": "sinusoidal", "m2m_100": "fairseq"}
-# our start id is never an output: where it takes the row of another id of ours, its logit is
-# lowered by this much (its probability becomes 0 in float32) and the other keeps the row's
-MUTED = 1e4
 # fields of older Marian and Pegasus configs (from BART's) that must hold these values: anything
 # else is a layer we do not have (M2M100's layer drop, for training only, is not one of ours)
 FIXED = {
@@ -117,8 +114,9 @@ def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer,
     settings; a one-line refusal if a test batch's log-probabilities differ by more than
     CHECK_TOLERANCE. `src_order`/`tgt_order` (tensors, None: the same ids) give, for each of our
     ids, the id of theirs whose rows it takes; where our start id takes the row of another of
-    ours (OPUS-MT starts from its padding, NLLB from its end of sentence), its output logit is
-    lowered by MUTED, so that the probabilities stay those of the original."""
+    ours (OPUS-MT starts from its padding), its output logit is lowered by NEVER_WRITTEN, so that
+    the probabilities stay those of the original (a model starting from EOS, M2M100's, does so
+    itself)."""
     hf_config = hf_model.config
     src_vocab = hf_config.vocab_size
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab
@@ -126,8 +124,9 @@ def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer,
     shared = getattr(hf_config, "share_encoder_decoder_embeddings", True)
     src_order = torch.arange(src_vocab) if src_order is None else src_order
     tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
-    muted = bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
-    config = dataclasses.replace(model_config(hf_config), output_bias=bool(bias.any()) or muted)
+    settings = model_config(hf_config)
+    muted = settings.decoder_start == "bos" and bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
+    config = dataclasses.replace(settings, output_bias=bool(bias.any()) or muted)
     theirs = Transformer(config, src_vocab, tgt_vocab, share_vocab=shared)
     from_transformers(hf_model, theirs, pre_norm=config.norm == "pre", reorder=config.positions == "sinusoidal")
     model = Transformer(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
@@ -137,8 +136,8 @@ def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer,
         for name, tensor in model.state_dict().items():
             order = rows.get(name.split(".")[0])
             tensor.copy_(source[name] if order is None else source[name].index_select(0, order))
-        if muted:
-            model.output.bias[BOS_ID] -= MUTED
+        if muted:  # starting from EOS, the model never writes BOS itself (model/transformer.py)
+            model.output.bias[BOS_ID] -= NEVER_WRITTEN
     gap = log_prob_gap(model, hf_model, src_order, tgt_order)
     if not gap <= CHECK_TOLERANCE:
         raise UserError(f"the imported model differs from the original by {gap:.2g} in log-probability")

@@ -25,6 +25,9 @@ from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPosition
 from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from mt_transformer.model.masks import padding_mask
 
+# how far below the other logits that of a token the model never writes is held (exp(-30) ~ 1e-13)
+NEVER_WRITTEN = 30.0
+
 
 @dataclass
 class DecoderCache:
@@ -69,6 +72,9 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.start_from_eos = c.decoder_start == "eos"  # the decoder reads EOS's embedding for BOS
         self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=c.output_bias)
+        # starting from EOS, BOS is no token of the model: never an output
+        mask = torch.zeros(tgt_vocab_size).index_fill_(0, torch.tensor([BOS_ID]), -NEVER_WRITTEN)
+        self.register_buffer("start_mask", mask if self.start_from_eos else None, persistent=False)
         if c.output_bias:
             nn.init.zeros_(self.output.bias)
         if c.tie_embeddings:
@@ -115,7 +121,15 @@ class Transformer(nn.Module):
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         """The pre-softmax linear transformation (section 3.4): (..., d_model) -> logits (..., vocab)."""
-        return self.output(states)
+        logits = self.output(states)
+        return logits if self.start_mask is None else logits + self.start_mask
+
+    def output_bias(self) -> torch.Tensor | None:
+        """What logits() adds to output.weight @ states: the learned bias (model.output_bias), the
+        start's mask (model.decoder_start: eos), both, or None; for the fused losses."""
+        if self.start_mask is None:
+            return self.output.bias
+        return self.start_mask if self.output.bias is None else self.output.bias + self.start_mask
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: the decoder states (batch, tgt_len, d_model) of every target position.

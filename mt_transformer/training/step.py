@@ -90,9 +90,8 @@ def training_loss(
     with autocast(batch.src.device, precision):
         states = forward(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
     dtype = torch.float32 if precision == "fp16" else PRECISIONS[precision]
-    output = model.output
     return linear_cross_entropy(
-        states, output.weight, batch.tgt_out, smoothing, dtype, buffers=buffers, bias=output.bias
+        states, model.output.weight, batch.tgt_out, smoothing, dtype, buffers=buffers, bias=model.output_bias()
     )
 
 

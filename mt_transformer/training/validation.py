@@ -54,8 +54,8 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
         batch = batch.to(device)
         with autocast(device, precision):
             states = model(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
-        output, dtype = model.output, PRECISIONS[precision]
-        loss, nll = blockwise_losses(states, output.weight, batch.tgt_out, smoothing, dtype, bias=output.bias)
+        weight, bias, dtype = model.output.weight, model.output_bias(), PRECISIONS[precision]
+        loss, nll = blockwise_losses(states, weight, batch.tgt_out, smoothing, dtype, bias=bias)
         total_loss += loss
         total_nll += nll
         tokens += batch.target_tokens
