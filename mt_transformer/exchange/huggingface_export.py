@@ -14,6 +14,8 @@ Which architecture computes our function exactly:
 - pre-norm, sinusoidal positions, one embedding matrix for source, target and output:
   `PegasusForConditionalGeneration` (pre-norm layers, a final LayerNorm after each stack, the
   same embeddings and positions as Marian).
+- fairseq's positions (an import of an NLLB or M2M100 model): `M2M100ForConditionalGeneration`
+  (exchange/m2m100_export.py).
 Learned positions, and pre-norm models with more than one embedding matrix, have no such
 architecture (Marian and Pegasus compute their positions themselves; Pegasus has one embedding
 matrix), and are refused.
@@ -186,7 +188,12 @@ def generation_defaults(hf_model, decode, max_positions: int) -> None:
 
 def export(loaded, out_dir: str) -> dict:
     """Write the transformers model of a checkpoint.LoadedModel and its tokenizer to out_dir,
-    atomically, after checking it computes our log-probabilities; returns its settings."""
+    atomically, after checking it computes our log-probabilities; returns its settings. A model
+    with fairseq's positions becomes an M2M100 (exchange/m2m100_export.py)."""
+    if loaded.config.model.positions == "fairseq":
+        from mt_transformer.exchange import m2m100_export
+
+        return m2m100_export.export(loaded, out_dir)
     transformers = import_transformers()
     hf_model = build_model(loaded)
     tokenizer = loaded.tokenizer

@@ -20,18 +20,22 @@ from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, id_or
 
 SPM_FILE = "sentencepiece.bpe.model"
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn
+M2M100_TOKEN = re.compile(r"__[a-z]{2,3}__")  # __en__
 
 
 def language_tokens(tokenizer) -> dict[str, str]:
     """The tokenizer's languages: code -> token (M2M100: de -> __de__; NLLB: deu_Latn -> deu_Latn)."""
     if hasattr(tokenizer, "lang_code_to_id"):  # M2M100Tokenizer
         return {code: tokenizer.get_lang_token(code) for code in tokenizer.lang_code_to_id}
-    return {token: token for token in tokenizer.all_special_tokens if NLLB_CODE.fullmatch(token)}
+    special = tokenizer.all_special_tokens  # NllbTokenizer's (ours for an M2M100 model: __xx__ tokens)
+    return {token: token for token in special if NLLB_CODE.fullmatch(token)} | {
+        token[2:-2]: token for token in special if M2M100_TOKEN.fullmatch(token)
+    }
 
 
 def check_layout(tokenizer, vocab: dict[str, int], code: str, token: str, directory: str) -> None:
     """The layout our tokenizer writes must be the tokenizer's: "token text </s>" on each side."""
-    tokenizer.src_lang = code
+    tokenizer.src_lang = code if hasattr(tokenizer, "lang_code_to_id") else token  # NllbTokenizer: the token
     ids = tokenizer("a").input_ids
     eos = vocab["</s>"]
     if ids[-2:] == [eos, vocab[token]]:
@@ -58,11 +62,10 @@ def read_m2m100_tokenizer(directory: str, hf_config, transformers) -> ImportedVo
     for field, piece in (("pad_token_id", "<pad>"), ("eos_token_id", "</s>"), ("decoder_start_token_id", "</s>")):
         if getattr(hf_config, field) != vocab.get(piece):
             raise UserError(f"{field}: {getattr(hf_config, field)} in the config but {piece} is {vocab.get(piece)}")
-    check_layout(tokenizer, vocab, *next(iter(languages.items())), directory)
+    codes = {token: code for code, token in languages.items()}  # NllbTokenizer names its languages by tokens
+    defaults = (getattr(tokenizer, name, None) for name in ("src_lang", "tgt_lang"))
+    settings = dict(zip(("source_lang", "target_lang"), [codes.get(lang, lang) for lang in defaults]))
+    check_layout(tokenizer, vocab, *next(iter(languages.items())), directory)  # it sets src_lang
     order, pieces = id_order(vocab, hf_config.vocab_size, hf_config.decoder_start_token_id, directory)
-    settings = {
-        "source_lang": getattr(tokenizer, "src_lang", None),
-        "target_lang": getattr(tokenizer, "tgt_lang", None),
-    }
     files = (SPM_FILE, SPM_FILE)
     return ImportedVocabularies(directory, settings, False, order, pieces, order, pieces, files, languages)

@@ -3,10 +3,10 @@
 - add a language: a new language token (spelled as the model's others are: NLLB's xxx_Latn,
   M2M100's __xx__), its embedding row (and output bias) copied from a related language's token,
   or their mean, for a fine-tune to learn it from;
-- trim to the text at hand: only the special ids, the kept languages' tokens and the pieces that
-  given text files use keep their rows of the embedding and output matrices (most of NLLB's
-  256,206 x 1,024 rows). On a kept piece the trimmed model's logits are the full model's; its
-  probabilities are those renormalized over the kept pieces.
+- trim to the text at hand: only the special ids, the kept languages' tokens, the pieces that
+  given text files use and those these are merged from keep their rows of the embedding and
+  output matrices (most of NLLB's 256,206 x 1,024 rows). On a kept piece the trimmed model's
+  logits are the full model's; its probabilities are those renormalized over the kept pieces.
 
 Both need one vocabulary for source and target (NLLB's and M2M100's).
 """
@@ -24,10 +24,11 @@ from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies
 from mt_transformer.model.transformer import Transformer
 
 ROW_MODULES = ("src_embed", "tgt_embed", "output")  # the modules whose rows are vocabulary ids
+IMPORTED_START = "<unused0>"  # our name for NLLB's and M2M100's <s> row, kept for their export
 LINES_PER_CALL = 10_000  # lines encoded per sentencepiece call while reading text to keep
 
 
-def _with_rows(model: Transformer, config, rows: torch.Tensor, extra: torch.Tensor | None = None) -> Transformer:
+def with_rows(model: Transformer, config, rows: torch.Tensor, extra: torch.Tensor | None = None) -> Transformer:
     """A model of the same weights whose vocabulary is the ids `rows` of `model`'s, in that order,
     then (`extra`, (n, d_model)) n new rows, each with output bias 0 (the caller sets it)."""
     size = len(rows) + (0 if extra is None else len(extra))
@@ -73,7 +74,7 @@ def add_language(
     like = [ids[languages[init_from]]] if init_from else [ids[t] for t in languages.values()]
     with torch.no_grad():
         row = model.tgt_embed.weight[like].mean(0, keepdim=True)  # (1, d_model)
-        edited = _with_rows(model, config, torch.arange(len(ids)), row)
+        edited = with_rows(model, config, torch.arange(len(ids)), row)
         if config.output_bias:
             edited.output.bias[-1] = model.output.bias[like].mean()
     pieces = [*vocabularies.tgt_pieces, token]
@@ -108,6 +109,26 @@ def used_ids(spm_path: str, pieces: list[str], paths: list[str]) -> set[int]:
     return found
 
 
+def with_parts(kept: set[int], pieces: list[str]) -> set[int]:
+    """The ids `kept` and those of every piece a kept one splits into (two pieces of the
+    vocabulary, each split again): every merge that makes a kept piece then has its inputs, so
+    a BPE tokenizer given only these pieces (transformers', exchange/m2m100_export.py) splits
+    text made of kept pieces as the full one does."""
+    ids = {piece: i for i, piece in enumerate(pieces)}
+    found, todo = set(kept), list(kept)
+    while todo:
+        piece = pieces[todo.pop()]
+        for cut in range(1, len(piece)):
+            left, right = ids.get(piece[:cut]), ids.get(piece[cut:])
+            if left is None or right is None:
+                continue
+            for part in (left, right):
+                if part not in found:
+                    found.add(part)
+                    todo.append(part)
+    return found
+
+
 def trim(
     model: Transformer, config, vocabularies: ImportedVocabularies, paths: list[str], keep_languages: list[str]
 ) -> tuple[Transformer, ImportedVocabularies]:
@@ -120,9 +141,10 @@ def trim(
     ids = {piece: i for i, piece in enumerate(pieces)}
     languages = {code: vocabularies.languages[code] for code in keep_languages if code in vocabularies.languages}
     kept = {PAD_ID, UNK_ID, BOS_ID, EOS_ID} | {ids[token] for token in languages.values()}
-    kept |= used_ids(spm_path, pieces, paths)
+    kept |= {ids[piece] for piece in (IMPORTED_START,) if piece in ids}
+    kept = with_parts(kept | used_ids(spm_path, pieces, paths), pieces)
     rows = torch.tensor(sorted(kept))
-    trimmed = _with_rows(model, config, rows)
+    trimmed = with_rows(model, config, rows)
     kept_pieces = [pieces[i] for i in rows.tolist()]
     order = [vocabularies.tgt_order[i] for i in rows.tolist()]
     smaller = dataclasses.replace(
