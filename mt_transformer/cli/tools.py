@@ -45,10 +45,12 @@ def export_main(argv=None):
     from mt_transformer import checkpoint
 
     if args.format == "huggingface":
-        from mt_transformer.exchange import huggingface_export
+        from mt_transformer.exchange import huggingface_export, m2m100_export
 
         huggingface_export.import_transformers()  # a clear message before the model is loaded
-        settings = huggingface_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir)
+        loaded = checkpoint.load(args.checkpoint, torch.device("cpu"))
+        fairseq = loaded.config.model.positions == "fairseq"  # an NLLB or M2M100 import
+        settings = (m2m100_export if fairseq else huggingface_export).export(loaded, args.output_dir)
         print(
             f"wrote {args.output_dir} ({settings['architecture']}; load it with transformers' "
             f'AutoModelForSeq2SeqLM.from_pretrained("{args.output_dir}") and AutoTokenizer)'

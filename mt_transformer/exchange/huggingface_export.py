@@ -188,12 +188,7 @@ def generation_defaults(hf_model, decode, max_positions: int) -> None:
 
 def export(loaded, out_dir: str) -> dict:
     """Write the transformers model of a checkpoint.LoadedModel and its tokenizer to out_dir,
-    atomically, after checking it computes our log-probabilities; returns its settings. A model
-    with fairseq's positions becomes an M2M100 (exchange/m2m100_export.py)."""
-    if loaded.config.model.positions == "fairseq":
-        from mt_transformer.exchange import m2m100_export
-
-        return m2m100_export.export(loaded, out_dir)
+    atomically, after checking it computes our log-probabilities; returns its settings."""
     transformers = import_transformers()
     hf_model = build_model(loaded)
     tokenizer = loaded.tokenizer
