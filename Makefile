@@ -5,7 +5,7 @@ DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
 .PHONY: install demo test test-apps tour lint bench gpu-check clean \
-	bench-engines bench-students bench-serve bench-corpus bench-exports bench-techniques bench-filtering \
+	bench-engines bench-students bench-serve bench-corpus bench-exports bench-imports bench-techniques bench-filtering \
 	bench-peers profile recipe-run
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
@@ -91,6 +91,10 @@ bench-corpus:
 # the transformers and CTranslate2 exports against our translator (docs/benchmarks.md)
 bench-exports:
 	$(PYTHON) scripts/huggingface_compare.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) $(ARGS)
+
+# an NLLB-200-600M-shaped random model imported whole and trimmed to SRC and REF's text: memory, size, speed
+bench-imports:
+	$(PYTHON) scripts/nllb_import_bench.py --text $(SRC) $(REF) $(ARGS)
 
 # constraints drawn from the references, and unseen characters kept by CHECKPOINTS (with and
 # without data.byte_fallback) trained on TRAIN (docs/techniques.md)

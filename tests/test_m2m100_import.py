@@ -4,6 +4,7 @@ have, built tiny and random here, with tokenizers from a sentencepiece model tra
 import io
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -327,3 +328,34 @@ def test_a_server_serves_every_pair_of_an_import_by_two_letter_codes(imported):
         answer = client.post("/translate", json={"q": LINES[0], "source": "de", "target": "en"})
         expected = load_translator(out, "torch", tgt_lang=codes["en"], src_lang=codes["de"])(LINES[:1])[0][0].text
         assert answer.status_code == 200 and answer.json() == {"translatedText": expected}
+
+
+def test_the_readme_imports_trims_fine_tunes_and_teaches_with_nllb(corpus, tmp_path, monkeypatch):
+    """The README's four NLLB lines in a fresh directory on 200 lines of each demo file's shape,
+    the hub id replaced by an NLLB-shaped model made here (no network), training cut to 2 updates."""
+    from conftest import ROOT
+
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        lines = [line.split("  #")[0].strip() for block in f.read().split("```")[1::2] for line in block.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("mt-import ") and "nllb" in line)
+    commands = lines[start : start + 4]
+    assert [c.split()[0] for c in commands] == ["mt-import", "mt-translate", "mt-train", "mt-train"]
+    hub_id = commands[0].split()[3]
+    source = nllb_directory(corpus, tmp_path / "nllb")
+    (tmp_path / "data" / "demo").mkdir(parents=True)
+    for name in os.listdir(corpus):
+        text = open(os.path.join(corpus, name), encoding="utf-8").read().splitlines()[:200]
+        (tmp_path / "data" / "demo" / name).write_text("\n".join(text) + "\n", encoding="utf-8")
+    shutil.copytree(os.path.join(ROOT, "configs"), tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)  # the README's relative paths
+    outputs = []
+    for command in commands:
+        args = command.replace(hub_id, source).split()
+        if args[0] == "mt-train":
+            args += ["train.max_steps=2", "train.valid_every=2", "train.max_tokens=512", "data.vocab_size=0"]
+        result = run_cli(*args)
+        assert result.returncode == 0, (command, result.stderr)
+        outputs.append(result.stdout)
+    assert outputs[1].count("\n") == (tmp_path / "data" / "demo" / "test.de").read_text(encoding="utf-8").count("\n")
+    assert os.path.isdir(tmp_path / "runs" / "nllb-de-en_finetuned" / "checkpoints" / "step_00000002")
+    assert os.path.isdir(tmp_path / "runs" / "student-de-en" / "checkpoints" / "step_00000002")

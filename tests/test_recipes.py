@@ -150,7 +150,7 @@ def test_small_cpu_runs_as_the_readme_gives_it_on_a_copy_of_its_hub_dataset(corp
 def test_a_student_runs_as_the_readme_gives_it_teacher_student_and_int8_export(corpus, tmp_path, monkeypatch):
     """The README's three commands in a fresh directory on a copy of the hub dataset, only the
     models' size and length changed: the student learns from the teacher's translations."""
-    commands = readme_commands("configs/recipes/student_cpu.yaml")
+    commands = readme_commands("data.teacher=runs/small_cpu")
     assert [c.split()[0] for c in commands] == ["mt-train", "mt-train", "mt-export"]
     with open(os.path.join(ROOT, "configs/recipes/student_cpu.yaml"), encoding="utf-8") as f:
         assert [line[1:].split("#")[0].strip() for line in f if line.startswith("#   mt-")] == commands

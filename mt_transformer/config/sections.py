@@ -123,6 +123,8 @@ class DataConfig(CorpusConfig):
     def tokenizer_settings(self) -> dict:
         """The settings that decide the tokenizer: a run's tokenizer is reused only while they hold."""
         names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
+        if self.language_tokens:  # one tokenizer for all of its languages: the pair is the run's choice
+            names = names[2:] + ("language_tokens",)
         return {name: getattr(self, name) for name in names + ("byte_fallback", "tags")}
 
     def tokenizer_conflict(self, saved: dict) -> tuple[str, object, object] | None:

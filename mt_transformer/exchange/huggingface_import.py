@@ -36,6 +36,7 @@ from mt_transformer.config import (
     finetune_yaml,
     tag_language,
 )
+from mt_transformer.data.language_codes import model_code
 from mt_transformer.data.special_tokens import BOS_ID
 from mt_transformer.data.tokenizer import (
     LANGUAGES_FILE,
@@ -127,16 +128,11 @@ def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer,
     settings = model_config(hf_config)
     muted = settings.decoder_start == "bos" and bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
     config = dataclasses.replace(settings, output_bias=bool(bias.any()) or muted)
-    theirs = Transformer(config, src_vocab, tgt_vocab, share_vocab=shared)
-    from_transformers(hf_model, theirs, pre_norm=config.norm == "pre", reorder=config.positions == "sinusoidal")
     model = Transformer(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
-    rows = {"src_embed": src_order, "tgt_embed": tgt_order, "output": tgt_order}  # modules indexed by ids
-    source = theirs.state_dict()
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            order = rows.get(name.split(".")[0])
-            tensor.copy_(source[name] if order is None else source[name].index_select(0, order))
-        if muted:  # starting from EOS, the model never writes BOS itself (model/transformer.py)
+    reorder = config.positions == "sinusoidal"
+    from_transformers(hf_model, model, config.norm == "pre", reorder, rows=(src_order, tgt_order))
+    if muted:  # starting from EOS, the model never writes BOS itself (model/transformer.py)
+        with torch.no_grad():
             model.output.bias[BOS_ID] -= NEVER_WRITTEN
     gap = log_prob_gap(model, hf_model, src_order, tgt_order)
     if not gap <= CHECK_TOLERANCE:
@@ -258,7 +254,7 @@ def import_directory(
     for flag, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
         if not value:
             raise UserError(f"{flag}: required: the tokenizer's settings name no such language")
-        if vocabularies.languages and value not in known:
+        if vocabularies.languages and model_code(value, known) is None:  # de names NLLB's deu_Latn
             raise UserError(f"{flag}: {value!r} is not among the model's {len(vocabularies.languages)} language codes")
     if edits.add_language or edits.keep_vocab:
         if not vocabularies.languages:
@@ -275,7 +271,8 @@ def import_directory(
             model, model_settings, vocabularies, edits.add_language, edits.init_from
         )
     if edits.keep_vocab:
-        kept = [src_lang, tgt_lang, edits.add_language, edits.init_from]  # None: not a code
+        given = [src_lang, tgt_lang, edits.add_language, edits.init_from]  # None: not a code
+        kept = [model_code(code, known) for code in given if code]
         model, vocabularies = vocabulary_edits.trim(model, model_settings, vocabularies, edits.keep_vocab, kept)
         sizes.append(len(vocabularies.tgt_pieces))
     config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)

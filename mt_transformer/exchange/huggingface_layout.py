@@ -128,11 +128,23 @@ def to_transformers(ours, hf_model, pre_norm: bool, reorder: bool = True) -> Non
         _copy(theirs, _reorder(mine, dims, order) if reorder else mine)
 
 
-def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True) -> None:
+def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True, rows=None) -> None:
     """A Marian, Pegasus or M2M100 model's weights into ours, the residual stream put back in our
-    order (`reorder`, as for to_transformers)."""
+    order (`reorder`, as for to_transformers); `rows` (source, target): for each of our ids the
+    id of theirs whose embedding and output rows it takes (None: the same ids)."""
     inverse = stream_order(ours.src_embed.weight.size(1)).argsort()
+    by_ids = {}  # our tensors indexed by vocabulary ids, with the order of their rows
+    if rows is not None:
+        by_ids = {
+            id(ours.src_embed.weight): rows[0],
+            id(ours.tgt_embed.weight): rows[1],
+            id(ours.output.weight): rows[1],
+        }
+        if ours.output.bias is not None:
+            by_ids[id(ours.output.bias)] = rows[1]
     for mine, theirs, dims in weight_pairs(ours, hf_model, pre_norm):
+        if id(mine) in by_ids:
+            theirs = theirs.index_select(0, by_ids[id(mine)])
         _copy(mine, _reorder(theirs, dims, inverse) if reorder else theirs)
 
 

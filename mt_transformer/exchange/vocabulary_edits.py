@@ -17,6 +17,7 @@ import dataclasses
 
 import torch
 
+from mt_transformer.data.language_codes import model_code
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.data.vocabulary import VocabularyProcessor
 from mt_transformer.errors import UserError
@@ -65,13 +66,14 @@ def add_language(
         raise UserError("--add-language: for a model with language tokens and one vocabulary (NLLB, M2M100)")
     if code in languages:
         raise UserError(f"--add-language: {code!r} is one of the model's languages already")
-    if init_from is not None and init_from not in languages:
+    related = model_code(init_from, languages) if init_from is not None else None  # de: NLLB's deu_Latn
+    if init_from is not None and related is None:
         raise UserError(f"--init-from: {init_from!r} is not among the model's {len(languages)} language codes")
     token = _language_token(languages, code)
     ids = {piece: i for i, piece in enumerate(vocabularies.tgt_pieces)}
     if token in ids:
         raise UserError(f"--add-language: {token!r} is a piece of the vocabulary already")
-    like = [ids[languages[init_from]]] if init_from else [ids[t] for t in languages.values()]
+    like = [ids[languages[related]]] if related else [ids[t] for t in languages.values()]
     with torch.no_grad():
         row = model.tgt_embed.weight[like].mean(0, keepdim=True)  # (1, d_model)
         edited = with_rows(model, config, torch.arange(len(ids)), row)
