@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -63,18 +64,56 @@ def calls_per_s(translate: Callable, lines: list[str], size: int) -> float:
     return per_second(len(lines), lambda: [translate(lines[i : i + size]) for i in range(0, len(lines), size)])
 
 
-def run_process(command: list[str], stdin=None, cwd: str | None = None, env: dict | None = None) -> tuple[float, float]:
+def run_process(
+    command: list[str], stdin=None, cwd: str | None = None, env: dict | None = None, on_start=None
+) -> tuple[float, float]:
     """Run a command to its end, its output discarded: (wall seconds, its peak RSS in MiB). A
-    failure stops the script with the command's last lines of stderr."""
+    failure stops the script with the command's last lines of stderr. `on_start(pid)` is told
+    the process's id once it runs."""
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: nothing reads stderr while it runs
         start = time.perf_counter()
         process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.DEVNULL, stderr=log, cwd=cwd, env=env)
+        if on_start is not None:
+            on_start(process.pid)
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - start
         if os.waitstatus_to_exitcode(status) != 0:
             log.seek(0)
             raise SystemExit(f"{' '.join(command)} failed:\n{log.read().decode(errors='replace')[-2000:]}")
     return seconds, usage.ru_maxrss / 1024
+
+
+def peak_own_memory(command: list[str], interval: float = 0.02) -> tuple[float, float, float]:
+    """run_process's (wall seconds, peak RSS in MiB) and the peak of the process's own memory
+    (RSS less its file pages: what it maps from a file, such as weights in a safetensors file,
+    the kernel can drop and read again), sampled every `interval` seconds from /proc."""
+    own = [0.0]
+    done = threading.Event()
+
+    def sample(pid: int) -> None:
+        path = f"/proc/{pid}/status"
+        while not done.is_set():
+            try:
+                with open(path, encoding="ascii") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                own[0] = max(own[0], (int(fields["RssAnon"].split()[0]) + int(fields["RssShmem"].split()[0])) / 1024)
+            except (OSError, KeyError, ValueError):
+                pass  # not started yet, or gone
+            time.sleep(interval)
+
+    started = threading.Event()
+    pids: list[int] = []
+
+    def watch() -> None:
+        started.wait()
+        sample(pids[0])
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    seconds, peak = run_process(command, on_start=lambda pid: (pids.append(pid), started.set()))
+    done.set()
+    watcher.join()
+    return seconds, peak, own[0]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -4,7 +4,8 @@ No hub weights here: the model is a random M2M100ForConditionalGeneration in the
 NLLB-200-distilled-600M (d_model 1,024, 12+12 layers, FFN 4,096, 256,206 vocabulary rows; 615M
 parameters), its NLLB tokenizer made from a sentencepiece model trained on --text (its other rows
 are unused pieces). Measured, each in a process of its own:
-- mt-import: wall seconds and peak RSS, against the size of model.safetensors;
+- mt-import: wall seconds, peak RSS, and the peak of its own memory (RSS less the file pages of
+  the model.safetensors transformers maps, which the kernel can drop), against that file's size;
 - mt-import --keep-vocab (the --text files): the same, and the pieces and bytes kept;
 - greedy translation of --lines lines by the full and the trimmed import, one model per process,
   alternating, the outputs held at --out-len subwords (a random model rarely ends one itself).
@@ -23,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import machine, machine_line, markdown_table, run_process, timed, write_json  # noqa: E402
+from measure import machine, machine_line, markdown_table, peak_own_memory, timed, write_json  # noqa: E402
 
 SHAPES = {  # NLLB-200-distilled-600M's config.json, and a tiny one for the tests
     "600M": dict(d_model=1024, layers=12, heads=16, ffn=4096, rows=256206, pieces=8000),
@@ -102,13 +103,15 @@ def measure(text_files: list[str], size: str, lines: int, out_len: int, work: st
     importer = [os.path.join(os.path.dirname(sys.executable), "mt-import"), "--format", "huggingface", source]
     results = {"machine": machine(), "size": size, "model_mib": round(stored, 1)}
     for name, out, extra in (("full", full, []), ("trimmed", trimmed, ["--keep-vocab", *text_files])):
-        seconds, peak = run_process([*importer, out, *extra])
+        seconds, peak, own = peak_own_memory([*importer, out, *extra])
         with open(os.path.join(out, "vocab.json"), encoding="utf-8") as f:
             pieces = len(json.load(f))
         results[name] = {
             "import_s": round(seconds, 1),
             "peak_rss_mib": round(peak),
             "rss_over_model": round(peak / stored, 2),
+            "own_mib": round(own),  # less the file pages of the mapped model.safetensors
+            "own_over_model": round(own / stored, 2),
             "pieces": pieces,
             "checkpoint_mib": round(os.path.getsize(os.path.join(out, "model.safetensors")) / 2**20, 1),
         }
@@ -141,10 +144,28 @@ def main(argv=None) -> dict | None:
         results = measure(args.text, args.size, args.lines, args.out_len, work)
     print(machine_line())
     rows = [
-        [name, r["pieces"], r["checkpoint_mib"], r["import_s"], r["peak_rss_mib"], r["rss_over_model"], r["sent_per_s"]]
+        [
+            name,
+            r["pieces"],
+            r["checkpoint_mib"],
+            r["import_s"],
+            r["peak_rss_mib"],
+            r["own_mib"],
+            r["own_over_model"],
+            r["sent_per_s"],
+        ]
         for name, r in ((name, results[name]) for name in ("full", "trimmed"))
     ]
-    header = ["import", "pieces", "checkpoint MiB", "import s", "peak RSS MiB", "RSS / model", "sent/s greedy"]
+    header = [
+        "import",
+        "pieces",
+        "checkpoint MiB",
+        "import s",
+        "peak RSS MiB",
+        "own MiB",
+        "own / model",
+        "sent/s greedy",
+    ]
     print(f"random NLLB-shaped model ({args.size}), model.safetensors {results['model_mib']} MiB")
     print(markdown_table(header, rows))
     print(f"trimmed / full speed: {results['speedup']}x")

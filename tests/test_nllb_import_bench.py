@@ -17,5 +17,5 @@ def test_a_tiny_nllb_shaped_model_is_imported_trimmed_and_timed(corpus, tmp_path
     assert trimmed["pieces"] < full["pieces"] == nllb_import_bench.SHAPES["tiny"]["rows"] + 1  # and our start id
     assert trimmed["checkpoint_mib"] < full["checkpoint_mib"]
     for r in (full, trimmed):
-        assert r["import_s"] > 0 and r["peak_rss_mib"] > 50 and r["sent_per_s"] > 0
+        assert r["import_s"] > 0 and r["peak_rss_mib"] >= r["own_mib"] > 50 and r["sent_per_s"] > 0
     assert "| trimmed |" in capsys.readouterr().out and (tmp_path / "r.json").is_file()

@@ -51,7 +51,13 @@ from mt_transformer.data.vocabulary import write_vocabulary
 from mt_transformer.errors import UserError
 from mt_transformer.exchange import vocabulary_edits
 from mt_transformer.exchange.huggingface_export import import_transformers
-from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, from_transformers, log_prob_gap
+from mt_transformer.exchange.huggingface_layout import (
+    CHECK_TOLERANCE,
+    CONFIG_FIELDS,
+    from_transformers,
+    gap_to,
+    their_log_probs,
+)
 from mt_transformer.exchange.m2m100_tokenizer import read_m2m100_tokenizer
 from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, read_marian_tokenizer, spm_settings
 from mt_transformer.files import atomic_dir, read_json, write_text
@@ -110,14 +116,14 @@ def model_config(hf_config) -> ModelConfig:
     )
 
 
-def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer, ModelConfig]:
+def import_model(hf_model, src_order=None, tgt_order=None, consume: bool = False) -> tuple[Transformer, ModelConfig]:
     """Our Transformer computing a transformers Marian or Pegasus model's function, and its
     settings; a one-line refusal if a test batch's log-probabilities differ by more than
     CHECK_TOLERANCE. `src_order`/`tgt_order` (tensors, None: the same ids) give, for each of our
     ids, the id of theirs whose rows it takes; where our start id takes the row of another of
     ours (OPUS-MT starts from its padding), its output logit is lowered by NEVER_WRITTEN, so that
     the probabilities stay those of the original (a model starting from EOS, M2M100's, does so
-    itself)."""
+    itself). With `consume` each of its weights is freed once copied (`hf_model` is spent)."""
     hf_config = hf_model.config
     src_vocab = hf_config.vocab_size
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab
@@ -128,13 +134,14 @@ def import_model(hf_model, src_order=None, tgt_order=None) -> tuple[Transformer,
     settings = model_config(hf_config)
     muted = settings.decoder_start == "bos" and bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
     config = dataclasses.replace(settings, output_bias=bool(bias.any()) or muted)
-    model = Transformer(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
+    theirs = their_log_probs(hf_model, src_order, tgt_order)  # before their weights are freed
+    model = Transformer.unfilled(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
     reorder = config.positions == "sinusoidal"
-    from_transformers(hf_model, model, config.norm == "pre", reorder, rows=(src_order, tgt_order))
+    from_transformers(hf_model, model, config.norm == "pre", reorder, rows=(src_order, tgt_order), consume=consume)
     if muted:  # starting from EOS, the model never writes BOS itself (model/transformer.py)
         with torch.no_grad():
             model.output.bias[BOS_ID] -= NEVER_WRITTEN
-    gap = log_prob_gap(model, hf_model, src_order, tgt_order)
+    gap = gap_to(model, theirs)
     if not gap <= CHECK_TOLERANCE:
         raise UserError(f"the imported model differs from the original by {gap:.2g} in log-probability")
     return model, config
@@ -262,9 +269,9 @@ def import_directory(
         check_files(edits.keep_vocab)
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
     orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
-    model, model_settings = import_model(hf_model, *orders)
+    model, model_settings = import_model(hf_model, *orders, consume=True)
     architecture = type(hf_model).__name__
-    del hf_model  # its weights are ours now: half the memory for what follows
+    del hf_model  # its weights were freed as they were copied
     sizes = [len(vocabularies.tgt_pieces)]
     if edits.add_language:
         model, vocabularies = vocabulary_edits.add_language(

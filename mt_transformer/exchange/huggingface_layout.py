@@ -15,6 +15,7 @@ first): the pairs name its halves, views that the import writes through.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
@@ -128,10 +129,11 @@ def to_transformers(ours, hf_model, pre_norm: bool, reorder: bool = True) -> Non
         _copy(theirs, _reorder(mine, dims, order) if reorder else mine)
 
 
-def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True, rows=None) -> None:
+def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True, rows=None, consume: bool = False) -> None:
     """A Marian, Pegasus or M2M100 model's weights into ours, the residual stream put back in our
     order (`reorder`, as for to_transformers); `rows` (source, target): for each of our ids the
-    id of theirs whose embedding and output rows it takes (None: the same ids)."""
+    id of theirs whose embedding and output rows it takes (None: the same ids). With `consume`,
+    each of their weights is freed once copied: an import holds the model once, not twice."""
     inverse = stream_order(ours.src_embed.weight.size(1)).argsort()
     by_ids = {}  # our tensors indexed by vocabulary ids, with the order of their rows
     if rows is not None:
@@ -142,29 +144,51 @@ def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True, rows
         }
         if ours.output.bias is not None:
             by_ids[id(ours.output.bias)] = rows[1]
-    for mine, theirs, dims in weight_pairs(ours, hf_model, pre_norm):
-        if id(mine) in by_ids:
-            theirs = theirs.index_select(0, by_ids[id(mine)])
-        _copy(mine, _reorder(theirs, dims, inverse) if reorder else theirs)
+    pairs = list(weight_pairs(ours, hf_model, pre_norm))
+    uses = Counter(id(theirs) for _, theirs, _ in pairs)  # a tied matrix of theirs has several places
+    for mine, theirs, dims in pairs:
+        source = theirs.index_select(0, by_ids[id(mine)]) if id(mine) in by_ids else theirs
+        _copy(mine, _reorder(source, dims, inverse) if reorder else source)
+        uses[id(theirs)] -= 1
+        if consume and not uses[id(theirs)] and theirs._base is None:
+            theirs.data = torch.empty(0, dtype=theirs.dtype)
+
+
+def check_batch(src_vocab: int, tgt_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed batch of random ids of ours: src (2, 9), EOS last or EOS then padding; tgt_in
+    (2, 7), BOS first."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, src_vocab, (2, 9), generator=generator)  # (batch, src_len)
+    src[:, -1], src[1, 4], src[1, 5:] = EOS_ID, EOS_ID, PAD_ID
+    tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)  # (batch, tgt_len)
+    tgt_in[:, 0] = BOS_ID
+    return src, tgt_in
+
+
+def their_log_probs(hf_model, src_order: torch.Tensor, tgt_order: torch.Tensor) -> torch.Tensor:
+    """A transformers model's teacher-forced log-probabilities on check_batch, in our ids (the
+    orders give the id in theirs of each of ours): (2, 7, our target vocabulary)."""
+    src, tgt_in = check_batch(len(src_order), len(tgt_order))
+    with torch.inference_mode():
+        inputs = dict(input_ids=src_order[src], attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_order[tgt_in])
+        return hf_model(**inputs).logits.log_softmax(-1)[..., tgt_order]
+
+
+def gap_to(model, theirs: torch.Tensor) -> float:
+    """The largest difference between our model's log-probabilities on check_batch and `theirs`
+    (their_log_probs); our start id, never an output, is left out (an import gives it none)."""
+    src, tgt_in = check_batch(model.src_embed.weight.size(0), model.output.weight.size(0))
+    outputs = torch.arange(model.output.weight.size(0)) != BOS_ID  # (tgt_vocab,)
+    with torch.inference_mode():
+        ours = model.logits(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
+    return float((ours - theirs)[..., outputs].abs().max())
 
 
 def log_prob_gap(model, hf_model, src_order=None, tgt_order=None) -> float:
     """The largest difference between our model's and a transformers model's teacher-forced
-    log-probabilities on a fixed batch of random ids (two sentences, one padded). `src_order`
-    and `tgt_order` (tensors) give the id in theirs of each of our ids (None: the same ids); our
-    start id, never an output, is left out (the import gives it no probability)."""
+    log-probabilities on check_batch. `src_order` and `tgt_order` (tensors) give the id in
+    theirs of each of our ids (None: the same ids)."""
     src_vocab, tgt_vocab = model.src_embed.weight.size(0), model.output.weight.size(0)
     src_order = torch.arange(src_vocab) if src_order is None else src_order
     tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, src_vocab, (2, 9), generator=generator)  # (batch, src_len): EOS last, or EOS then PAD
-    src[:, -1], src[1, 4], src[1, 5:] = EOS_ID, EOS_ID, PAD_ID
-    tgt_in = torch.randint(4, tgt_vocab, (2, 7), generator=generator)  # (batch, tgt_len): BOS first
-    tgt_in[:, 0] = BOS_ID
-    outputs = torch.arange(tgt_vocab) != BOS_ID  # (tgt_vocab,)
-    with torch.inference_mode():
-        ours = model.logits(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
-        theirs = hf_model(
-            input_ids=src_order[src], attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_order[tgt_in]
-        ).logits.log_softmax(-1)
-    return float((ours[..., outputs] - theirs[..., tgt_order[outputs]]).abs().max())
+    return gap_to(model, their_log_probs(hf_model, src_order, tgt_order))

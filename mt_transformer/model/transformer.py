@@ -73,14 +73,32 @@ class Transformer(nn.Module):
         self.start_from_eos = c.decoder_start == "eos"  # the decoder reads EOS's embedding for BOS
         self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=c.output_bias)
         # starting from EOS, BOS is no token of the model: never an output
-        mask = torch.zeros(tgt_vocab_size).index_fill_(0, torch.tensor([BOS_ID]), -NEVER_WRITTEN)
-        self.register_buffer("start_mask", mask if self.start_from_eos else None, persistent=False)
+        self.register_buffer(
+            "start_mask", start_mask(tgt_vocab_size) if self.start_from_eos else None, persistent=False
+        )
         if c.output_bias:
             nn.init.zeros_(self.output.bias)
         if c.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
         else:
             nn.init.normal_(self.output.weight, mean=0.0, std=c.d_model**-0.5)
+
+    @classmethod
+    def unfilled(cls, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, share_vocab: bool):
+        """The model with its weights allocated but not drawn, for an import to write: memory the
+        operating system gives only as each weight is written (the computed tables are made)."""
+        with torch.device("meta"):
+            model = cls(config, src_vocab_size, tgt_vocab_size, share_vocab)
+        model.to_empty(device="cpu")
+        if config.tie_embeddings:  # to_empty gives each module a weight of its own
+            model.output.weight = model.tgt_embed.weight
+        if config.positions != "learned":
+            model.src_positions = model.tgt_positions = SinusoidalPositions(
+                config.d_model, config.max_positions, config.positions
+            )
+        if model.start_from_eos:
+            model.start_mask = start_mask(tgt_vocab_size)
+        return model
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len).
@@ -139,6 +157,11 @@ class Transformer(nn.Module):
         """
         src_mask = padding_mask(src, PAD_ID)
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask)[0]
+
+
+def start_mask(vocab_size: int) -> torch.Tensor:
+    """What logits() adds under model.decoder_start eos: -NEVER_WRITTEN at BOS, 0 elsewhere: (vocab,)."""
+    return torch.zeros(vocab_size).index_fill_(0, torch.tensor([BOS_ID]), -NEVER_WRITTEN)
 
 
 def count_parameters(model: nn.Module) -> int:
