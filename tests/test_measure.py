@@ -43,7 +43,8 @@ def test_a_processs_own_memory_leaves_out_the_file_it_maps(tmp_path):
     (tmp_path / "weights").write_bytes(b"1" * (128 * 2**20))
     mapped = f"import mmap, time; f = open({str(tmp_path / 'weights')!r}, 'rb'); "
     mapped += "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); "
-    mapped += "s = sum(m[i] for i in range(0, len(m), 4096)); x = bytearray(32 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.3)"
+    mapped += "s = sum(m[i] for i in range(0, len(m), 4096)); "  # the file's pages read: resident
+    mapped += "x = bytearray(32 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.3)"
     seconds, peak_mb, own_mb = measure.peak_own_memory([sys.executable, "-c", mapped], interval=0.01)
     assert seconds > 0 and peak_mb > 128 + 32  # the mapped file's pages count in RSS
     assert 32 < own_mb < 128  # the process's own: the bytearray and the interpreter, not the file

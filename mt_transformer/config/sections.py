@@ -159,6 +159,9 @@ class ModelConfig:
     tie_embeddings: bool = True
     # the token the decoder reads first: bos, ours; eos, fairseq's (M2M100 and NLLB start from </s>)
     decoder_start: Literal["bos", "eos"] = "bos"
+    # the encoder reads the token a source begins with (its language's) after the source's EOS,
+    # as NLLB models tuned with transformers' legacy tokenizer layout do
+    source_tag_after_eos: bool = False
     output_bias: bool = False  # a learned bias on the output logits (Marian's, as OPUS-MT models have)
     # attention and FFN weights: xavier, Xavier-uniform for all; fairseq, W^Q, W^K, W^V with gain
     # 1/sqrt(2) and the FFN at PyTorch's default, which learns faster per update

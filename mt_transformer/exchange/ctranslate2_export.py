@@ -60,6 +60,11 @@ def build_spec(loaded, source_prefix: str | None = None):
     from ctranslate2.specs import common_spec, transformer_spec
 
     model, tokenizer, settings = loaded.model, loaded.tokenizer, loaded.config.model
+    if settings.source_tag_after_eos:
+        raise UserError(
+            "model.source_tag_after_eos (NLLB's legacy layout): CTranslate2 reads a source as it is given; "
+            "translate with --engine torch"
+        )
     pre_norm, max_positions = settings.norm == "pre", settings.max_positions
     activation = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}[settings.activation]  # GELU: the erf form
     spec = transformer_spec.TransformerSpec.from_config(

@@ -116,14 +116,17 @@ def model_config(hf_config) -> ModelConfig:
     )
 
 
-def import_model(hf_model, src_order=None, tgt_order=None, consume: bool = False) -> tuple[Transformer, ModelConfig]:
+def import_model(
+    hf_model, src_order=None, tgt_order=None, consume: bool = False, tag_after_eos: bool = False
+) -> tuple[Transformer, ModelConfig]:
     """Our Transformer computing a transformers Marian or Pegasus model's function, and its
     settings; a one-line refusal if a test batch's log-probabilities differ by more than
     CHECK_TOLERANCE. `src_order`/`tgt_order` (tensors, None: the same ids) give, for each of our
     ids, the id of theirs whose rows it takes; where our start id takes the row of another of
     ours (OPUS-MT starts from its padding), its output logit is lowered by NEVER_WRITTEN, so that
     the probabilities stay those of the original (a model starting from EOS, M2M100's, does so
-    itself). With `consume` each of its weights is freed once copied (`hf_model` is spent)."""
+    itself). With `consume` each of its weights is freed once copied (`hf_model` is spent);
+    `tag_after_eos`: its tokenizer puts a source's language code after its </s>."""
     hf_config = hf_model.config
     src_vocab = hf_config.vocab_size
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab
@@ -133,8 +136,8 @@ def import_model(hf_model, src_order=None, tgt_order=None, consume: bool = False
     tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
     settings = model_config(hf_config)
     muted = settings.decoder_start == "bos" and bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
-    config = dataclasses.replace(settings, output_bias=bool(bias.any()) or muted)
-    theirs = their_log_probs(hf_model, src_order, tgt_order)  # before their weights are freed
+    config = dataclasses.replace(settings, output_bias=bool(bias.any()) or muted, source_tag_after_eos=tag_after_eos)
+    theirs = their_log_probs(hf_model, src_order, tgt_order, tag_after_eos)  # before their weights are freed
     model = Transformer.unfilled(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
     reorder = config.positions == "sinusoidal"
     from_transformers(hf_model, model, config.norm == "pre", reorder, rows=(src_order, tgt_order), consume=consume)
@@ -269,7 +272,7 @@ def import_directory(
         check_files(edits.keep_vocab)
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
     orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
-    model, model_settings = import_model(hf_model, *orders, consume=True)
+    model, model_settings = import_model(hf_model, *orders, consume=True, tag_after_eos=vocabularies.legacy)
     architecture = type(hf_model).__name__
     del hf_model  # its weights were freed as they were copied
     sizes = [len(vocabularies.tgt_pieces)]

@@ -126,6 +126,8 @@ def write_tokenizer(loaded, order: list[int], directory: str, work: str) -> None
         "tgt_lang": tgt,
         "additional_special_tokens": tokens,
     }
+    if loaded.config.model.source_tag_after_eos:  # the model reads "text </s> code"
+        settings["legacy_behaviour"] = True
     if "<mask>" not in pieces:  # trimmed away, or M2M100's vocabulary: no new id for it
         settings["mask_token"] = "<unk>"
     write_text(os.path.join(work, "tokenizer_config.json"), json.dumps(settings))
@@ -168,6 +170,8 @@ def check_tokenizer(loaded, order: list[int], directory: str) -> None:
         if UNK_ID in ids or not line:
             continue
         expected = [theirs[i] for i in [source, *ids, EOS_ID]]
+        if loaded.config.model.source_tag_after_eos:
+            expected = expected[1:] + expected[:1]
         if hf_tokenizer(line).input_ids != expected:
             raise UserError(f"the exported tokenizer splits {line!r} otherwise than ours; nothing was written")
 

@@ -5,9 +5,10 @@ in its vocabulary, and its language tokens.
 Both put start of sentence at 0, padding at 1, end of sentence at 2 and unknown at 3, and start
 decoding from end of sentence: our ids 0-3 (padding, unknown, start, end) take the rows of 1, 3,
 2 and 2, and their other ids follow in order (the unused <s> named <unused0>). A sentence of
-language xx reads "xx_Tok text </s>" (NLLB; its legacy layout "text </s> xx_Tok" is refused) or
-"__xx__ text </s>" (M2M100), and a translation into yy begins with yy's token: the checkpoint's
-languages.json (code -> token) and data.language_tokens say so to our tokenizer and translator.
+language xx reads "xx_Tok text </s>" (NLLB; its legacy layout "text </s> xx_Tok", which our
+model reads with model.source_tag_after_eos) or "__xx__ text </s>" (M2M100), and a translation
+into yy begins with yy's token: the checkpoint's languages.json (code -> token) and
+data.language_tokens say so to our tokenizer and translator.
 """
 
 from __future__ import annotations
@@ -33,18 +34,17 @@ def language_tokens(tokenizer) -> dict[str, str]:
     }
 
 
-def check_layout(tokenizer, vocab: dict[str, int], code: str, token: str, directory: str) -> None:
-    """The layout our tokenizer writes must be the tokenizer's: "token text </s>" on each side."""
+def legacy_layout(tokenizer, vocab: dict[str, int], code: str, token: str, directory: str) -> bool:
+    """Whether the tokenizer writes a source "text </s> token" (NLLB's legacy layout, which our
+    model reads with model.source_tag_after_eos) rather than "token text </s>"."""
     tokenizer.src_lang = code if hasattr(tokenizer, "lang_code_to_id") else token  # NllbTokenizer: the token
     ids = tokenizer("a").input_ids
     eos = vocab["</s>"]
     if ids[-2:] == [eos, vocab[token]]:
-        raise UserError(
-            f"{directory}: the tokenizer's legacy layout (the language code after </s>) is not supported; "
-            f"set legacy_behaviour false in its tokenizer_config.json if the model was trained without it"
-        )
+        return True
     if ids[0] != vocab[token] or ids[-1] != eos:
         raise UserError(f"{directory}: the tokenizer writes neither the language code first nor </s> last")
+    return False
 
 
 def read_m2m100_tokenizer(directory: str, hf_config, transformers) -> ImportedVocabularies:
@@ -65,7 +65,7 @@ def read_m2m100_tokenizer(directory: str, hf_config, transformers) -> ImportedVo
     codes = {token: code for code, token in languages.items()}  # NllbTokenizer names its languages by tokens
     defaults = (getattr(tokenizer, name, None) for name in ("src_lang", "tgt_lang"))
     settings = dict(zip(("source_lang", "target_lang"), [codes.get(lang, lang) for lang in defaults]))
-    check_layout(tokenizer, vocab, *next(iter(languages.items())), directory)  # it sets src_lang
+    legacy = legacy_layout(tokenizer, vocab, *next(iter(languages.items())), directory)  # it sets src_lang
     order, pieces = id_order(vocab, hf_config.vocab_size, hf_config.decoder_start_token_id, directory)
     files = (SPM_FILE, SPM_FILE)
-    return ImportedVocabularies(directory, settings, False, order, pieces, order, pieces, files, languages)
+    return ImportedVocabularies(directory, settings, False, order, pieces, order, pieces, files, languages, legacy)

@@ -79,6 +79,7 @@ class ImportedVocabularies:
     tgt_pieces: list[str]
     spm_files: tuple[str, str] = ("source.spm", "target.spm")  # each side's sentencepiece model in `directory`
     languages: dict[str, str] = dataclasses.field(default_factory=dict)  # NLLB, M2M100: code -> token
+    legacy: bool = False  # NLLB's legacy layout: a source's language code after its </s>
 
 
 def read_marian_tokenizer(directory: str, hf_config) -> ImportedVocabularies:
