@@ -9,6 +9,7 @@ import time
 
 import pytest
 import torch
+from test_huggingface_import import OPUS_MT
 
 from conftest import run_cli
 
@@ -50,15 +51,11 @@ def _sentencepiece(corpus: str, path) -> None:
 def _random_m2m100(directory, vocab_size: int) -> None:
     """A random M2M100ForConditionalGeneration as NLLB's config has it, sizes made small; weights
     drawn wide enough that the outputs depend on the input."""
+    sizes = ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads")
+    sizes += ("encoder_ffn_dim", "decoder_ffn_dim")
     config = transformers.M2M100Config(
         vocab_size=vocab_size,
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
+        **{size: OPUS_MT[size] for size in sizes},  # the small sizes of the Marian import's tests
         max_position_embeddings=128,
         dropout=0.1,
         attention_dropout=0.1,

@@ -189,11 +189,18 @@ def generation_defaults(hf_model, decode, max_positions: int) -> None:
 def export(loaded, out_dir: str) -> dict:
     """Write the transformers model of a checkpoint.LoadedModel and its tokenizer to out_dir,
     atomically, after checking it computes our log-probabilities; returns its settings."""
-    transformers = import_transformers()
     hf_model = build_model(loaded)
-    tokenizer = loaded.tokenizer
     gap = check_same_function(loaded.model, hf_model)
     generation_defaults(hf_model, loaded.config.decode, loaded.config.model.max_positions)
+    return save(
+        loaded, hf_model, gap, out_dir, lambda tmp, work: write_tokenizer(loaded.tokenizer, loaded.config, tmp, work)
+    )
+
+
+def save(loaded, hf_model, gap: float, out_dir: str, tokenizer_files) -> dict:
+    """Write a checked transformers model, its tokenizer (`tokenizer_files(directory, work)`,
+    `work` a scratch directory) and our settings to out_dir, atomically; returns the settings."""
+    transformers = import_transformers()
     settings = {
         "engine": "transformers",
         "architecture": type(hf_model).__name__,
@@ -207,7 +214,7 @@ def export(loaded, out_dir: str) -> dict:
             hf_model.save_pretrained(tmp)
             work = os.path.join(tmp, "work")
             os.makedirs(work)
-            write_tokenizer(tokenizer, loaded.config, tmp, work)
+            tokenizer_files(tmp, work)
             shutil.rmtree(work)
             checkpoint.write_export_settings(tmp, settings)
     except OSError as error:

@@ -26,13 +26,13 @@ import shutil
 
 import torch
 
-from mt_transformer import checkpoint
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.errors import UserError
+from mt_transformer.exchange.huggingface_export import generation_defaults, import_transformers, save
 from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, log_prob_gap, to_transformers
 from mt_transformer.exchange.m2m100_tokenizer import SPM_FILE
 from mt_transformer.exchange.vocabulary_edits import IMPORTED_START, with_rows
-from mt_transformer.files import atomic_dir, write_text
+from mt_transformer.files import write_text
 
 CHECK_LINES = 50  # lines of the vocabulary's own text the written tokenizer is checked on
 
@@ -61,8 +61,6 @@ def their_order(tokenizer) -> list[int]:
 
 def build_model(loaded, order: list[int]):
     """The M2M100ForConditionalGeneration computing our model's function, in eval mode."""
-    from mt_transformer.exchange.huggingface_export import import_transformers
-
     transformers = import_transformers()
     m = loaded.config.model
     config = transformers.M2M100Config(
@@ -107,8 +105,6 @@ def check_model(loaded, hf_model, order: list[int]) -> float:
 def write_tokenizer(loaded, order: list[int], directory: str, work: str) -> None:
     """NllbTokenizer's files for our tokenizer: converted by transformers from the sentencepiece
     model, then given our ids and only the merges among our pieces."""
-    from mt_transformer.exchange.huggingface_export import import_transformers
-
     transformers = import_transformers()
     tokenizer, data = loaded.tokenizer, loaded.config.data
     pieces = [tokenizer.tgt.id_to_piece(i) for i in order]
@@ -156,8 +152,6 @@ def _merge(merge) -> tuple[str, str]:
 def check_tokenizer(loaded, order: list[int], directory: str) -> None:
     """The written tokenizer gives our ids (in the export's order) on lines of our vocabulary's
     own pieces that our tokenizer splits into pieces it has (else a one-line refusal)."""
-    from mt_transformer.exchange.huggingface_export import import_transformers
-
     transformers = import_transformers()
     tokenizer, data = loaded.tokenizer, loaded.config.data
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
@@ -179,9 +173,6 @@ def check_tokenizer(loaded, order: list[int], directory: str) -> None:
 def export(loaded, out_dir: str) -> dict:
     """Write the M2M100ForConditionalGeneration of a checkpoint.LoadedModel and its tokenizer to
     out_dir, atomically, after checking both; returns its settings."""
-    from mt_transformer.exchange.huggingface_export import generation_defaults, import_transformers
-
-    transformers = import_transformers()
     why = refusal(loaded)
     if why:
         raise UserError(f"this model cannot be exported as M2M100: {why}")
@@ -192,23 +183,9 @@ def export(loaded, out_dir: str) -> dict:
     hf_model.generation_config.update(
         pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2
     )
-    settings = {
-        "engine": "transformers",
-        "architecture": type(hf_model).__name__,
-        "transformers_version": transformers.__version__,
-        "largest_log_prob_difference": gap,
-        "config": {key: loaded.config.to_dict()[key] for key in ("data", "model", "decode")},
-        "step": loaded.step,
-    }
-    try:
-        with atomic_dir(out_dir) as tmp:
-            hf_model.save_pretrained(tmp)
-            work = os.path.join(tmp, "work")
-            os.makedirs(work)
-            write_tokenizer(loaded, order, tmp, work)
-            shutil.rmtree(work)
-            check_tokenizer(loaded, order, tmp)
-            checkpoint.write_export_settings(tmp, settings)
-    except OSError as error:
-        raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
-    return settings
+
+    def tokenizer_files(directory: str, work: str) -> None:
+        write_tokenizer(loaded, order, directory, work)
+        check_tokenizer(loaded, order, directory)
+
+    return save(loaded, hf_model, gap, out_dir, tokenizer_files)

@@ -79,17 +79,15 @@ def add_language(
         edited = with_rows(model, config, torch.arange(len(ids)), row)
         if config.output_bias:
             edited.output.bias[-1] = model.output.bias[like].mean()
-    pieces = [*vocabularies.tgt_pieces, token]
     order = [*vocabularies.tgt_order, -1]  # a row of ours alone
-    grown = dataclasses.replace(
-        vocabularies,
-        src_pieces=pieces,
-        tgt_pieces=pieces,
-        src_order=order,
-        tgt_order=order,
-        languages={**languages, code: token},
+    return edited, _with_pieces(vocabularies, [*vocabularies.tgt_pieces, token], order, {**languages, code: token})
+
+
+def _with_pieces(vocabularies: ImportedVocabularies, pieces, order, languages) -> ImportedVocabularies:
+    """The vocabularies with these pieces on both sides, their order in the original's ids, and languages."""
+    return dataclasses.replace(
+        vocabularies, src_pieces=pieces, tgt_pieces=pieces, src_order=order, tgt_order=order, languages=languages
     )
-    return edited, grown
 
 
 def used_ids(spm_path: str, pieces: list[str], paths: list[str]) -> set[int]:
@@ -149,12 +147,4 @@ def trim(
     trimmed = with_rows(model, config, rows)
     kept_pieces = [pieces[i] for i in rows.tolist()]
     order = [vocabularies.tgt_order[i] for i in rows.tolist()]
-    smaller = dataclasses.replace(
-        vocabularies,
-        src_pieces=kept_pieces,
-        tgt_pieces=kept_pieces,
-        src_order=order,
-        tgt_order=order,
-        languages=languages,
-    )
-    return trimmed, smaller
+    return trimmed, _with_pieces(vocabularies, kept_pieces, order, languages)
