@@ -17,13 +17,14 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import Config, DecodeConfig, config_from_dict, language_tag, tag_language, validate
+from mt_transformer.config import Config, DecodeConfig, config_from_dict, tag_language, validate
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
+from mt_transformer.decoding.languages import language_heads, target_tag
 from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
 from mt_transformer.decoding.search import Hypothesis, output_limit
 from mt_transformer.decoding.torch_search import TorchSearch
@@ -277,34 +278,6 @@ def load_translator(
     else:
         translator.target_tag = target_tag(translator.config, tgt_lang)
     return translator
-
-
-def language_heads(
-    config: Config, tokenizer: Tokenizer, src_lang: str | None = None, tgt_lang: str | None = None
-) -> tuple[list[int], list[int]]:
-    """For a model with data.language_tokens, the ids of the source and the target language's
-    tokens (default: data.src_lang and data.tgt_lang); ([], []) for any other model."""
-    if not config.data.language_tokens:
-        return [], []
-    if not tokenizer.languages:
-        raise UserError(f"data.language_tokens: the tokenizer in {tokenizer.directory} has no language tokens")
-    return (
-        [tokenizer.language_id(src_lang or config.data.src_lang, "--src-lang")],
-        [tokenizer.language_id(tgt_lang or config.data.tgt_lang, "--tgt-lang")],
-    )
-
-
-def target_tag(config: Config, tgt_lang: str | None) -> str:
-    """The tag <2xx> that asks a model trained with data.target_tags for language xx; a language
-    it does not write is a one-line error. "" for a model without target tags."""
-    if not config.data.target_tags:
-        return ""
-    languages = config.data.target_languages
-    if tgt_lang is not None and tgt_lang not in languages:
-        raise UserError(f"--tgt-lang: {tgt_lang!r} is not among the model's target languages ({', '.join(languages)})")
-    if tgt_lang is None and len(languages) > 1:
-        raise UserError(f"--tgt-lang: required: this model translates into {', '.join(languages)}")
-    return language_tag(tgt_lang or languages[0])
 
 
 def load_untagged(
