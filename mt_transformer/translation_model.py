@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 import torch
 
 from mt_transformer.config import DecodeConfig
-from mt_transformer.data.text import normalize
 from mt_transformer.decoding.translator import Translation, Translator
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.engine_choice import engine_name, is_export, open_translator, settings_reason
@@ -91,11 +90,8 @@ class TranslationModel:
         t = self.torch_translator("attention")
         if isinstance(t.model, Ensemble):
             raise UserError("attention: needs one model, not an ensemble")
-        src_ids = t.tokenizer.encode_src(t.source_texts([src]))[0]
-        if tgt is None:
-            tgt_ids = t([src])[0][0].tokens
-        else:
-            tgt_ids = t.tokenizer.encode_tgt([normalize(tgt)])[0]
+        src_ids = t.source_ids([src])[0]
+        tgt_ids = t([src])[0][0].tokens if tgt is None else t.target_ids([tgt])[0]
         maps = attention_maps(t.model, src_ids, tgt_ids)
         return {
             "encoder_attention": tuple(maps.encoder),

@@ -177,6 +177,28 @@ def test_an_import_computes_the_originals_log_probabilities_on_sentences(importe
         assert float(gap.abs().max()) < 1e-4
 
 
+def test_a_pairs_score_is_the_originals_log_probability_of_it_after_the_forced_language(imported):
+    import mt_transformer as mt
+
+    source, out, codes = imported
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(source, src_lang=codes["de"])
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(source).eval()
+    loaded = checkpoint.load(out, torch.device("cpu"))
+    forced = loaded.tokenizer.languages[codes["en"]]
+    order, _ = _ids(out, hf_tokenizer)
+    expected = []
+    for line, target in zip(LINES, TARGETS):
+        labels = order[[forced, *loaded.tokenizer.encode_tgt([target])[0], EOS_ID]]  # their ids
+        decoder_in = torch.cat([torch.tensor([hf_tokenizer.eos_token_id]), labels[:-1]])[None]
+        with torch.inference_mode():
+            logits = hf_model(**hf_tokenizer(line, return_tensors="pt"), decoder_input_ids=decoder_in).logits
+        expected.append(float(logits.log_softmax(-1)[0].gather(1, labels[:, None]).sum()))
+    engines = ["torch"] + ["ctranslate2"] * (not loaded.config.model.source_tag_after_eos)
+    for engine in engines:
+        scores = mt.load(out, engine=engine, tgt_lang=codes["en"], src_lang=codes["de"]).score(LINES, TARGETS)
+        assert scores == pytest.approx(expected, abs=1e-3), engine
+
+
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
 def test_greedy_translations_are_those_of_generate_with_the_forced_language(imported, engine):
     source, out, codes = imported

@@ -158,7 +158,9 @@ def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
     head = args.attention_head - 1 if args.attention_head else None
     attend = functools.partial(translator.cross_attention, layer=layer, head=head)  # CTranslate2: the defaults
     which = f"layer {args.attention_layer or layers}, " + ("mean of all heads" if head is None else f"head {head + 1}")
-    alignments = inspect_translations(attend, translator.tokenizer, lines, results, args.attention, which, first_index)
+    alignments = inspect_translations(
+        attend, translator.tokenizer, lines, results, args.attention, which, first_index, translator.heads
+    )
     return alignments if args.alignment else None
 
 

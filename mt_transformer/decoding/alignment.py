@@ -84,10 +84,12 @@ def inspect_translations(
     heatmap_dir: str | None = None,
     which: str = "",
     first_index: int = 0,
+    heads: tuple[list[int], list[int]] = ([], []),
 ) -> list[list[str]]:
     """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
     a heatmap of each line's best translation, written to heatmap_dir/NNNN.png. `attend(src_ids,
-    outputs)`: each output's (target, source) attention matrix; `which`: the layer and heads it is."""
+    outputs)`: each output's (target, source) attention matrix; `which`: the layer and heads it is;
+    `heads`: the language tokens the model's sources and outputs begin with (left out of both)."""
     from mt_transformer.data.text import normalize
 
     if heatmap_dir:
@@ -96,10 +98,12 @@ def inspect_translations(
     for index, (line, translations) in enumerate(zip(lines, results)):
         src_ids = tokenizer.encode_src([normalize(line)])[0]
         src_pieces, found = tokenizer.src_pieces(src_ids), [""] * len(translations)
-        kept = [k for k, t in enumerate(translations) if src_ids and t.tokens]  # not for an empty line or translation
-        matrices = attend(src_ids, [translations[k].tokens for k in kept]) if kept else []
+        source, output = (len(head) for head in heads)
+        kept = [k for k, t in enumerate(translations) if src_ids and t.tokens[output:]]  # not for an empty one
+        matrices = attend(heads[0] + src_ids, [translations[k].tokens for k in kept]) if kept else []
         for k, matrix in zip(kept, matrices):
-            tgt_pieces = tokenizer.tgt_pieces(translations[k].tokens)
+            matrix = matrix[output:, source:]  # (target, source) without the language tokens
+            tgt_pieces = tokenizer.tgt_pieces(translations[k].tokens[output:])
             found[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
             if heatmap_dir and k == 0:
                 attention_heatmap(

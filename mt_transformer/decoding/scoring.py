@@ -15,7 +15,6 @@ import torch
 
 from mt_transformer.data.batching import budget_batches, collate
 from mt_transformer.data.special_tokens import PAD_ID
-from mt_transformer.data.text import normalize
 from mt_transformer.decoding.weights import prepared_linears
 from mt_transformer.devices import autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
@@ -45,8 +44,7 @@ def score_lines(
     `first_line`: the 0-based line number of the first pair, for messages; progress(n): n more pairs scored."""
     if len(sources) != len(targets):
         raise ValueError("one target per source")
-    src_ids = translator.tokenizer.encode_src(translator.source_texts(sources))
-    tgt_ids = translator.tokenizer.tgt.encode([normalize(line) for line in targets])
+    src_ids, tgt_ids = translator.source_ids(sources), translator.target_ids(targets)
     limit = translator.max_positions
     for line, (s, t) in enumerate(zip(src_ids, tgt_ids), start=first_line + 1):
         if limit is not None and max(len(s), len(t)) + 1 > limit:

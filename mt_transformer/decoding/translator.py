@@ -117,6 +117,19 @@ class Translator:
         if sampler is not None:
             sampler.generator.manual_seed(self.decode.seed + offset)
 
+    def source_ids(self, lines: list[str]) -> list[list[int]]:
+        """The subword ids of lines as the model reads them: source_texts encoded, after the
+        source language's token of a model with language tokens (empty lines stay empty)."""
+        ids = self.tokenizer.encode_src(self.source_texts(lines))
+        head = self.heads[0]
+        return [head + line if line else line for line in ids] if head else ids
+
+    def target_ids(self, lines: list[str]) -> list[list[int]]:
+        """The subword ids of given translations as the model writes them: after the target
+        language's token of a model with language tokens."""
+        ids = self.tokenizer.tgt.encode([normalize(line) for line in lines])
+        return [self.heads[1] + line for line in ids] if self.heads[1] else ids
+
     def source_texts(self, lines: list[str]) -> list[str]:
         """The lines as the model reads them: normalized, each after the target tag (empty lines stay empty)."""
         texts = [normalize(line) for line in lines]
@@ -138,13 +151,10 @@ class Translator:
         function told how many inputs each batch finished. `first_line`: the 0-based number of
         the first line in a larger file, for messages."""
         texts = self.source_texts(lines)
-        ids = self.tokenizer.encode_src(texts)
-        forced = self.tokenizer.tgt.encode([normalize(p) for p in prefixes]) if prefixes is not None else None
-        source_head, output_head = self.heads
-        if source_head:
-            ids = [source_head + line if line else line for line in ids]
-        if output_head:
-            forced = [output_head + p for p in (forced or [[]] * len(lines))]
+        ids = self.source_ids(lines)
+        forced = self.target_ids(prefixes) if prefixes is not None else None
+        if self.heads[1] and forced is None:  # every output begins with its language's token
+            forced = [list(self.heads[1]) for _ in lines]
         lexical = self._encode_constraints(*constraints, first_line) if constraints is not None else None
         segments, owners, segment_prefixes, segment_constraints = self._segments(ids, forced, lexical, first_line)
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
@@ -177,7 +187,12 @@ class Translator:
                 )
             whole = ids[line] if len(parts) == 1 else None  # alignment needs the input translated whole
             fills = unknown_fills(
-                self.cross_attention, self.tokenizer, texts[line], whole, [h.tokens for h in hypotheses]
+                self.cross_attention,
+                self.tokenizer,
+                texts[line],
+                whole,
+                [h.tokens for h in hypotheses],
+                len(self.heads[0]),
             )
             translations = []
             for h, f in zip(hypotheses, fills):

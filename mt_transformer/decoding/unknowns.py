@@ -17,7 +17,9 @@ from mt_transformer.data.special_tokens import UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
 
 
-def unknown_fills(attend, tokenizer: Tokenizer, text: str, src_ids: list[int] | None, outputs) -> list[list[str]]:
+def unknown_fills(
+    attend, tokenizer: Tokenizer, text: str, src_ids: list[int] | None, outputs, head: int = 0
+) -> list[list[str]]:
     """For each output (a list of target ids), the source text of each of its <unk> subwords, in
     order. `text` is the source line as encoded; `src_ids` its ids when the model translated it
     whole (else None: the spans are taken in order). `attend(src_ids, outputs)`: each output's
@@ -32,7 +34,7 @@ def unknown_fills(attend, tokenizer: Tokenizer, text: str, src_ids: list[int] | 
         return [[span for _, span in spans[: len(h)]] for h in holes]
     with_holes = [k for k, h in enumerate(holes) if h]
     fills: list[list[str]] = [[] for _ in outputs]
-    positions = torch.tensor([p for p, _ in spans])
+    positions = torch.tensor([head + p for p, _ in spans])  # src_ids begin with `head` ids the text lacks
     for k, matrix in zip(with_holes, attend(src_ids, [outputs[k] for k in with_holes])):
         # row t is the step that wrote target piece t
         chosen = matrix[holes[k]][:, positions].argmax(dim=1).tolist()

@@ -117,14 +117,16 @@ def _with_attention(translator: Translator, text: str, hypotheses: list[Translat
     from mt_transformer.decoding.alignment import format_alignment, word_alignment
 
     tokenizer = translator.tokenizer
-    src_ids = tokenizer.encode_src(translator.source_texts([text]))[0]
+    src_ids = translator.source_ids([text])[0]
     src_pieces = tokenizer.src_pieces(src_ids)
     kept = [k for k, h in enumerate(hypotheses) if src_ids and h.tokens]  # nothing to align for empty ones
     matrices = translator.cross_attention(src_ids, [hypotheses[k].tokens for k in kept])  # (tgt + 1, src + 1) each
     alignments, attention = [""] * len(hypotheses), None
     for k, matrix in zip(kept, matrices):
         tgt_pieces = tokenizer.tgt_pieces(hypotheses[k].tokens)
-        alignments[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
+        source, output = (len(head) for head in translator.heads)  # language tokens: in no word
+        words = word_alignment(matrix[output:, source:], src_pieces[source:], tgt_pieces[output:])
+        alignments[k] = format_alignment(words)
         if k == 0:
             attention = {
                 "source_pieces": src_pieces + ["</s>"],

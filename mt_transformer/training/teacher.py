@@ -192,7 +192,7 @@ def _per_token(translator, sources: list[str], chosen: list) -> list[float]:
     per_token = [h.log_prob / (len(h.tokens) + 1) if h.text else 0.0 for h in chosen]
     if translator.model is not None:
         return per_token
-    src_ids = translator.tokenizer.encode_src(translator.source_texts(sources))
+    src_ids = translator.source_ids(sources)
     limit, positions = translator.max_input_len, translator.max_positions
     whole = [
         i
