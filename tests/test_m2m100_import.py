@@ -395,3 +395,26 @@ def test_the_readme_imports_trims_fine_tunes_and_teaches_with_nllb(corpus, tmp_p
     assert outputs[1].count("\n") == (tmp_path / "data" / "demo" / "test.de").read_text(encoding="utf-8").count("\n")
     assert os.path.isdir(tmp_path / "runs" / "nllb-de-en_finetuned" / "checkpoints" / "step_00000002")
     assert os.path.isdir(tmp_path / "runs" / "student-de-en" / "checkpoints" / "step_00000002")
+
+
+def test_a_two_way_fine_tune_of_an_import_is_validated_per_pair(corpus, tmp_path):
+    import yaml
+
+    source = nllb_directory(corpus, tmp_path / "nllb")
+    out = str(tmp_path / "imported")
+    assert run_cli("mt-import", "--format", "huggingface", source, out, "--src-lang", "de").returncode == 0
+    _text_files(corpus, tmp_path, {"de": "de", "en": "en"}, lines=30)
+    config = yaml.safe_load(open(os.path.join(out, "finetune.yaml"), encoding="utf-8"))
+    split = {"format": "text", "train": f"{tmp_path}/train", "valid": f"{tmp_path}/valid"}
+    config["data"]["corpora"] = [
+        {"src_lang": "de", "tgt_lang": "en", **split},
+        {"src_lang": "en", "tgt_lang": "de", **split},
+    ]
+    config["train"] |= {"output_dir": str(tmp_path / "run"), "max_steps": 2, "valid_every": 2, "max_tokens": 256}
+    (tmp_path / "two_way.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = run_cli("mt-train", "--config", str(tmp_path / "two_way.yaml"))
+    assert result.returncode == 0, result.stderr
+    logged = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8")]
+    valid = next(row for row in logged if "valid_bleu" in row)
+    assert {"valid_bleu_de-en", "valid_bleu_en-de"} <= set(valid)
+    assert valid["valid_bleu"] == pytest.approx((valid["valid_bleu_de-en"] + valid["valid_bleu_en-de"]) / 2)

@@ -25,12 +25,13 @@ def language_heads(
     config: Config, tokenizer: Tokenizer, src_lang: str | None = None, tgt_lang: str | None = None
 ) -> tuple[list[int], list[int]]:
     """For a model with data.language_tokens, the ids of the source and the target language's
-    tokens (default: data.src_lang and data.tgt_lang); ([], []) for any other model."""
+    tokens (default: the languages of its first corpus); ([], []) for any other model."""
     if not config.data.language_tokens:
         return [], []
     if not tokenizer.languages:
         raise UserError(f"data.language_tokens: the tokenizer in {tokenizer.directory} has no language tokens")
+    first = config.data.corpus_list()[0]
     return (
-        [tokenizer.language_id(src_lang or config.data.src_lang, "--src-lang")],
-        [tokenizer.language_id(tgt_lang or config.data.tgt_lang, "--tgt-lang")],
+        [tokenizer.language_id(src_lang or first.src_lang, "--src-lang")],
+        [tokenizer.language_id(tgt_lang or first.tgt_lang, "--tgt-lang")],
     )

@@ -10,6 +10,7 @@ import torch
 
 from mt_transformer.config import Config, language_tag
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
+from mt_transformer.data.language_codes import public_code
 from mt_transformer.decoding.translator import torch_translator, with_decode
 from mt_transformer.devices import PRECISIONS, autocast
 from mt_transformer.evaluation.scores import score
@@ -70,25 +71,40 @@ def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: fl
 def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[str, float]:
     """Greedy BLEU of the valid pairs, with the decode settings of the config otherwise:
     {"valid_bleu": ...}. A run with target tags for several languages also gets the BLEU of each
-    (valid_bleu_xx, from the pairs whose source carries <2xx>, tokenized for xx), and valid_bleu
-    is their mean. train.valid_max_sentences N > 0 takes the first N pairs (of each language)."""
-    languages = config.data.target_languages if config.data.target_tags else []
-    if len(languages) < 2:
-        groups = {config.data.target_language: list(range(len(dataset)))}
-    else:
-        heads = [source.split(" ", 1)[0] for source in dataset["src"]]
-        groups = {
-            language: [i for i, head in enumerate(heads) if head == language_tag(language)] for language in languages
-        }
+    (valid_bleu_xx, from the pairs whose source carries <2xx>, tokenized for xx), one with
+    language tokens for several pairs that of each (valid_bleu_xx-yy, each pair's rows found by
+    the tokens they begin with), and valid_bleu is their mean. train.valid_max_sentences N > 0
+    takes the first N pairs (of each language or pair)."""
+    groups = _groups(tokenizer, dataset, config)
     limit = config.train.valid_max_sentences or None
-    groups = {language: rows[:limit] for language, rows in groups.items() if rows}
+    groups = {name: (rows[:limit], heads) for name, (rows, heads) in groups.items() if rows}
     decode = with_decode(config, beam_size=1, n_best=1, sampling=False)
     translate = torch_translator(model, tokenizer, decode, device)
     scores = {}
-    for language, rows in groups.items():
+    for name, (rows, heads) in groups.items():
         pairs = dataset.select(rows)
+        if heads is not None:
+            translate.heads = heads
         hypotheses = [found[0].text for found in translate(list(pairs["src"]))]
-        scores[language] = score(hypotheses, list(pairs["tgt"]), metrics=("bleu",), tgt_lang=language)["bleu"]
+        language = translate.target_language if heads is not None else name
+        scores[name] = score(hypotheses, list(pairs["tgt"]), metrics=("bleu",), tgt_lang=language)["bleu"]
     if len(scores) == 1:
         return {"valid_bleu": next(iter(scores.values()))}
     return {"valid_bleu": sum(scores.values()) / len(scores)} | {f"valid_bleu_{lang}": b for lang, b in scores.items()}
+
+
+def _groups(tokenizer, dataset, config: Config) -> dict[str | None, tuple[list[int], tuple | None]]:
+    """The valid rows to score apart, by name (the target language, or xx-yy), each with the
+    language tokens to translate them with (None: the translator's own)."""
+    data = config.data
+    if data.language_tokens:
+        codes = {i: public_code(code) for code, i in tokenizer.languages.items()}
+        found: dict[tuple[int, int], list[int]] = {}
+        for i, (src, tgt) in enumerate(zip(dataset["src_ids"], dataset["tgt_ids"])):
+            found.setdefault((src[0], tgt[0]), []).append(i)
+        return {f"{codes[s]}-{codes[t]}": (rows, ([s], [t])) for (s, t), rows in found.items()}
+    languages = data.target_languages if data.target_tags else []
+    if len(languages) < 2:
+        return {data.target_language: (list(range(len(dataset))), None)}
+    heads = [source.split(" ", 1)[0] for source in dataset["src"]]
+    return {lang: ([i for i, head in enumerate(heads) if head == language_tag(lang)], None) for lang in languages}
