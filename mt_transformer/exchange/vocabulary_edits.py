@@ -33,7 +33,7 @@ def with_rows(model: Transformer, config, rows: torch.Tensor, extra: torch.Tenso
     """A model of the same weights whose vocabulary is the ids `rows` of `model`'s, in that order,
     then (`extra`, (n, d_model)) n new rows, each with output bias 0 (the caller sets it)."""
     size = len(rows) + (0 if extra is None else len(extra))
-    edited = Transformer(config, size, size, share_vocab=True).eval()
+    edited = Transformer.unfilled(config, size, size, share_vocab=True).eval()  # every weight written below
     source = model.state_dict()
     with torch.no_grad():
         for name, tensor in edited.state_dict().items():
