@@ -124,7 +124,7 @@ class DataConfig(CorpusConfig):
         """The settings that decide the tokenizer: a run's tokenizer is reused only while they hold."""
         names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
         if self.language_tokens:  # one tokenizer for all of its languages: the pair is the run's choice
-            names = names[2:] + ("language_tokens",)
+            names = tuple(name for name in names if name not in ("src_lang", "tgt_lang")) + ("language_tokens",)
         return {name: getattr(self, name) for name in names + ("byte_fallback", "tags")}
 
     def tokenizer_conflict(self, saved: dict) -> tuple[str, object, object] | None:

@@ -195,7 +195,9 @@ def encode_corpus_split(
 ):
     training = split == "train"
     tags = corpus.source_tags(data.target_tags)
-    heads = language_heads(tokenizer, corpus) if data.language_tokens else ([], [])
+    heads = ([], [])  # NLLB's and M2M100's layout: each side begins with its language's token
+    if data.language_tokens:
+        heads = tokenizer.language_heads(corpus.src_lang, corpus.tgt_lang, ("data.src_lang", "data.tgt_lang"))
     source = {**split_source(corpus, split), "tags": tags, "heads": heads}
     keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
@@ -228,14 +230,6 @@ def encode_corpus_split(
     else:
         log.info("%s: %d pairs (%s)", name, stats["kept"], origin)
     return dataset
-
-
-def language_heads(tokenizer: Tokenizer, corpus: CorpusConfig) -> tuple[list[int], list[int]]:
-    """The ids a corpus's sources and targets begin with under data.language_tokens: the token of
-    each side's language (NLLB's and M2M100's layout)."""
-    return [tokenizer.language_id(corpus.src_lang, "data.src_lang")], [
-        tokenizer.language_id(corpus.tgt_lang, "data.tgt_lang")
-    ]
 
 
 def split_source(corpus: CorpusConfig, split: str) -> dict:

@@ -28,10 +28,5 @@ def language_heads(
     tokens (default: the languages of its first corpus); ([], []) for any other model."""
     if not config.data.language_tokens:
         return [], []
-    if not tokenizer.languages:
-        raise UserError(f"data.language_tokens: the tokenizer in {tokenizer.directory} has no language tokens")
     first = config.data.corpus_list()[0]
-    return (
-        [tokenizer.language_id(src_lang or first.src_lang, "--src-lang")],
-        [tokenizer.language_id(tgt_lang or first.tgt_lang, "--tgt-lang")],
-    )
+    return tokenizer.language_heads(src_lang or first.src_lang, tgt_lang or first.tgt_lang)

@@ -260,7 +260,7 @@ def import_directory(
         vocabularies = read_marian_tokenizer(directory, hf_config)
     src_lang = src_lang or vocabularies.settings.get("source_lang")
     tgt_lang = tgt_lang or vocabularies.settings.get("target_lang")
-    known = {**vocabularies.languages, **({edits.add_language: ""} if edits.add_language else {})}
+    known = set(vocabularies.languages) | ({edits.add_language} if edits.add_language else set())
     for flag, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
         if not value:
             raise UserError(f"{flag}: required: the tokenizer's settings name no such language")
