@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import read_split, tiny_config, write_config
-from mt_transformer.config import load_config
+from mt_transformer.config import CorpusConfig, load_config
 from mt_transformer.data.from_text import VOCAB_RANGE
-from mt_transformer.data.prepare import cache_key, chosen_vocab_size, encode_split, prepare_data
+from mt_transformer.data.prepare import cache_key, chosen_vocab_size, encode_split, prepare_data, split_source
 from mt_transformer.data.tokenizer import train_tokenizer
 from mt_transformer.errors import UserError
 
@@ -50,6 +50,30 @@ def test_encoding_is_cached_and_filters_training_data(tmp_path):
     # changing the data changes the key
     (tmp_path / "t.en").write_text("changed\n" * 53, encoding="utf-8")
     assert cache_key({"x": 1}, [str(tmp_path / "t.de"), str(tmp_path / "t.en")], [model], {"max_len": 40}) != key
+
+
+def test_a_splits_identity_holds_only_the_keys_its_format_reads():
+    # local text under a recipe written for the hub (its hub_name left set) is the same corpus as
+    # that text given in data.corpora: one cached encoding, one cached teacher translation
+    text = CorpusConfig(src_lang="de", tgt_lang="en", format="text", train="corpus/train")
+    assert split_source(text, "train") == split_source(
+        CorpusConfig(src_lang="de", tgt_lang="en", format="text", train="corpus/train", hub_name="x/y", src_column="a"),
+        "train",
+    )
+    assert split_source(text, "train") != split_source(
+        CorpusConfig(src_lang="de", tgt_lang="en", format="text", train="other/train"), "train"
+    )
+    assert split_source(text, "train") != split_source(
+        CorpusConfig(src_lang="en", tgt_lang="de", format="text", train="corpus/train"), "train"
+    )
+    rows = CorpusConfig(src_lang="de", tgt_lang="en", format="jsonl", train="rows.jsonl")
+    assert split_source(rows, "train") != split_source(
+        CorpusConfig(src_lang="de", tgt_lang="en", format="jsonl", train="rows.jsonl", src_column="a"), "train"
+    )
+    hub = CorpusConfig(src_lang="de", tgt_lang="en", format="hub", train="train", hub_name="a/b")
+    assert split_source(hub, "train") != split_source(
+        CorpusConfig(src_lang="de", tgt_lang="en", format="hub", train="train", hub_name="a/c"), "train"
+    )
 
 
 def test_encoding_in_two_processes_matches_one(tmp_path):

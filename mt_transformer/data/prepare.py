@@ -234,17 +234,20 @@ def encode_corpus_split(
 
 def split_source(corpus: CorpusConfig, split: str) -> dict:
     """What identifies a split's pairs beside its files' contents, for cache keys: its format,
-    location, columns and languages, and for hub data the local copy's sizes and times."""
+    location and languages, the columns of jsonl and hub rows, and for hub data its name and the
+    local copy's sizes and times (keys that do not apply to the format leave the key as it is)."""
     source = {
         "format": corpus.format,
         "location": getattr(corpus, split),
-        "hub": [corpus.hub_name, corpus.hub_config],
-        "columns": [corpus.src_column, corpus.tgt_column],
         "langs": [corpus.src_lang, corpus.tgt_lang],
     }
-    stamp = hub_copy_stamp(corpus.hub_name) if corpus.format == "hub" else None
-    if stamp is not None:
-        source["copy"] = stamp
+    if corpus.format in ("jsonl", "hub"):
+        source["columns"] = [corpus.src_column, corpus.tgt_column]
+    if corpus.format == "hub":
+        source["hub"] = [corpus.hub_name, corpus.hub_config]
+        stamp = hub_copy_stamp(corpus.hub_name)
+        if stamp is not None:
+            source["copy"] = stamp
     return source
 
 
