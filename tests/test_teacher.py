@@ -1,6 +1,7 @@
 """The teacher stage of a distilled run: its translations, their selection and filter, the cache
 that keeps them, a killed stage continued, and a tiny teacher -> student run."""
 
+import json
 import os
 import re
 import shutil
@@ -198,7 +199,10 @@ def test_a_tiny_teacher_teaches_a_student_mixed_with_the_original_pairs(sources,
 
 
 @TORCHRUN
-def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(sources, trained_run, tmp_path):
+@pytest.mark.parametrize("command", ["mt-train", "mt-prepare"])
+def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
+    command, sources, trained_run, tmp_path
+):
     from test_distributed import finish, mt_train, torchrun
 
     alone = distil(data_config(sources, [trained_run]), tmp_path / "alone")
@@ -206,9 +210,10 @@ def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
     settings = {"max_steps": 1, "valid_every": 1, "max_tokens": 256}
     config = tiny_config(sources, str(out), data={"teacher": [trained_run]}, train=settings)
     config["data"].update(train=sources, valid=sources)
+    mt_train()  # installed, and mt-prepare beside it
     stderr = finish(
         torchrun(
-            "--standalone", "--nproc-per-node", "2", mt_train(), "--config", write_config(tmp_path / "c.yaml", config)
+            "--standalone", "--nproc-per-node", "2", command, "--config", write_config(tmp_path / "c.yaml", config)
         )
     )
     assert f"translating {LINES} training sources with the teacher" in stderr
@@ -216,6 +221,22 @@ def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
     assert sorted(os.listdir(out / "cache" / directory)) == ["pairs.json", "train.de", "train.en", "translations.tsv"]
     with open(f"{alone}/translations.tsv", "rb") as a, open(out / "cache" / directory / "translations.tsv", "rb") as b:
         assert a.read() == b.read()
+
+
+def test_a_rank_whose_share_was_finished_before_a_stop_does_not_translate_it_again(sources, tmp_path, monkeypatch):
+    from mt_transformer.decoding.corpus_windows import Shard
+    from mt_transformer.training import distributed
+
+    output = str(tmp_path / "translations.tsv")
+    share = Shard(1, 2).path(output)
+    with open(share, "w", encoding="utf-8") as f:
+        f.write("-0.5000\tfinished\n")
+    with open(f"{share}.progress.json", "w", encoding="utf-8") as f:
+        json.dump({"format": 1, "done": True, "windows": []}, f)
+    monkeypatch.setattr(distributed, "from_environment", lambda: distributed.Processes(1, 2, 1))
+    monkeypatch.setattr(teacher, "_teacher_translator", lambda *a: pytest.fail("the finished share was begun again"))
+    teacher._translate(data_config(sources, ["unused"]), None, "data", None, output, {}, torch.device("cpu"), 1)
+    assert read(share) == ["-0.5000\tfinished"]
 
 
 def test_sigterm_in_the_teacher_stage_stops_mt_train_after_the_window(sources, trained_run, tmp_path, monkeypatch):

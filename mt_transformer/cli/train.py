@@ -66,13 +66,17 @@ def prepare_main(argv=None):
     run_dir = config.train.output_dir
     check_output_dir(run_dir)
     device = select_device(config.train.device)
+    processes = distributed.from_environment()
+    distributed.init_group(processes, device)  # under torchrun: every rank waits for the others' shares
     try:
         _, encoded, _ = prepare_for_all_ranks(
-            config.data, run_dir, config.train.seed, distributed.Processes(), device, config.train.threads
+            config.data, run_dir, config.train.seed, processes, device, config.train.threads
         )
     except JobStopped as stopped:
         print(stopped, file=sys.stderr)
         return 128 + stopped.signum
+    finally:
+        distributed.destroy_group()
     cache_dir = cache_directory(config.data, run_dir)
     counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
     print(
