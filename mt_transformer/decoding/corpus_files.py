@@ -34,13 +34,19 @@ def read_record(path: str) -> dict | None:
     return record
 
 
+def finished_record(path: str) -> dict | None:
+    """The progress record of a job whose output `path` is complete; None while it is not."""
+    record = read_record(f"{path}.progress.json")
+    return record if record is not None and record["done"] and os.path.exists(path) else None
+
+
 def merge_shards(paths: list[str], output: str) -> int:
     """Put the outputs of all N shards of one job back in input order, into `output` (written
     atomically, as one unsharded run would have written it). Returns the lines written."""
     records = []
     for path in paths:
-        record = read_record(f"{path}.progress.json")
-        if record is None or not record["done"] or not os.path.exists(path):
+        record = finished_record(path)
+        if record is None:
             raise UserError(f"--merge: {path} is not a finished shard (no {path}.progress.json saying it is done)")
         records.append(record)
     count = records[0]["shard"][1]

@@ -29,7 +29,7 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config, CorpusConfig, DataConfig, config_from_dict, corpus_keys
 from mt_transformer.data.corpus import load_pairs, quiet_datasets
 from mt_transformer.data.prepare import cache_directory, cache_key, split_source
-from mt_transformer.decoding.corpus_files import merge_rank_shards, read_record
+from mt_transformer.decoding.corpus_files import finished_record, merge_rank_shards
 from mt_transformer.decoding.corpus_job import CorpusJob
 from mt_transformer.decoding.corpus_windows import Shard, Window, read_windows
 from mt_transformer.decoding.ctranslate2_engine import read_settings
@@ -118,8 +118,7 @@ def _translate(data, corpus, key, pairs, output: str, settings: dict, device, th
     processes = distributed.from_environment()
     shard = Shard(processes.rank, processes.world_size) if processes.enabled else Shard()
     path = shard.path(output) if processes.enabled else output
-    record = read_record(f"{path}.progress.json")
-    if record and record["done"] and os.path.isfile(path):  # this rank's share was finished before a stop
+    if finished_record(path):  # this rank's share was finished before a stop
         _merge_shards(output, processes)
         return
     translator = _teacher_translator(corpus, data.teacher_nbest, device, threads)
