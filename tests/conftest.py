@@ -29,6 +29,9 @@ FP32_TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 # process and in the commands it starts: more threads than cores makes every worker slower.
 THREADS = str(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 torch.set_num_threads(int(THREADS))
+# the commands the scripts under test start inherit it: a child with torch's default of one
+# thread per core beside the other worker's busy threads spins in OpenMP's barriers
+os.environ["OMP_NUM_THREADS"] = THREADS
 
 # Tests that start several ranks under torchrun run one after another on one worker (make test
 # uses --dist loadgroup): two process groups starting at once on two cores compete for ports
