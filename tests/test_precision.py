@@ -54,6 +54,13 @@ def test_on_a_cpu_with_bf16_units_auto_keeps_bf16_only_when_clearly_faster(monke
     assert chosen == "fp32" and "only 1.05x" in why
 
 
+def test_a_run_too_short_to_repay_a_calibration_is_fp32_without_one(monkeypatch):
+    monkeypatch.setattr(devices, "cpu_info", lambda: AMX)
+    chosen, why = choose_precision("auto", CPU, None, never, never, steps=999)
+    assert chosen == "fp32" and why == "auto: a run of 999 updates is too short to repay a calibration of bf16"
+    assert choose_precision("auto", CPU, None, list, lambda *a: 1.6, steps=1000)[0] == "bf16"
+
+
 def test_calibration_times_both_precisions_and_leaves_the_random_state_alone():
     torch.manual_seed(0)
     model = tiny_model(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1)
@@ -159,6 +166,7 @@ def test_mt_train_with_auto_trains_and_records_the_precision_chosen(corpus, tmp_
     # a CPU with bf16 units on which the calibration found bf16 twice as fast
     monkeypatch.setattr(devices, "cpu_info", lambda: AMX)
     monkeypatch.setattr(precision_module, "calibration", lambda *args: 2.0)
+    monkeypatch.setattr(precision_module, "MIN_CALIBRATED_STEPS", 2)
     train = {"precision": "auto", "max_steps": 2, "valid_every": 2, "max_tokens": 256, "valid_max_sentences": 4}
     config = load_config(write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run"), train=train)))
     with caplog.at_level("INFO"):

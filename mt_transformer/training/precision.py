@@ -5,8 +5,9 @@ scaling on the tensor cores before that (7.x), fp32 on older ones. On a CPU: fp3
 would be emulated (x86 without avx512_bf16 or amx_bf16); where the CPU has bf16 units, a short
 calibration times training passes of the model over the run's own first batches in both
 precisions and keeps bf16 only if it is clearly faster, since the gain depends on the model's
-shapes and the host. Those batches change shape from one pass to the next, as training's do:
-bf16 matrix products on a CPU build a kernel per new shape, which a repeated batch would hide.
+shapes and the host (a run of under 1,000 updates keeps fp32 without one). Those batches change
+shape from one pass to the next, as training's do: bf16 matrix products on a CPU build a kernel
+per new shape, which a repeated batch would hide.
 
 Where training keeps its kernels (`devices.kernel_cache_in_effect` above oneDNN's default,
 `devices.ONEDNN_KERNEL_CACHE`: CPUs with AMX, or any CPU whose ONEDNN_PRIMITIVE_CACHE_CAPACITY
@@ -36,14 +37,23 @@ from mt_transformer.training.step import training_loss
 # gain is within the noise of a shared host and not worth bf16's rounding.
 MIN_SPEEDUP = 1.1
 CALIBRATION_BATCHES = 13  # the first warms up, the others are timed
+# A run of fewer updates trains in fp32 without calibrating: bf16 kept at 1.1x saves 9% of an
+# update, and the calibration's 26-52 passes (and bf16's kernels for each new shape) cost more.
+MIN_CALIBRATED_STEPS = 1000
 
 
 def choose_precision(
-    setting: str, device: torch.device, model, batches: Callable[[], list[Batch]], calibrate=None
+    setting: str,
+    device: torch.device,
+    model,
+    batches: Callable[[], list[Batch]],
+    calibrate=None,
+    steps: int = MIN_CALIBRATED_STEPS,
 ) -> tuple[str, str]:
     """(the precision to train in, why). `setting` is train.precision; anything but auto is kept.
     `batches()` gives the run's first batches, called only where a calibration runs;
-    `calibrate(model, device, batches)` returns bf16's speed over fp32's (default: calibration)."""
+    `calibrate(model, device, batches)` returns bf16's speed over fp32's (default: calibration);
+    `steps` is the run's train.max_steps."""
     if setting != "auto":
         return setting, "train.precision"
     if device.type == "cuda":
@@ -56,6 +66,8 @@ def choose_precision(
     slow = slow_precision(device, "bf16")
     if slow:
         return "fp32", f"auto: {slow}"
+    if steps < MIN_CALIBRATED_STEPS:
+        return "fp32", f"auto: a run of {steps:,} updates is too short to repay a calibration of bf16"
     speedup = (calibrate or calibration)(model, device, batches())
     if speedup >= MIN_SPEEDUP:
         return "bf16", f"auto: bf16 trained {speedup:.2f}x as fast as fp32 in a calibration on this CPU"

@@ -177,7 +177,11 @@ def with_precision(config: Config, model, device: torch.device, processes: distr
     first batches of `train_set` where it must (under torchrun rank 0's choice holds for every rank)."""
     settings = config.train
     precision, why = choose_precision(
-        settings.precision, device, model, lambda: first_batches(train_set, settings.max_tokens, settings.seed)
+        settings.precision,
+        device,
+        model,
+        lambda: first_batches(train_set, settings.max_tokens, settings.seed),
+        steps=settings.max_steps,
     )
     precision = distributed.all_gather(precision)[0]
     if precision != config.train.precision:
