@@ -45,6 +45,22 @@ def read(path: str) -> list[str]:
         return f.read().splitlines()
 
 
+def test_the_pairs_record_counts_the_kept_lines_that_are_the_reference_word_for_word(tmp_path, caplog):
+    from datasets import Dataset
+
+    from mt_transformer.config import CorpusConfig
+
+    pairs = Dataset.from_dict({"src": ["a", "b", "c", "d"], "tgt": ["ein", "zwei", "drei", "vier"]})
+    (tmp_path / teacher.TRANSLATIONS).write_text("-0.1\tein\n-0.2\tzwo\n-3.0\tdrei\n-0.3\tvier\n", encoding="utf-8")
+    corpus = CorpusConfig(src_lang="en", tgt_lang="de")
+    with caplog.at_level("INFO"):
+        teacher._write_pairs(str(tmp_path), corpus, pairs, -1.0, "train")  # drops "drei", the reference
+    record = json.loads((tmp_path / teacher.PAIRS_RECORD).read_text())
+    assert record == {"min_log_prob": -1.0, "pairs": 3, "dropped": 1, "as_reference": 2}
+    assert read(tmp_path / "train.de") == ["ein", "zwo", "vier"]
+    assert "3 distilled pairs in" in caplog.text and "67% the reference word for word" in caplog.text
+
+
 def test_chrf_keeps_the_hypothesis_closest_to_the_reference_and_score_the_teachers_best():
     nbest = [
         Translation("ein Haus am See", [1, 2, 3, 4], -0.5, -2.0),

@@ -11,7 +11,8 @@ so a run with the same three skips the stage:
 
     cache/teacher-KEY/translations.tsv      LOG_PROB_PER_TOKEN<TAB>TRANSLATION, a line per source line
     cache/teacher-KEY/train.SRC, train.TGT  the pairs the run learns from, as plain text
-    cache/teacher-KEY/pairs.json            the filter that made them and what it dropped
+    cache/teacher-KEY/pairs.json            the filter that made them, what it dropped, how many
+                                            are the reference word for word
 """
 
 from __future__ import annotations
@@ -220,14 +221,14 @@ def _write_pairs(directory: str, corpus: CorpusConfig, pairs, min_log_prob: floa
         and read_json(record_path, "the distilled pairs' record")["min_log_prob"] == min_log_prob
     ):
         return
-    kept = dropped = 0
+    kept = dropped = as_reference = 0
     src_path, tgt_path = (os.path.join(directory, f"train.{lang}") for lang in (corpus.src_lang, corpus.tgt_lang))
     with contextlib.ExitStack() as stack:
         src_tmp, tgt_tmp = (stack.enter_context(atomic_path(path)) for path in (src_path, tgt_path))
         src_out = stack.enter_context(open(src_tmp, "w", encoding="utf-8"))
         tgt_out = stack.enter_context(open(tgt_tmp, "w", encoding="utf-8"))
         translations = stack.enter_context(open(os.path.join(directory, TRANSLATIONS), encoding="utf-8"))
-        for source, line in zip(_column(pairs, "src"), translations):
+        for source, reference, line in zip(_column(pairs, "src"), _column(pairs, "tgt"), translations):
             score, text = line.rstrip("\n").split("\t", 1)
             if min_log_prob is not None and text and float(score) < min_log_prob:
                 dropped += 1
@@ -235,7 +236,11 @@ def _write_pairs(directory: str, corpus: CorpusConfig, pairs, min_log_prob: floa
             src_out.write(source + "\n")
             tgt_out.write(text + "\n")
             kept += 1
-    record = {"min_log_prob": min_log_prob, "pairs": kept, "dropped": dropped}
+            as_reference += text == reference
+    # a teacher that learnt these very pairs gives many back word for word: a student learns
+    # from the rest, and chrf selection among an n-best makes them more
+    record = {"min_log_prob": min_log_prob, "pairs": kept, "dropped": dropped, "as_reference": as_reference}
     write_text(record_path, json.dumps(record, indent=1) + "\n")
     what = f", {dropped} dropped under data.teacher_min_log_prob {min_log_prob}" if min_log_prob is not None else ""
-    log.info("%s: %d distilled pairs in %s%s", key, kept, directory, what)
+    share = f"{as_reference / kept:.0%}" if kept else "none"
+    log.info("%s: %d distilled pairs in %s%s; %s the reference word for word", key, kept, directory, what, share)
