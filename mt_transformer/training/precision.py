@@ -48,12 +48,12 @@ def choose_precision(
     model,
     batches: Callable[[], list[Batch]],
     calibrate=None,
-    steps: int = MIN_CALIBRATED_STEPS,
+    steps: int | None = None,
 ) -> tuple[str, str]:
     """(the precision to train in, why). `setting` is train.precision; anything but auto is kept.
     `batches()` gives the run's first batches, called only where a calibration runs;
     `calibrate(model, device, batches)` returns bf16's speed over fp32's (default: calibration);
-    `steps` is the run's train.max_steps."""
+    `steps` is the run's train.max_steps (None: not known, calibrate)."""
     if setting != "auto":
         return setting, "train.precision"
     if device.type == "cuda":
@@ -66,7 +66,7 @@ def choose_precision(
     slow = slow_precision(device, "bf16")
     if slow:
         return "fp32", f"auto: {slow}"
-    if steps < MIN_CALIBRATED_STEPS:
+    if steps is not None and steps < MIN_CALIBRATED_STEPS:
         return "fp32", f"auto: a run of {steps:,} updates is too short to repay a calibration of bf16"
     speedup = (calibrate or calibration)(model, device, batches())
     if speedup >= MIN_SPEEDUP:
