@@ -92,7 +92,7 @@ def speed_in_process(checkpoint: str, lines_path: str, out_len: int) -> float:
     return float(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip())
 
 
-def measure(text_files: list[str], size: str, lines: int, out_len: int, work: str) -> dict:
+def measure(text_files: list[str], size: str, lines: int, out_len: int, work: str, rounds: int = 2) -> dict:
     text = []
     for path in text_files:
         with open(path, encoding="utf-8") as f:
@@ -119,7 +119,7 @@ def measure(text_files: list[str], size: str, lines: int, out_len: int, work: st
     with open(sample, "w", encoding="utf-8") as f:
         f.write("\n".join(text[:lines]) + "\n")
     speeds = {"full": [], "trimmed": []}
-    for _ in range(2):  # alternating, each model in a process of its own
+    for _ in range(rounds):  # alternating, each model in a process of its own
         for name, out in (("full", full), ("trimmed", trimmed)):
             speeds[name].append(speed_in_process(out, sample, out_len))
     for name in speeds:
@@ -134,6 +134,7 @@ def main(argv=None) -> dict | None:
     parser.add_argument("--size", choices=sorted(SHAPES), default="600M")
     parser.add_argument("--lines", type=int, default=100, help="lines translated per speed measurement")
     parser.add_argument("--out-len", type=int, default=20, help="subwords per translation")
+    parser.add_argument("--rounds", type=int, default=2, help="speed measurements of each model, alternating")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--speed-of", help=argparse.SUPPRESS)  # the child process of one speed measurement
     args = parser.parse_args(argv)
@@ -141,7 +142,7 @@ def main(argv=None) -> dict | None:
         print(translate_speed(args.speed_of, args.text[0], args.out_len))
         return None
     with tempfile.TemporaryDirectory() as work:
-        results = measure(args.text, args.size, args.lines, args.out_len, work)
+        results = measure(args.text, args.size, args.lines, args.out_len, work, args.rounds)
     print(machine_line())
     rows = [
         [

@@ -1,6 +1,7 @@
 """exchange/argos_export.py and argos_check.py: Argos Translate packages, checked with argostranslate
 from PyPI, as a user installs and runs them."""
 
+import importlib.util
 import json
 import os
 import zipfile
@@ -9,8 +10,11 @@ import pytest
 
 from conftest import run_cli, tiny_config, write_config
 
-pytest.importorskip("argostranslate", reason="argostranslate is not installed (pip install argostranslate)")
-pytest.importorskip("spacy", reason="spaCy is not installed")
+# found, not imported: spaCy alone takes a second to import, in every worker that collects this
+if importlib.util.find_spec("argostranslate") is None:
+    pytest.skip("argostranslate is not installed (pip install argostranslate)", allow_module_level=True)
+if importlib.util.find_spec("spacy") is None:
+    pytest.skip("spaCy is not installed", allow_module_level=True)
 
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.exchange import argos_check  # noqa: E402

@@ -4,7 +4,7 @@ import datasets
 import pytest
 
 from conftest import read_split, run_cli, tiny_config, write_config
-from mt_transformer.data.corpus import drop_empty
+from mt_transformer.data.corpus import ColumnLines, drop_empty
 from mt_transformer.errors import UserError
 
 
@@ -112,3 +112,12 @@ def test_a_training_set_without_a_single_complete_pair_is_a_user_error(tmp_path)
     assert (
         result.stderr.strip().splitlines()[-1] == f"error: data.train: {tmp_path / 't'}: no pair has text on both sides"
     )
+
+
+def test_column_lines_read_a_filtered_column_in_order_across_batches_and_again(monkeypatch):
+    monkeypatch.setattr(ColumnLines, "BATCH", 3)
+    dataset = datasets.Dataset.from_dict({"src": [f"s{i}" for i in range(10)], "tgt": ["", "t"] * 5})
+    kept, dropped = drop_empty(dataset)  # every other row: an indices mapping over the table
+    lines = ColumnLines(kept, "src")
+    assert dropped == 5 and len(lines) == 5
+    assert list(lines) == list(lines) == ["s1", "s3", "s5", "s7", "s9"]

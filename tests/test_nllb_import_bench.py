@@ -7,11 +7,11 @@ pytest.importorskip("transformers")
 import nllb_import_bench  # noqa: E402
 
 
-@pytest.mark.slow  # about 20 s: two imports and four translation processes
+@pytest.mark.slow  # about 15 s: two imports and two translation processes
 def test_a_tiny_nllb_shaped_model_is_imported_trimmed_and_timed(corpus, tmp_path, capsys):
     text = [f"{corpus}/test.en", f"{corpus}/test.de"]
     results = nllb_import_bench.main(
-        ["--text", *text, "--size", "tiny", "--lines", "10", "--json", str(tmp_path / "r.json")]
+        ["--text", *text, "--size", "tiny", "--lines", "10", "--rounds", "1", "--json", str(tmp_path / "r.json")]
     )
     full, trimmed = results["full"], results["trimmed"]
     assert trimmed["pieces"] < full["pieces"] == nllb_import_bench.SHAPES["tiny"]["rows"] + 1  # and our start id

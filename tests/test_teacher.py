@@ -215,10 +215,9 @@ def test_a_tiny_teacher_teaches_a_student_mixed_with_the_original_pairs(sources,
 
 
 @TORCHRUN
-@pytest.mark.parametrize("command", ["mt-train", "mt-prepare"])
-def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
-    command, sources, trained_run, tmp_path
-):
+def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(sources, trained_run, tmp_path):
+    """mt-prepare, as a torchrun job runs it before training; mt-train under torchrun starts
+    with the same stage (training/train.py prepare_for_all_ranks)."""
     from test_distributed import finish, mt_train, torchrun
 
     alone = distil(data_config(sources, [trained_run]), tmp_path / "alone")
@@ -229,7 +228,7 @@ def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
     mt_train()  # installed, and mt-prepare beside it
     stderr = finish(
         torchrun(
-            "--standalone", "--nproc-per-node", "2", command, "--config", write_config(tmp_path / "c.yaml", config)
+            "--standalone", "--nproc-per-node", "2", "mt-prepare", "--config", write_config(tmp_path / "c.yaml", config)
         )
     )
     assert f"translating {LINES} training sources with the teacher" in stderr

@@ -138,7 +138,7 @@ def _translate_split(args) -> tuple[list[str], list[str], str]:
     pairs = load_pairs(corpus, args.split, f"{key}.{args.split}")
     args.tgt_lang = args.tgt_lang or (corpus.tgt_lang if data.target_tags else None)
     translator = translator_from_args(args)
-    hypotheses = [r[0].text for r in translator(pairs["src"], progress=True)]
+    hypotheses = [r[0].text for r in translator(pairs["src"][:], progress=True)]
     if args.output:
         write_output(args.output, "".join(h + "\n" for h in hypotheses))
-    return hypotheses, pairs["tgt"], args.tgt_lang or translator.target_language
+    return hypotheses, pairs["tgt"][:], args.tgt_lang or translator.target_language

@@ -17,7 +17,7 @@ import datasets
 
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.batching import corpus_shares
-from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
+from mt_transformer.data.corpus import ColumnLines, drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
 from mt_transformer.data.from_text import vocabulary_size_for
 from mt_transformer.data.tokenizer import Tokenizer, train_tokenizer
 from mt_transformer.errors import UserError
@@ -286,9 +286,10 @@ def run_tokenizer(
     if len(pairs) == 0:
         where = "data.corpora: their train splits" if data.corpora else f"data.train: {data.train}"
         raise UserError(f"{where}: no pair has text on both sides")
+    src, tgt = ColumnLines(pairs, "src"), ColumnLines(pairs, "tgt")
     size = data.vocab_size
     if not size:
-        size, words = vocabulary_size_for([pairs["src"], pairs["tgt"]], data.joint_vocab, data.spm_max_sentences)
+        size, words = vocabulary_size_for([src, tgt], data.joint_vocab, data.spm_max_sentences)
         log.info("data.vocab_size: %d (sized from the data: %d distinct words)", size, words)
     log.info(
         "training sentencepiece (%s, vocab %d, %s) on %d pairs",
@@ -299,8 +300,8 @@ def run_tokenizer(
     )
     tokenizer = train_tokenizer(
         run_dir,
-        pairs["src"],
-        pairs["tgt"],
+        src,
+        tgt,
         data.joint_vocab,
         size,
         data.spm_type,

@@ -85,9 +85,9 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[s
         pairs = dataset.select(rows)
         if heads is not None:
             translate.heads = heads
-        hypotheses = [found[0].text for found in translate(list(pairs["src"]))]
+        hypotheses = [found[0].text for found in translate(pairs["src"][:])]
         language = translate.target_language if heads is not None else name
-        scores[name] = score(hypotheses, list(pairs["tgt"]), metrics=("bleu",), tgt_lang=language)["bleu"]
+        scores[name] = score(hypotheses, pairs["tgt"][:], metrics=("bleu",), tgt_lang=language)["bleu"]
     if len(scores) == 1:
         return {"valid_bleu": next(iter(scores.values()))}
     return {"valid_bleu": sum(scores.values()) / len(scores)} | {f"valid_bleu_{lang}": b for lang, b in scores.items()}
@@ -100,11 +100,11 @@ def _groups(tokenizer, dataset, config: Config) -> dict[str | None, tuple[list[i
     if data.language_tokens:
         codes = {i: public_code(code) for code, i in tokenizer.languages.items()}
         found: dict[tuple[int, int], list[int]] = {}
-        for i, (src, tgt) in enumerate(zip(dataset["src_ids"], dataset["tgt_ids"])):
+        for i, (src, tgt) in enumerate(zip(dataset["src_ids"][:], dataset["tgt_ids"][:])):
             found.setdefault((src[0], tgt[0]), []).append(i)
         return {f"{codes[s]}-{codes[t]}": (rows, ([s], [t])) for (s, t), rows in found.items()}
     languages = data.target_languages if data.target_tags else []
     if len(languages) < 2:
         return {data.target_language: (list(range(len(dataset))), None)}
-    heads = [source.split(" ", 1)[0] for source in dataset["src"]]
+    heads = [source.split(" ", 1)[0] for source in dataset["src"][:]]
     return {lang: ([i for i, head in enumerate(heads) if head == language_tag(lang)], None) for lang in languages}
