@@ -74,14 +74,13 @@ def first_line_seconds(args, source: str, beam: int) -> float:
     return round(seconds, 2)
 
 
-def killed_and_continued(args, source: str, beam: int) -> dict:
-    """A run SIGKILLed once 60% of its lines are recorded, then the same command: times and identity."""
-    work = args.workdir
-    fresh_out, out = os.path.join(work, "fresh.de"), os.path.join(work, "killed.de")
+def killed_and_continued(args, source: str, beam: int, fresh: dict, fresh_out: str) -> dict:
+    """A run SIGKILLed once 60% of its lines are recorded, then the same command: times and identity
+    against `fresh`, the same command run to its end into `fresh_out`."""
+    out = os.path.join(args.workdir, "killed.de")
     for path in (out, out + ".partial", out + ".progress.json"):
         if os.path.exists(path):
             os.remove(path)
-    fresh = timed(translate_command(args, source, fresh_out, beam))
     total = sum(1 for _ in open(source, "rb"))
     start = time.perf_counter()
     process = subprocess.Popen(translate_command(args, source, out, beam), stderr=subprocess.DEVNULL)
@@ -128,7 +127,8 @@ def measure_beam(args, beam: int) -> dict:
         open(os.path.join(work, "s.de"), "rb").read() == open(os.path.join(work, "w.de"), "rb").read()
     )
     result["first_line_s"] = first_line_seconds(args, middle, beam)
-    result["killed_at_60_percent"] = killed_and_continued(args, middle, beam)
+    streamed = os.path.join(work, "s.de")  # the last streamed round: the uninterrupted run
+    result["killed_at_60_percent"] = killed_and_continued(args, middle, beam, rounds["streamed"][-1], streamed)
     return result
 
 

@@ -7,7 +7,7 @@ import pytest
 import corpus_bench
 
 
-@pytest.mark.slow  # about 30 s: eight mt-translate processes
+@pytest.mark.slow  # about 30 s: seven mt-translate processes
 def test_a_beam_is_measured_and_the_killed_run_ends_with_the_same_bytes(trained_run, corpus, tmp_path, capsys):
     args = ["--checkpoint", trained_run, "--source", f"{corpus}/train.en", "--workdir", str(tmp_path)]
     corpus_bench.main([*args, "--lines", "300", "--small", "60", "--compare", "120", "--beam", "1", "--rounds", "1"])

@@ -216,7 +216,8 @@ def test_early_stopping_after_patience_validations_without_improvement_survives_
 
 
 @pytest.mark.slow
-def test_compiled_training_writes_checkpoints_that_load_without_compile(corpus, tmp_path):
+def test_compiled_training_writes_checkpoints_that_load_without_compile(corpus, tmp_path, monkeypatch):
+    import torch._dynamo
     from safetensors.torch import load_file
 
     out = str(tmp_path / "compiled")
@@ -225,8 +226,13 @@ def test_compiled_training_writes_checkpoints_that_load_without_compile(corpus, 
         tiny_config(corpus, out, train={"max_steps": 2, "valid_every": 2, "log_every": 1, "compile": True}),
     )
     # The checkpoint names come from torch.compile's wrapper, whatever the backend: the eager backend
-    # traces the model as inductor does but generates no code (inductor: 2 minutes on 2 cores)
-    result = run_cli("mt-train", "--config", config, env={"TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:eager"})
+    # traces the model as inductor does but generates no code (inductor: 2 minutes on 2 cores).
+    # In this process: TORCH_COMPILE_OVERRIDE_BACKENDS=">=0:eager" as dynamo's config reads it.
+    monkeypatch.setattr(torch._dynamo.config, "debug_backend_override", ">=0:eager")
+    try:
+        result = run_cli("mt-train", "--config", config)
+    finally:
+        torch._dynamo.reset()
     assert result.returncode == 0, result.stderr
     names = load_file(os.path.join(out, "checkpoints", "step_00000002", "model.safetensors")).keys()
     assert not any("_orig_mod" in name for name in names)
