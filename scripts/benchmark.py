@@ -130,7 +130,7 @@ def main() -> None:
             "training": bench_training(model, encoded["train"], device, args.precision, 4096, 5, args.updates),
             "lengths": bench_lengths(model, device, args.precision, tokenizer.tgt_vocab_size),
         }
-        lines = list(encoded["valid"]["src"])[: args.sentences]
+        lines = encoded["valid"]["src"][: args.sentences]
         loaded = checkpoint.load(args.checkpoint, device) if args.checkpoint else None
         if loaded is not None:
             model, tokenizer, config = loaded.model, loaded.tokenizer, loaded.config

@@ -114,8 +114,9 @@ def measure_beam(args, beam: int) -> dict:
         result[name] = {"lines": lines, **run, "sent_per_s": round(lines / run["seconds"], 1)}
     result["rss_large_over_small"] = round(result["large"]["peak_rss_mb"] / result["small"]["peak_rss_mb"], 3)
     rounds = {"streamed": [], "whole_file": []}
+    streamed = os.path.join(work, "s.de")
     for _ in range(args.rounds):  # alternating, so that a host's drift falls on both
-        rounds["streamed"].append(timed(translate_command(args, middle, os.path.join(work, "s.de"), beam)))
+        rounds["streamed"].append(timed(translate_command(args, middle, streamed, beam)))
         whole = [sys.executable, "-c", WHOLE_FILE, args.checkpoint, middle, os.path.join(work, "w.de"), str(beam)]
         rounds["whole_file"].append(timed(whole))
     for name, runs in rounds.items():
@@ -123,11 +124,9 @@ def measure_beam(args, beam: int) -> dict:
         result[name] = {"lines": args.compare, "best_s": best, "sent_per_s": round(args.compare / best, 1),
                         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)}  # fmt: skip
     result["streamed_over_whole_file"] = round(result["whole_file"]["best_s"] / result["streamed"]["best_s"], 3)
-    result["identical_to_whole_file"] = (
-        open(os.path.join(work, "s.de"), "rb").read() == open(os.path.join(work, "w.de"), "rb").read()
-    )
+    result["identical_to_whole_file"] = open(streamed, "rb").read() == open(os.path.join(work, "w.de"), "rb").read()
     result["first_line_s"] = first_line_seconds(args, middle, beam)
-    streamed = os.path.join(work, "s.de")  # the last streamed round: the uninterrupted run
+    # the last streamed round is the uninterrupted run the killed one is measured against
     result["killed_at_60_percent"] = killed_and_continued(args, middle, beam, rounds["streamed"][-1], streamed)
     return result
 
