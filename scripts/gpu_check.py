@@ -292,7 +292,7 @@ CHECKS = ("tests", "precisions", "resume", "translation", "speed")
 NEEDS = "resume and translation reuse the precisions' bf16 run"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="gpu-check.md", help="where to write the report (default: gpu-check.md)")
     parser.add_argument("--speed-updates", type=int, default=10, help="timed updates per speed measurement")
@@ -301,7 +301,7 @@ def main() -> int:
         default=",".join(CHECKS),
         help=f"which checks, comma-separated (default: all of {','.join(CHECKS)}); {NEEDS}",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     checks = set(args.checks.split(","))
     if checks - set(CHECKS) or ({"resume", "translation"} & checks and "precisions" not in checks):
         parser.error(f"--checks: a comma-separated subset of {','.join(CHECKS)}; {NEEDS}")

@@ -2,12 +2,8 @@
 themselves need a GPU)."""
 
 import math
-import os
-import subprocess
-import sys
 
 import gpu_check
-from conftest import ROOT, subprocess_env
 
 
 def test_pytest_summary_is_read():
@@ -49,14 +45,11 @@ def test_report_passes_only_when_every_check_does():
     assert not gpu_check.report("1 x GPU", {"passed": 1, "failed": 1}, precisions, None, two, resume)[1]
 
 
-def test_without_cuda_it_says_so_and_succeeds(tmp_path):
-    script = os.path.join(ROOT, "scripts", "gpu_check.py")
+def test_without_cuda_it_says_so_and_succeeds(tmp_path, capsys):
     output = tmp_path / "report.md"
-    result = subprocess.run(
-        [sys.executable, script, "--output", str(output)], capture_output=True, text=True, env=subprocess_env()
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("gpu-check: no CUDA device here") and len(result.stdout.splitlines()) == 1
+    assert gpu_check.main(["--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("gpu-check: no CUDA device here") and len(printed.splitlines()) == 1
     assert not output.exists()
 
 

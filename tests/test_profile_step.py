@@ -1,7 +1,6 @@
 """scripts/profile_step.py: a config's update timed and profiled in two precisions."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -9,23 +8,18 @@ import pytest
 import torch
 
 import profile_step
-from conftest import ROOT, subprocess_env, tiny_config, write_config
+from conftest import tiny_config, write_config
 from mt_transformer.data.batching import token_batches
 
 
-def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
+def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path, monkeypatch, capsys):
     config = write_config(tmp_path / "tiny.yaml", tiny_config(corpus, str(tmp_path / "run")))
     args = ["--config", config, "--workdir", str(tmp_path / "work"), "--precisions", "fp32", "bf16", "fp32-bf16mm"]
     args += ["--updates", "1", "--warmup", "0", "--rounds", "2", "--profile", "--top", "5"]
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "profile_step.py"), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    monkeypatch.setattr(sys, "argv", ["profile_step.py", *args])
+    profile_step.main()
+    printed = capsys.readouterr().out
+    rows = [line.split("|") for line in printed.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert len(rows) == 2
     for row in rows:
         fp32, bf16, implicit = (float(cell.replace(",", "")) for cell in row[2:5])
@@ -33,7 +27,7 @@ def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path):
         assert min(fp32, bf16, implicit) > 0
         for rate, ratio in zip((bf16, implicit), ratios):
             assert abs(ratio - rate / fp32) < 0.01 + 0.01 * ratio
-    assert result.stdout.count("Self CPU time total") == 3  # one operator table per precision
+    assert printed.count("Self CPU time total") == 3  # one operator table per precision
     assert not os.path.exists(tmp_path / "run")  # nothing written where mt-train would write
 
 
