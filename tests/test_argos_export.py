@@ -22,9 +22,11 @@ from mt_transformer.exchange import argos_check  # noqa: E402
 
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory) -> str:
-    """A tiny model trained long enough to write words (the shared 40-step run writes one letter)."""
+    """A tiny model trained long enough to write sentences that end (the shared 40-step run writes
+    one letter; under Noam's schedule 200 steps repeat a syllable to Argos's length limit of 256)."""
     directory = tmp_path_factory.mktemp("argos_run")
-    config = tiny_config(corpus, str(directory / "run"), train={"max_steps": 200, "valid_every": 200})
+    schedule = {"schedule": "budget", "peak_lr": 0.01, "warmup_fraction": 0.1, "max_minutes": 0}
+    config = tiny_config(corpus, str(directory / "run"), train={"max_steps": 200, "valid_every": 200, **schedule})
     config["data"]["test"] = f"{corpus}/test"
     assert run_cli("mt-train", "--config", write_config(directory / "config.yaml", config)).returncode == 0
     return str(directory / "run")
