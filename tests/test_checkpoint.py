@@ -122,29 +122,29 @@ def test_a_checkpoint_of_the_first_layout_translates(tmp_path):
 
 
 SAVE_A_MODEL = """
-import sys, torch
+import torch
 from mt_transformer import checkpoint
 from mt_transformer.config import ModelConfig
 from mt_transformer.model.transformer import Transformer
 torch.manual_seed(0)
 model = Transformer(ModelConfig(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1), 50, 50, True)
-checkpoint.write_model_dir(sys.argv[1], checkpoint.model_tensors(model)[0], {"step": 1}, sys.argv[1], [])
+checkpoint.write_model_dir(directory, checkpoint.model_tensors(model)[0], {"step": 1}, directory, [])
 """
 
 
 def test_identical_weights_give_identical_files_in_any_process(tmp_path):
     # string hashing, and with it the order of sets, differs between processes unless
-    # PYTHONHASHSEED is fixed: this process draws its own seed (a 1 in 2**32 chance of 1's)
-    assert sys.flags.hash_randomization
-    for place, env in (("here", None), ("there", subprocess_env(PYTHONHASHSEED="1"))):
-        os.makedirs(tmp_path / place)
-        if env is None:
-            with torch.random.fork_rng():
-                exec(SAVE_A_MODEL.replace("sys.argv[1]", repr(str(tmp_path / place))), {})
-        else:
-            subprocess.run([sys.executable, "-c", SAVE_A_MODEL, str(tmp_path / place)], env=env, check=True)
+    # PYTHONHASHSEED is fixed: the model is saved here and in a process of another seed
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    with torch.random.fork_rng():
+        exec(SAVE_A_MODEL, {"directory": str(here)})
+    other_seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    code = "import sys; directory = sys.argv[1]" + SAVE_A_MODEL
+    subprocess.run([sys.executable, "-c", code, str(there)], env=subprocess_env(PYTHONHASHSEED=other_seed), check=True)
     for name in (checkpoint.MODEL_FILE, checkpoint.CONFIG_FILE):
-        assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "there" / name).read_bytes()
+        assert (here / name).read_bytes() == (there / name).read_bytes()
 
 
 def test_tied_weights_are_stored_once_and_load_under_any_of_their_names(tmp_path):
