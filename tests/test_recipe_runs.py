@@ -8,7 +8,7 @@ import recipe_runs
 from conftest import tiny_config, write_config
 
 
-@pytest.mark.slow  # about 20 s: a tiny run, an average and two mt-eval processes
+@pytest.mark.slow  # about 15 s: a tiny run in a process of its own, scored in this one
 def test_a_run_is_trained_scored_and_recorded(corpus, tmp_path):
     config = tiny_config(corpus, str(tmp_path / "unused"))
     config["data"]["test"] = f"{corpus}/test"
