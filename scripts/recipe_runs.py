@@ -34,8 +34,9 @@ import time
 
 from measure import machine
 from mt_transformer import checkpoint
-from mt_transformer.cli import average_main, eval_main
+from mt_transformer.cli import eval_main
 from mt_transformer.config import load_config
+from mt_transformer.evaluation.average import average_checkpoints, last_checkpoints
 from mt_transformer.training.run_log import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,22 +49,19 @@ def run(*command: str) -> str:
     return done.stdout
 
 
-def in_process(name: str, main, *argv: str) -> str:
-    """The stdout of a command's main() run in this process: scoring needs no process of its own
-    (training does: its own thread pool, timed from its start), and each start costs seconds of imports."""
+def evaluate(model: str, split: str, *options: str) -> dict:
+    """mt-eval's scores of `model` on a split of the data its run trained with, run in this process:
+    scoring needs no process of its own (training does: its own thread pool, timed from its start),
+    and each start costs seconds of imports."""
+    argv = ["--checkpoint", model, "--split", split, "--json", *options]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         try:
-            main(list(argv))
+            eval_main(argv)
         except SystemExit as exit:
             if exit.code:
-                raise SystemExit(f"{name} {' '.join(argv)} failed (exit code {exit.code})") from None
-    return out.getvalue()
-
-
-def evaluate(model: str, split: str, *options: str) -> dict:
-    """mt-eval's scores of `model` on a split of the data its run trained with."""
-    return json.loads(in_process("mt-eval", eval_main, "--checkpoint", model, "--split", split, "--json", *options))
+                raise SystemExit(f"mt-eval {' '.join(argv)} failed (exit code {exit.code})") from None
+    return json.loads(out.getvalue())
 
 
 def probe_speed(config: str, overrides: list[str], steps: int) -> float:
@@ -94,7 +92,7 @@ def score_last(out: str) -> dict:
     avg3/): the cells of docs/recipes.md's budget table."""
     kept = checkpoint.list_checkpoints(out)
     average = os.path.join(out, "avg3")
-    in_process("mt-average", average_main, "--inputs", out, "--last", "3", "--output", average)
+    average_checkpoints(last_checkpoints(out, 3), average)
     row = {"last_step": kept[-1][0], "avg3_steps": [step for step, _ in kept[-3:]]}
     for label, model in (("last", kept[-1][1]), ("avg3", average)):
         scores = evaluate(model, "test")
@@ -115,7 +113,7 @@ def score_run(out: str, best_name: str, has_test: bool) -> dict:
     for n in (3, 5):
         if len(kept) >= n:
             averages[n] = os.path.join(out, f"avg{n}")
-            in_process("mt-average", average_main, "--inputs", out, "--last", str(n), "--output", averages[n])
+            average_checkpoints(last_checkpoints(out, n), averages[n])
             row[f"valid_avg{n}"] = evaluate(averages[n], "valid", "--metrics", "bleu")["bleu"]
             row[f"avg{n}_steps"] = [step for step, _ in kept[-n:]]
     if has_test:
