@@ -44,6 +44,17 @@ STEP_DIR = re.compile(r"^step_(\d+)$")
 TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout", "word_dropout")
 
 
+# how a full disk shows while weights are written: torch.save raises a RuntimeError, safetensors its own
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
+
+
+def write_error_reason(error: Exception) -> str:
+    """One line saying why a write failed (No space left on device, ...)."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return (str(error).splitlines() or [type(error).__name__])[0][:200]
+
+
 class SaveError(UserError):
     """A checkpoint could not be written (most often: the disk is full); the earlier ones are intact."""
 
@@ -79,7 +90,7 @@ def save_checkpoint(
     root = checkpoint_root(run_dir)
     os.makedirs(root, exist_ok=True)
     for name in os.listdir(root):  # what a killed save left behind
-        if name.startswith(".step_") or name.endswith(".old"):
+        if name.startswith(".step_"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     final = step_dir(run_dir, step)
     try:
@@ -87,8 +98,8 @@ def save_checkpoint(
             write_model_dir(
                 tmp, model_tensors(model)[0], {**metadata, "step": step}, tokenizer_dir, tokenizer_files, trainer_state
             )
-    except (OSError, RuntimeError, SafetensorError) as error:  # torch.save reports a full disk as a RuntimeError
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0][:200]
+    except WRITE_ERRORS as error:
+        reason = write_error_reason(error)
         free = shutil.disk_usage(root).free / 2**20
         raise SaveError(
             f"{final}: the checkpoint could not be written ({reason}; {free:.0f} MB free on its disk)"

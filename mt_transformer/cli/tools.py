@@ -7,6 +7,9 @@ import os
 
 from mt_transformer.cli.common import entry_point
 from mt_transformer.errors import UserError
+from mt_transformer.files import check_output
+
+FORCE_HELP = "replace the output even where it is a file or a non-empty directory this command did not write"
 
 
 @entry_point
@@ -34,15 +37,22 @@ def export_main(argv=None):
     argos.add_argument("--package-version", default="1.0", help="the package's version (default: 1.0)")
     argos.add_argument("--license", default="unspecified", help="the model's license, written into the package")
     argos.add_argument("--check-src", help="source lines to check the package with (default: the test split's)")
-    parser.add_argument("output_dir", help="the directory to write (replaced if it exists); argos: the .argosmodel")
+    parser.add_argument(
+        "output_dir",
+        help="the directory to write (an earlier mt-export output there is replaced); argos: the .argosmodel",
+    )
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
     args = parser.parse_args(argv)
     if args.quantization and args.format == "huggingface":
         raise UserError("--quantization: only for --format ctranslate2 or argos, not huggingface")
     quantization = None if args.quantization == "float32" else args.quantization
+    from mt_transformer import checkpoint
+
+    inputs = [args.checkpoint, checkpoint.resolve(args.checkpoint), *([args.check_src] if args.check_src else [])]
+    if args.format != "argos":  # the Argos package paths are checked once the pairs are known
+        check_output(args.output_dir, "mt-export", inputs, args.force)
 
     import torch
-
-    from mt_transformer import checkpoint
 
     if args.format == "huggingface":
         from mt_transformer.exchange import huggingface_export, m2m100_export
@@ -83,6 +93,7 @@ def export_argos(args, quantization: str | None) -> None:
         version=args.package_version,
         license=args.license,
         check_src=args.check_src,
+        force=args.force,
     )
     reports = argos_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), args.output_dir, options)
     for report in reports:
@@ -139,15 +150,28 @@ def import_main(argv=None):
         help="with --add-language: the related language whose token the new one starts from (default: their mean)",
     )
     parser.add_argument("source", metavar="SRC", help="a model directory, or a Hugging Face hub id to download")
-    parser.add_argument("output_dir", metavar="OUT", help="the checkpoint directory to write (replaced if it exists)")
+    parser.add_argument("--revision", help="a hub id's branch, tag or commit to download (default: its main branch)")
+    parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="read weights that are only pickled (pytorch_model.bin), with torch's weights_only; without it only "
+        "safetensors weights are read",
+    )
+    parser.add_argument(
+        "output_dir", metavar="OUT", help="the checkpoint directory to write (an earlier mt-import output is replaced)"
+    )
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
     args = parser.parse_args(argv)
 
     from mt_transformer.exchange import huggingface_import
 
     if args.init_from and not args.add_language:
         raise UserError("--init-from: goes with --add-language")
+    local = [args.source] if os.path.exists(args.source) else []
+    check_output(args.output_dir, "mt-import", [*local, *args.keep_vocab], args.force)
     edits = huggingface_import.VocabularyEdits(tuple(args.keep_vocab), args.add_language, args.init_from)
-    imported = huggingface_import.import_directory(args.source, args.output_dir, args.src_lang, args.tgt_lang, edits)
+    source = huggingface_import.Source(args.source, args.revision, args.allow_pickle)
+    imported = huggingface_import.import_directory(source, args.output_dir, args.src_lang, args.tgt_lang, edits)
     data = imported["config"].data
     into = ", ".join(data.target_languages) if data.target_tags else data.tgt_lang
     sizes = imported["vocabulary"]
@@ -167,7 +191,10 @@ def average_main(argv=None):
         "--inputs", nargs="+", required=True, help="checkpoint directories, or with --last one run directory"
     )
     parser.add_argument("--last", type=int, help="average the N newest checkpoints of the run given in --inputs")
-    parser.add_argument("--output", required=True, help="the checkpoint directory to write (replaced if it exists)")
+    parser.add_argument(
+        "--output", required=True, help="the checkpoint directory to write (an earlier mt-average output is replaced)"
+    )
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
     args = parser.parse_args(argv)
 
     from mt_transformer.evaluation.average import average_checkpoints, last_checkpoints
@@ -178,7 +205,9 @@ def average_main(argv=None):
             raise UserError("--last: give exactly one run directory in --inputs")
         if args.last < 1:
             raise UserError(f"--last: must be at least 1, got {args.last}")
+        check_output(args.output, "mt-average", inputs, args.force)  # the run itself is an input too
         inputs = last_checkpoints(inputs[0], args.last)
+    check_output(args.output, "mt-average", inputs, args.force)
     average_checkpoints(inputs, args.output)
     print(
         f"wrote {args.output}: the average of {len(inputs)} checkpoints "

@@ -65,8 +65,10 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
     # the last input's config and step, and where the average came from
     metadata = {**metadata, "averaged_from": [os.path.abspath(d) for d in inputs]}
     try:
-        with atomic_dir(output) as tmp:
+        with atomic_dir(output, written_by="mt-average") as tmp:
             checkpoint.write_model_dir(tmp, averaged, metadata, inputs[-1], Tokenizer(inputs[-1]).files)
-    except OSError as error:
-        raise UserError(f"{output}: the averaged checkpoint could not be written ({error.strerror or error})") from None
+    except checkpoint.WRITE_ERRORS as error:
+        raise UserError(
+            f"{output}: the averaged checkpoint could not be written ({checkpoint.write_error_reason(error)})"
+        ) from None
     return metadata

@@ -31,7 +31,7 @@ import zipfile
 from dataclasses import dataclass
 
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_path, write_text
+from mt_transformer.files import atomic_path, check_output, write_text
 
 # the names Argos and LibreTranslate show; other codes need --from-name / --to-name
 LANGUAGE_NAMES = {
@@ -174,6 +174,25 @@ class PackageOptions:
     version: str = "1.0"
     license: str = "unspecified"
     check_src: str | None = None  # default: the checkpoint's test (or valid) source lines
+    force: bool = False  # replace a file at a package's path that is no package of ours
+
+
+def is_our_package(path: str) -> bool:
+    """Whether `path` is an Argos package mt-export wrote (its metadata's source is ours)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/metadata.json")]
+            return len(names) == 1 and json.loads(archive.read(names[0])).get("source") == "mt_transformer"
+    except (OSError, ValueError, zipfile.BadZipFile, AttributeError):
+        return False
+
+
+def check_package_path(path: str, inputs: list[str], force: bool) -> None:
+    """Refuse a package path where writing would lose what the user has (files.check_output); an
+    earlier package of ours there is replaced."""
+    if os.path.isdir(path):
+        raise UserError(f"{path}: a directory is there; an Argos package is a file (.argosmodel)")
+    check_output(path, "mt-export", inputs, force or is_our_package(path))
 
 
 def package_paths(out_path: str, found: list) -> list[str]:
@@ -194,8 +213,9 @@ def export(loaded, out_path: str, options: PackageOptions) -> list[dict]:
     found = pairs(loaded)
     if options.check_src and len(found) > 1:
         raise UserError("--check-src: this model translates several pairs; each is checked on its own test split")
-    jobs = []
+    jobs, inputs = [], [options.checkpoint, *([options.check_src] if options.check_src else [])]
     for (corpus, prefix), path in zip(found, package_paths(out_path, found)):
+        check_package_path(path, inputs, options.force)
         names = (options.from_name, options.to_name) if len(found) == 1 else (None, None)
         meta = metadata(corpus, *names, options.version, options.license)
         jobs.append((corpus, prefix, path, meta, check_lines(corpus, options.check_src)))

@@ -20,7 +20,7 @@ import shutil
 import numpy as np
 import torch
 
-from mt_transformer.checkpoint import write_export_settings
+from mt_transformer.checkpoint import WRITE_ERRORS, write_error_reason, write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2, new_translator
 from mt_transformer.decoding.scoring import teacher_forced_log_probs
@@ -165,8 +165,9 @@ def export(
     tokenizer, config = loaded.tokenizer, loaded.config.to_dict()
     max_positions = loaded.config.model.max_positions
     spec = build_spec(loaded, source_prefix)
+    whole = not (model_only or source_prefix is not None)  # an export of ours, not a part of another app's
     try:
-        with atomic_dir(out_dir) as tmp:
+        with atomic_dir(out_dir, written_by="mt-export" if whole else None) as tmp:
             spec.validate()
             spec.optimize(quantization=None)
             checked = tmp if quantization is None else os.path.join(tmp, ".float32")
@@ -184,7 +185,7 @@ def export(
                 spec.validate()
                 spec.optimize(quantization=quantization)
                 spec.save(tmp)
-            if model_only or source_prefix is not None:
+            if not whole:
                 return gap
             for name in tokenizer.files:
                 shutil.copyfile(os.path.join(tokenizer.directory, name), os.path.join(tmp, name))
@@ -201,6 +202,6 @@ def export(
                 **(extra or {}),
             }
             write_export_settings(tmp, settings)
-    except OSError as error:
-        raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
+    except WRITE_ERRORS as error:
+        raise UserError(f"{out_dir}: the export could not be written ({write_error_reason(error)})") from None
     return gap

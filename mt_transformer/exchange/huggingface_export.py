@@ -210,13 +210,15 @@ def save(loaded, hf_model, gap: float, out_dir: str, tokenizer_files) -> dict:
         "step": loaded.step,
     }
     try:
-        with atomic_dir(out_dir) as tmp:
+        with atomic_dir(out_dir, written_by="mt-export") as tmp:
             hf_model.save_pretrained(tmp)
             work = os.path.join(tmp, "work")
             os.makedirs(work)
             tokenizer_files(tmp, work)
             shutil.rmtree(work)
             checkpoint.write_export_settings(tmp, settings)
-    except OSError as error:
-        raise UserError(f"{out_dir}: the export could not be written ({error.strerror or error})") from None
+    except checkpoint.WRITE_ERRORS as error:
+        raise UserError(
+            f"{out_dir}: the export could not be written ({checkpoint.write_error_reason(error)})"
+        ) from None
     return settings

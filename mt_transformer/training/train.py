@@ -23,7 +23,7 @@ from mt_transformer.data.prepare import chosen_vocab_size, prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
 from mt_transformer.errors import UserError
-from mt_transformer.files import write_text
+from mt_transformer.files import mark_output, write_text, written_by
 from mt_transformer.model.transformer import Transformer, count_parameters
 from mt_transformer.training import distributed, finetune, random_state, teacher
 from mt_transformer.training.loop import TrainingLoop
@@ -33,17 +33,31 @@ from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for
 
 log = logging.getLogger(__name__)
+RUN_MARKER = "mt-train"  # mt-prepare prepares the same run directory
 
 
 def check_output_dir(path: str) -> None:
+    """The run directory, made and marked as mt-train's (OUTPUT_MARKER) before any work: a file there,
+    or a non-empty directory that is no run (neither the marker nor checkpoints), is refused."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UserError(f"train.output_dir: {path} is a file; name a directory for the run")
+    if os.path.isdir(path) and os.listdir(path) and not is_run_dir(path):
+        raise UserError(f"train.output_dir: {path} holds files mt-train did not write; choose a new or empty directory")
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, ".write-test")
         with open(probe, "w") as f:
             f.write("ok")
         os.remove(probe)
+        if written_by(path) != RUN_MARKER:
+            mark_output(path, RUN_MARKER)
     except OSError as error:
         raise UserError(f"train.output_dir: cannot write to {path} ({error.strerror})") from None
+
+
+def is_run_dir(path: str) -> bool:
+    """Whether mt-train (or mt-prepare) wrote `path`: its marker, or checkpoints of its own."""
+    return written_by(path) == RUN_MARKER or bool(checkpoint.list_checkpoints(path))
 
 
 def parameter_count(config: Config) -> int | None:
