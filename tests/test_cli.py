@@ -1,10 +1,12 @@
 import json
 import os
 import re
+import shutil
 
 import pytest
 
 from conftest import ROOT, run_cli, subprocess_env, tiny_config, token_log_probs, translator, write_config
+from mt_transformer import checkpoint
 
 
 def test_translate_keeps_one_line_per_input_line(trained_run, corpus, tmp_path):
@@ -120,6 +122,25 @@ def test_translate_errors_are_one_line(trained_run, tmp_path):
     assert missing.stderr.strip().startswith("error: ") and len(missing.stderr.strip().splitlines()) == 1
     too_many = run_cli("mt-translate", "--checkpoint", trained_run, "--nbest", "3", "--beam", "2", input="x\n")
     assert too_many.returncode == 2 and "--nbest: 3 exceeds --beam (2)" in too_many.stderr
+
+
+def test_translate_outputs_and_checkpoints_that_cannot_be_used_are_one_line(trained_run, tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    for output, says in ((tmp_path, ": a directory; -o names the file"), (tmp_path / "a-file" / "out", "")):
+        result = run_cli("mt-translate", "--checkpoint", trained_run, "-o", str(output), input="I saw a dog.\n")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(f"error: {output}{says}")
+    assert sorted(os.listdir(tmp_path)) == ["a-file"]  # no partial file or record left
+    # a checkpoint whose config.json is nested deeper than Python's stack
+    deep = tmp_path / "deep"
+    shutil.copytree(checkpoint.list_checkpoints(trained_run)[-1][1], deep)
+    (deep / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    result = run_cli("mt-translate", "--checkpoint", str(deep), input="I saw a dog.\n")
+    assert (
+        result.returncode == 2
+        and result.stderr.strip()
+        == f"error: {deep}/config.json: not readable JSON (" + (result.stderr.strip().split("(", 1)[-1])
+    )
 
 
 def test_eval_translates_and_scores(trained_run, corpus, tmp_path):

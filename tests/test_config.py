@@ -119,6 +119,15 @@ def test_missing_config_file():
         load_config("nope.yaml")
 
 
+def test_a_config_that_is_no_yaml_text_is_one_line(tmp_path):
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "deep.yaml").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match=r"binary\.yaml: not UTF-8 text \(byte \d+\)"):
+        load_config(str(tmp_path / "binary.yaml"))
+    with pytest.raises(ConfigError, match=r"deep\.yaml: (nested deeper than a config can be|not valid YAML)"):
+        load_config(str(tmp_path / "deep.yaml"))
+
+
 def test_cli_errors_exit_2_and_write_nothing(corpus, tmp_path):
     out = tmp_path / "out"
     path = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(out)))

@@ -469,3 +469,18 @@ def test_resuming_on_another_device_takes_that_device_adam_kernel(corpus, tmp_pa
     train_module.train(config_for(corpus, tmp_path, device="cpu", max_steps=6, valid_every=2))
     saved = saved_state(tmp_path, 6)
     assert [group["fused"] for group in saved["optimizer"]["param_groups"]] == [here]
+
+
+def test_writing_a_directory_onto_a_full_disk_is_a_one_line_error(trained_run, tmp_path, small_disk):
+    exported = str(tmp_path / "hf")
+    assert run_cli("mt-export", "--checkpoint", trained_run, "--format", "huggingface", exported).returncode == 0
+    fill(small_disk)
+    for command in (
+        ("mt-average", "--inputs", trained_run, "--last", "1", "--output", str(small_disk / "avg")),
+        ("mt-export", "--checkpoint", trained_run, "--format", "huggingface", str(small_disk / "hf")),
+        ("mt-import", "--format", "huggingface", exported, str(small_disk / "imported")),
+    ):
+        result = run_cli(*command)
+        assert one_line_error(result, after_logs=True), result.stderr
+        assert "could not be written (" in result.stderr and "No space left on device" in result.stderr
+        assert os.listdir(small_disk) == ["filler"]  # nothing half-written left behind

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from conftest import ROOT, perturbed_model, run_cli, token_log_probs, write_config
 from mt_transformer import checkpoint
@@ -423,3 +424,41 @@ def test_the_readme_imports_translates_and_fine_tunes(corpus, tmp_path, monkeypa
     test_lines = (tmp_path / "data" / "demo" / "test.en").read_text(encoding="utf-8").count("\n")
     assert outputs[1].count("\n") == test_lines
     assert os.path.isdir(tmp_path / "runs" / "opus-en-de_finetuned" / "checkpoints" / "step_00000002")
+
+
+class Payload:
+    """Unpickled, it creates the file `marker`: proof that a load ran code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_pickled_weights_are_read_only_when_asked_and_never_run_code(imported_run, tmp_path):
+    exported = tmp_path / "hf"
+    assert run_cli("mt-export", "--checkpoint", imported_run, "--format", "huggingface", str(exported)).returncode == 0
+    weights = load_file(str(exported / "model.safetensors"))
+    (exported / "model.safetensors").unlink()
+    torch.save(weights, exported / "pytorch_model.bin")
+    out = str(tmp_path / "out")
+    result = run_cli("mt-import", "--format", "huggingface", str(exported), out)
+    assert result.returncode == 2 and "its weights are pickled" in result.stderr and "--allow-pickle" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not os.path.exists(out)
+    result = run_cli("mt-import", "--format", "huggingface", str(exported), out, "--allow-pickle")
+    assert result.returncode == 0, result.stderr
+    expected, found = (
+        checkpoint.load(imported_run, CPU).model.state_dict(),
+        checkpoint.load(out, CPU).model.state_dict(),
+    )
+    assert all(torch.equal(found[name], tensor) for name, tensor in expected.items())
+    # a payload in the pickle: weights_only refuses it in one line and it never runs
+    marker = tmp_path / "payload-ran"
+    torch.save({**weights, "payload": Payload(marker)}, exported / "pytorch_model.bin")
+    again = str(tmp_path / "again")
+    result = run_cli("mt-import", "--format", "huggingface", str(exported), again, "--allow-pickle")
+    assert result.returncode == 2 and "weights cannot be read (refused: the pickle holds" in result.stderr
+    assert "Traceback" not in result.stderr and not marker.exists() and not os.path.exists(again)
+    result = run_cli("mt-import", "--format", "huggingface", str(exported), again, "--revision", "main")
+    assert result.returncode == 2 and "--revision: for a hub id" in result.stderr

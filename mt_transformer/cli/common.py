@@ -18,8 +18,21 @@ log = logging.getLogger("mt_transformer")
 LOG_FORMAT, LOG_DATE_FORMAT = "%(asctime)s | %(message)s", "%H:%M:%S"
 
 
+# what the user's disk or paths cause: a full disk, a path not writable, a directory where a file is named
+USER_ERRNOS = (
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.ENAMETOOLONG,
+)
+
+
 def entry_point(function):
-    """Logging to stderr; user errors and a full disk become `error: ...` and exit code 2, Ctrl-C exit code 130,
+    """Logging to stderr; user errors and a full or unwritable disk become `error: ...` and exit code 2, Ctrl-C 130,
     a job stopped by a signal 128 + the signal, a reader that closed the pipe early (`| head`) 141, as SIGPIPE."""
     from mt_transformer.decoding.corpus_job import JobStopped
 
@@ -42,7 +55,7 @@ def entry_point(function):
             print("interrupted", file=sys.stderr)
             return 130
         except OSError as error:
-            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if error.errno not in USER_ERRNOS:
                 raise
             print(f"error: {error.filename or 'writing'}: {error.strerror}", file=sys.stderr)
             return 2

@@ -122,6 +122,12 @@ def load_config(path: str, overrides: list[str] = ()) -> Config:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise ConfigError(f"{path}: not valid YAML{where}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); a config is a YAML text file") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested deeper than a config can be") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
     return config_from_dict(apply_overrides(raw, list(overrides)))

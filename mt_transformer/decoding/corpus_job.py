@@ -150,9 +150,14 @@ class CorpusJob:
                 f.truncate(sum(w["bytes"] for w in old["windows"]))
             log.info("%s: continuing after line %d", self.output, sum(w["lines"] for w in old["windows"]))
             return old
+        if os.path.isdir(self.output):
+            raise UserError(f"{self.output}: a directory; -o names the file to write")
         self.fresh = True
-        with atomic_path(self.partial) as tmp:
-            open(tmp, "wb").close()
+        try:
+            with atomic_path(self.partial) as tmp:
+                open(tmp, "wb").close()
+        except OSError as error:
+            raise UserError(f"{self.output}: cannot be written ({error.strerror})") from None
         self._save(fresh)
         return fresh
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 
 import torch
@@ -150,27 +151,66 @@ def import_model(
     return model, config
 
 
-def local_directory(source: str) -> str:
-    """SRC as a local directory: itself, or a hub id downloaded into the hub's usual cache."""
+def local_directory(source: str, revision: str | None = None) -> str:
+    """SRC as a local directory: itself, or a hub id downloaded into the hub's usual cache (at
+    `revision`: a branch, tag or commit), its weights as safetensors and, where that is all it
+    has, as pickles (weights_files decides whether those are read)."""
     if os.path.isdir(source):
+        if revision is not None:
+            raise UserError(f"--revision: for a hub id, not the local directory {source}")
         return source
     if os.path.exists(source):
         raise UserError(f"{source}: not a directory (a transformers model directory or a hub id)")
     try:
         import huggingface_hub
-        from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+        from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
     except ImportError:
         raise UserError(f"{source}: no such directory (huggingface_hub, to download it, is not installed)") from None
     try:
         return huggingface_hub.snapshot_download(
-            source, allow_patterns=["*.json", "*.spm", "*.model", "*.safetensors", "pytorch_model.bin"]
+            source, revision=revision, allow_patterns=["*.json", "*.spm", "*.model", "*.safetensors", "*.bin"]
         )
+    except RevisionNotFoundError:
+        raise UserError(f"--revision: {revision!r} is not a branch, tag or commit of {source}") from None
     except RepositoryNotFoundError:
         raise UserError(f"{source}: no such directory, nor a model of that name on the Hugging Face hub") from None
     except (OSError, ValueError, HfHubHTTPError):
         raise UserError(
             f"{source}: no such directory, and the Hugging Face hub cannot be reached to download it (offline?)"
         ) from None
+
+
+def weights_are_safetensors(directory: str, allow_pickle: bool) -> bool:
+    """Whether the model's weights are read from safetensors; pickled weights alone (pytorch_model.bin,
+    which can run code as it is read) are refused unless `allow_pickle` (then read with weights_only)."""
+    names = os.listdir(directory)
+    if any(name.endswith(".safetensors") for name in names):
+        return True
+    if not any(name.endswith(".bin") for name in names):
+        raise UserError(f"{directory}: no weights (model.safetensors or pytorch_model.bin)")
+    if not allow_pickle:
+        raise UserError(
+            f"{directory}: its weights are pickled (pytorch_model.bin), which can run code when read; "
+            f"convert them to safetensors, or add --allow-pickle to read them with torch's weights_only"
+        )
+    return False
+
+
+def read_model(transformers, directory: str, allow_pickle: bool):
+    """The transformers model of `directory`, never with code of the model's own, as one line where it
+    cannot be read (a payload that weights_only refuses, a truncated file)."""
+    safetensors = weights_are_safetensors(directory, allow_pickle)
+    try:
+        model = transformers.AutoModelForSeq2SeqLM.from_pretrained(
+            directory, trust_remote_code=False, use_safetensors=safetensors
+        )
+    except Exception as error:  # transformers wraps each reader's own error type in its own
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()  # torch colours its advice
+        reason = text.splitlines()[0][:160] if text else type(error).__name__
+        if "weights only load failed" in text.lower():
+            reason = "refused: the pickle holds objects other than tensors"
+        raise UserError(f"{directory}: its weights cannot be read ({reason})") from None
+    return model.eval()
 
 
 def imported_config(model: ModelConfig, vocabularies: ImportedVocabularies, src_lang: str, tgt_lang: str) -> Config:
@@ -207,7 +247,7 @@ def write_checkpoint(out_dir: str, model, config: Config, vocabularies: Imported
     """The checkpoint directory of an imported model, atomically: what mt-train writes, with
     both sentencepiece models and our vocabularies, and a config to fine-tune it."""
     try:
-        with atomic_dir(out_dir) as tmp:
+        with atomic_dir(out_dir, written_by="mt-import") as tmp:
             for theirs, ours in zip(vocabularies.spm_files, (SRC_FILE, TGT_FILE)):
                 shutil.copyfile(os.path.join(vocabularies.directory, theirs), os.path.join(tmp, ours))
             if vocabularies.languages:
@@ -221,8 +261,10 @@ def write_checkpoint(out_dir: str, model, config: Config, vocabularies: Imported
             checkpoint.write_model_dir(tmp, checkpoint.model_tensors(model)[0], metadata, tmp, [])
             finetuned = os.path.join("runs", os.path.basename(os.path.normpath(out_dir)) + "_finetuned")
             write_text(os.path.join(tmp, FINETUNE_FILE), finetune_yaml(config, out_dir, finetuned))
-    except OSError as error:
-        raise UserError(f"{out_dir}: the import could not be written ({error.strerror or error})") from None
+    except checkpoint.WRITE_ERRORS as error:
+        raise UserError(
+            f"{out_dir}: the import could not be written ({checkpoint.write_error_reason(error)})"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,18 +282,27 @@ def check_files(paths) -> None:
             raise UserError(f"--keep-vocab: no such file: {path}")
 
 
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where mt-import reads a model: a directory or hub id, the hub revision, whether pickled weights may be read."""
+
+    path: str
+    revision: str | None = None
+    allow_pickle: bool = False
+
+
 def import_directory(
-    source: str, out_dir: str, src_lang: str | None, tgt_lang: str | None, edits: VocabularyEdits = VocabularyEdits()
+    source: Source, out_dir: str, src_lang: str | None, tgt_lang: str | None, edits: VocabularyEdits = VocabularyEdits()
 ) -> dict:
-    """Import the transformers model and tokenizer of SRC (a directory or a hub id) into the
+    """Import the transformers model and tokenizer of a Source (a directory or a hub id) into the
     checkpoint directory `out_dir`, after checking that the imported model computes the
     original's log-probabilities, with `edits` to an NLLB or M2M100 model's vocabulary made
     after that check; returns what was imported (its vocabulary's sizes: before and after trimming)."""
     transformers = import_transformers()
-    directory = local_directory(source)
+    directory = local_directory(source.path, source.revision)
     try:
-        hf_config = transformers.AutoConfig.from_pretrained(directory)
-    except (OSError, ValueError) as error:
+        hf_config = transformers.AutoConfig.from_pretrained(directory, trust_remote_code=False)
+    except (OSError, ValueError, RecursionError) as error:
         raise UserError(f"{directory}: not a transformers model ({str(error).splitlines()[0][:120]})") from None
     model_config(hf_config)  # a refusal before the weights are read
     if hf_config.model_type == "m2m_100":
@@ -270,7 +321,7 @@ def import_directory(
         if not vocabularies.languages:
             raise UserError("--add-language and --keep-vocab: for NLLB and M2M100 models (with language tokens)")
         check_files(edits.keep_vocab)
-    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
+    hf_model = read_model(transformers, directory, source.allow_pickle)
     orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
     model, model_settings = import_model(hf_model, *orders, consume=True, tag_after_eos=vocabularies.legacy)
     architecture = type(hf_model).__name__
@@ -286,5 +337,5 @@ def import_directory(
         model, vocabularies = vocabulary_edits.trim(model, model_settings, vocabularies, edits.keep_vocab, kept)
         sizes.append(len(vocabularies.tgt_pieces))
     config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)
-    write_checkpoint(out_dir, model, config, vocabularies, source)
+    write_checkpoint(out_dir, model, config, vocabularies, source.path)
     return {"architecture": architecture, "config": config, "vocabulary": sizes}

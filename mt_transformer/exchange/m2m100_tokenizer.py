@@ -52,7 +52,7 @@ def read_m2m100_tokenizer(directory: str, hf_config, transformers) -> ImportedVo
     if not os.path.isfile(os.path.join(directory, SPM_FILE)):
         raise UserError(f"{directory}: no {SPM_FILE} (the sentencepiece model of an NLLB or M2M100 tokenizer)")
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as error:
         raise UserError(f"{directory}: its tokenizer cannot be read ({str(error).splitlines()[0][:120]})") from None
     vocab = {**tokenizer.get_vocab(), **getattr(tokenizer, "lang_token_to_id", {})}  # M2M100's lacks the languages
