@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -32,6 +35,9 @@ torch.set_num_threads(int(THREADS))
 # the commands the scripts under test start inherit it: a child with torch's default of one
 # thread per core beside the other worker's busy threads spins in OpenMP's barriers
 os.environ["OMP_NUM_THREADS"] = THREADS
+# CTranslate2 conversions and file digests in a cache of the suite's own, never the user's
+os.environ["MT_CACHE_DIR"] = tempfile.mkdtemp(prefix="mt-test-cache-")
+atexit.register(shutil.rmtree, os.environ["MT_CACHE_DIR"], True)
 
 # Tests that start several ranks under torchrun run one after another on one worker (make test
 # uses --dist loadgroup): two process groups starting at once on two cores compete for ports

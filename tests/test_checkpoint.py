@@ -166,7 +166,7 @@ def test_identity_changes_with_the_files_and_not_with_what_is_made_beside_them(t
     shutil.copytree(checkpoint.resolve(trained_run), model, ignore=shutil.ignore_patterns("ctranslate2", ".*"))
     before = checkpoint.identity(str(model))
     assert checkpoint.identity(trained_run) != before  # another directory
-    os.makedirs(model / "ctranslate2")  # the conversion and its lock, made by --engine auto
+    os.makedirs(model / "ctranslate2")  # a directory and a hidden file beside the weights
     (model / "ctranslate2" / "model.bin").write_bytes(b"x")
     (model / ".ctranslate2.lock").write_bytes(b"")
     assert checkpoint.identity(str(model)) == before

@@ -1,24 +1,27 @@
 """The CTranslate2 conversion of a checkpoint, made the first time --engine auto needs it and
-reused by every later process:
+reused by every later process. Conversions live in the user's cache (MT_CACHE_DIR, else
+$XDG_CACHE_HOME/mt_transformer, else ~/.cache/mt_transformer), never in the checkpoint, which
+may be read-only or shared, under a key made of the contents they were converted from:
 
-    checkpoints/step_00001000/
-        ctranslate2/        mt-export --format ctranslate2 of this checkpoint (float32), with the
-                            size and modification time of each file it was made from
-        .ctranslate2.lock   held while one process converts; the others wait, then reuse it
+    ctranslate2/<key>/       mt-export --format ctranslate2 (float32) of the checkpoint whose
+                             weights, settings and tokenizer files hash (SHA-256) to <key>, with
+                             our converter's and CTranslate2's versions
+    ctranslate2/.<key>.lock  held while one process converts; the others wait, then reuse it
+    digests/<name>           one file's SHA-256, remembered under its device, inode, size and
+                             modification and change times: a copy or a rewrite of the file
+                             changes its change time, which no program can set back
 
-A checkpoint directory that cannot be written (a shared, read-only model) keeps its conversion
-in the user's cache instead (MT_CACHE_DIR, else $XDG_CACHE_HOME/mt_transformer, else
-~/.cache/mt_transformer), under a name made from the checkpoint's path. A conversion whose
-files, our converter or the installed CTranslate2 changed since it was made is made again.
+Only a conversion made here is used: a ctranslate2/ directory that arrived inside a checkpoint
+is never read, and a checkpoint whose files changed gets a conversion of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
-import tempfile
 import time
 
 import torch
@@ -28,41 +31,46 @@ from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.ctranslate2_export import export
-from mt_transformer.files import directory_size, read_json, user_cache_dir
+from mt_transformer.files import directory_size, read_json, user_cache_dir, write_text
 
 log = logging.getLogger(__name__)
 
 CONVERSION_DIR = "ctranslate2"
-CONVERTER_VERSION = 2  # raised when the conversion itself changes, so older ones are made again
+CONVERTER_VERSION = 3  # raised when the conversion itself changes, so older ones are made again
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file's bytes, computed once per version of the file (the module says how)."""
+    status = os.stat(path)
+    stamp = f"{os.path.realpath(path)}|{status.st_dev}|{status.st_ino}|{status.st_size}|"
+    stamp += f"{status.st_mtime_ns}|{status.st_ctime_ns}"
+    memo = os.path.join(user_cache_dir(), "digests", hashlib.sha256(stamp.encode()).hexdigest()[:32])
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(memo, encoding="ascii") as f:
+            remembered = f.read().strip()
+        if len(remembered) == 64:
+            return remembered
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next hash
+        write_text(memo, digest.hexdigest() + "\n")
+    return digest.hexdigest()
 
 
 def source_signature(directory: str) -> dict:
-    """What a conversion of checkpoint `directory` was made from: the size and modification time
-    of its weights, settings and tokenizer files, our converter's version and CTranslate2's."""
+    """What a conversion of checkpoint `directory` is made from: the SHA-256 of its weights,
+    settings and tokenizer files, our converter's version and CTranslate2's."""
     names = [checkpoint.MODEL_FILE, checkpoint.CONFIG_FILE, *Tokenizer(directory).files]
-    files = {}
-    for name in names:
-        status = os.stat(os.path.join(directory, name))
-        files[name] = [status.st_size, status.st_mtime_ns]
+    files = {name: file_digest(os.path.join(directory, name)) for name in names}
     return {"files": files, "converter": CONVERTER_VERSION, "ctranslate2": import_ctranslate2().__version__}
 
 
-def conversion_dir(directory: str) -> str:
-    """Where checkpoint `directory`'s conversion lives: inside it where it can be written, else in
-    the user's cache."""
-    if _writable(directory):
-        return os.path.join(directory, CONVERSION_DIR)
-    key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
-    return os.path.join(user_cache_dir(), CONVERSION_DIR, f"{os.path.basename(directory)}-{key}")
-
-
-def _writable(directory: str) -> bool:
-    """Whether files can be made in `directory` (tried: permissions alone miss read-only mounts)."""
-    try:
-        with tempfile.TemporaryFile(dir=directory):
-            return True
-    except OSError:
-        return False
+def conversion_dir(signature: dict) -> str:
+    """Where the conversion of the checkpoint of `signature` lives in the user's cache."""
+    key = hashlib.sha256(json.dumps(signature, sort_keys=True).encode()).hexdigest()[:32]
+    return os.path.join(user_cache_dir(), CONVERSION_DIR, key)
 
 
 def _is_current(target: str, signature: dict) -> bool:
@@ -94,13 +102,16 @@ def _exclusive(lock_path: str):
 
 def cached_conversion(path: str) -> str:
     """The directory of the CTranslate2 conversion of checkpoint (or run) `path`, made now if
-    there is none or its checkpoint changed since; several processes asking at once make it once."""
+    there is none of its present files; several processes asking at once make it once."""
     directory = checkpoint.resolve(path)
-    target = conversion_dir(directory)
     signature = source_signature(directory)
+    target = conversion_dir(signature)
     if _is_current(target, signature):
         return target
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{os.path.dirname(target)}: the conversion cache cannot be made ({error.strerror})") from None
     with _exclusive(os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.lock")):
         if _is_current(target, signature):  # another process made it while this one waited
             return target
