@@ -27,10 +27,10 @@ from mt_transformer.serve.app import ServerSettings
 from serve_process import ServerProcess, get
 
 
-async def _request(reader, writer, host: str, body: bytes) -> tuple[int, bytes]:
-    """One POST /translate on a kept-alive connection; (status, body)."""
+async def request(reader, writer, host: str, body: bytes, path: str = "/translate") -> tuple[int, bytes]:
+    """One JSON POST on a kept-alive connection; (status, body)."""
     writer.write(
-        b"POST /translate HTTP/1.1\r\nHost: " + host.encode() + b"\r\nContent-Type: application/json\r\n"
+        b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\nContent-Type: application/json\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
     await writer.drain()
@@ -57,7 +57,7 @@ async def load(port: int, requests: list[list[str]], clients: int, pair: tuple[s
                 lines = queue.pop()
                 body = json.dumps({"q": lines, "source": pair[0], "target": pair[1]}).encode()
                 began = time.perf_counter()
-                status, answer = await _request(reader, writer, f"127.0.0.1:{port}", body)
+                status, answer = await request(reader, writer, f"127.0.0.1:{port}", body)
                 latencies.append(time.perf_counter() - began)
                 if status != 200 or len(json.loads(answer)["translatedText"]) != len(lines):
                     failures += 1

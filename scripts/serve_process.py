@@ -47,7 +47,8 @@ class ServerProcess:
     """`with ServerProcess(["--checkpoint", run]) as server:` a running mt-serve at server.url;
     leaving the block sends SIGTERM and waits; `returncode` and `stderr` are kept."""
 
-    def __init__(self, args: list[str], ready_within: float = 120.0, env: dict | None = None):
+    def __init__(self, args: list[str], ready_within: float = 120.0, env: dict | None = None, prelude: str = ""):
+        self.prelude = prelude  # Python run in the server process before it starts (the tests slow it down)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args, self.ready_within = args, ready_within
@@ -57,7 +58,7 @@ class ServerProcess:
         self.stderr = ""
 
     def __enter__(self) -> ServerProcess:
-        command = [sys.executable, "-c", "from mt_transformer.cli import serve_main; serve_main()"]
+        command = [sys.executable, "-c", self.prelude + "\nfrom mt_transformer.cli import serve_main; serve_main()"]
         self._log = tempfile.TemporaryFile("w+", encoding="utf-8")  # a pipe would fill and stall the server
         self.process = subprocess.Popen(
             command + self.args + ["--host", "127.0.0.1", "--port", str(self.port)],
@@ -102,8 +103,15 @@ class ServerProcess:
 
     def peak_rss_mb(self) -> float:
         """The process's peak resident memory so far (Linux: VmHWM)."""
+        return self._status_mb("VmHWM:")
+
+    def rss_mb(self) -> float:
+        """The process's resident memory now (Linux: VmRSS)."""
+        return self._status_mb("VmRSS:")
+
+    def _status_mb(self, field: str) -> float:
         with open(f"/proc/{self.process.pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field):
                     return int(line.split()[1]) / 1024
         return float("nan")

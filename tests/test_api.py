@@ -46,7 +46,7 @@ def test_source_auto_takes_the_one_source_language_into_the_target():
         ({"q": "x", "source": "de", "target": "fr"}, 400, "de -> fr is not available on this server"),
         ({"q": "x", "source": "de", "target": "en", "format": "pdf"}, 400, "format must be text or html"),
         ({"q": "x", "source": "de", "target": "en", "alternatives": "many"}, 400, "alternatives must be a whole"),
-        ({"q": "x", "source": "de", "target": "en", "alternatives": 11}, 400, "between 0 and 10"),
+        ({"q": "x", "source": "de", "target": "en", "alternatives": 11}, 400, "a whole number from 0 to 10"),
         ({"q": "x", "source": "de", "target": "en", "api_key": 7}, 400, "api_key must be a string"),
     ],
 )

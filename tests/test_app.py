@@ -219,7 +219,7 @@ class FakeModels(Models):
         super().__init__({("en", "de"): None})
         self.calls = []
 
-    def run(self, options, items):
+    def run(self, options, items, given_up=lambda: False):
         self.calls.append([item.text for item in items])
         if any("boom" in item.text for item in items):
             raise RuntimeError("CUDA out of memory.\nmore lines")
@@ -275,13 +275,36 @@ def test_ready_turns_true_when_the_models_are_loaded():
         assert client.get("/ready").json() == {"ready": True, "pairs": ["en-de"]}
 
 
-def test_a_failure_to_load_is_kept_and_reported():
+@pytest.mark.parametrize(
+    "error, says",
+    [
+        (UserError("--checkpoint: runs/x: no checkpoint"), "--checkpoint: runs/x: no checkpoint"),
+        (RecursionError("maximum recursion depth exceeded\n..."), "the models could not be loaded: RecursionError: "),
+        (RuntimeError(), "the models could not be loaded: RuntimeError"),
+    ],
+)
+def test_a_failure_to_load_of_any_kind_is_kept_and_reported(error, says, caplog):
     reported = []
 
     def load():
-        raise UserError("--checkpoint: runs/x: no checkpoint")
+        raise error
 
     with client_of(load, on_load_error=reported.append) as client:
-        assert reported == ["--checkpoint: runs/x: no checkpoint"]
-        assert client.get("/ready").json() == {"ready": False, "error": "--checkpoint: runs/x: no checkpoint"}
+        assert len(reported) == 1 and reported[0].startswith(says) and "\n" not in reported[0]
+        assert client.get("/ready").json() == {"ready": False, "error": reported[0]}
         assert client.get("/languages").status_code == 503
+    assert reported[0] in caplog.text  # logged
+
+
+def test_request_and_character_limits_per_client(models):
+    settings = ServerSettings(limits=Limits(char_limit=20), req_limit=2)
+    with client_of(lambda: models, settings) as client:
+        body = {"q": ["a red house", "the dog"], "source": "en", "target": "de"}
+        assert client.post("/translate", json=body).status_code == 200
+        too_long = client.post("/translate", json={**body, "q": ["a red house", "the dog", "a cat"]})
+        assert too_long.status_code == 413 and "23 characters, more than this server's 20" in too_long.json()["error"]
+        third = client.post("/translate", json=body)  # the address's third request this minute
+        assert third.status_code == 429 and int(third.headers["retry-after"]) <= 60
+        assert third.json()["error"].startswith("Too many requests: 2 a minute from one client")
+        keyed = client.post("/translate", json={**body, "api_key": "k1"})  # a key is a client of its own
+        assert keyed.status_code == 200

@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from mt_transformer.serve.batcher import DynamicBatcher
+from mt_transformer.decoding.stopping import Stopped
+from mt_transformer.serve.batcher import Busy, DynamicBatcher
 
 
 class Recorder:
@@ -15,7 +16,7 @@ class Recorder:
         self.calls = []
         self.threads = set()
 
-    def __call__(self, key, lines):
+    def __call__(self, key, lines, given_up):
         self.calls.append((key, list(lines)))
         self.threads.add(threading.get_ident())
         if "bad" in lines:
@@ -94,3 +95,36 @@ def test_a_request_larger_than_max_lines_is_a_call_of_its_own(wait):
     results, recorder = serve([("de", [str(i) for i in range(7)])], wait=wait, max_lines=3)
     assert results == [[f"de:{i}" for i in range(7)]]
     assert recorder.calls == [("de", [str(i) for i in range(7)])]
+
+
+def test_requests_given_up_on_are_dropped_or_stop_their_call_and_a_full_queue_refuses():
+    calls, stopped = [], threading.Event()
+
+    def translate(key, lines, given_up):  # runs until its requests are given up on
+        calls.append(list(lines))
+        for _ in range(500 if "long" in lines else 0):
+            if given_up():
+                stopped.set()
+                raise Stopped()
+            threading.Event().wait(0.01)
+        return [line.upper() for line in lines]
+
+    async def main():
+        batcher = DynamicBatcher(translate, wait=0.0, max_lines=100, max_pending=2)
+        batcher.start()
+        running = asyncio.ensure_future(batcher.submit("de", ["long"]))
+        await asyncio.sleep(0.05)  # in its call
+        queued = asyncio.ensure_future(batcher.submit("de", ["queued"]))
+        await asyncio.sleep(0.01)
+        with pytest.raises(Busy):  # two pending already
+            await batcher.submit("de", ["one more"])
+        queued.cancel()  # its client left while it waited: it never reaches the translator
+        running.cancel()  # its client left during the call: the call stops
+        await asyncio.sleep(0.2)
+        assert stopped.is_set() and batcher.pending == 0
+        after = await asyncio.wait_for(batcher.submit("de", ["after"]), 1.0)
+        await batcher.close()
+        return after
+
+    assert asyncio.run(main()) == ["AFTER"]
+    assert calls[0] == ["long"] and ["queued"] not in calls

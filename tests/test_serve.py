@@ -4,6 +4,7 @@ requests on SIGTERM, and the page in a headless Chromium."""
 import json
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -37,6 +38,16 @@ def test_without_the_serve_extra_a_one_line_error(monkeypatch, trained_run):
 def test_mistakes_are_one_line_errors(trained_run, extra, says):
     result = run_cli("mt-serve", "--checkpoint", trained_run, *extra)
     assert result.returncode == 2 and result.stderr.strip() == f"error: {says}", result.stderr
+
+
+def test_a_port_in_use_is_a_one_line_error(trained_run):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("mt-serve", "--checkpoint", trained_run, "--host", "127.0.0.1", "--port", str(port))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == f"error: --host/--port: cannot listen on 127.0.0.1:{port} (Address already in use)"
 
 
 def readme_requests() -> list[dict]:
@@ -123,3 +134,120 @@ def test_the_page_translates_and_draws_every_kind_layer_and_head_in_a_real_brows
     assert [w for row in decoder["weights"] for w in row] == pytest.approx([w for row in mean for w in row], abs=1e-3)
     assert all(w == 0 for q, row in enumerate(decoder["weights"]) for w in row[q + 1 :])  # causal
     assert cross["rows"] == attention["target_pieces"] and cross["weights"] == attention["layers"]["cross"][1][3]
+
+
+# In the server process: a decoder step of a batch of more than 100 rows takes 0.2 s, so that a
+# request of 1,000 lines runs for many seconds while one of a few lines stays quick.
+SLOW_BIG_BATCHES = """
+import time
+from mt_transformer.decoding.engine import Engine
+decode = Engine.decode
+def slow_decode(self, tokens, *args, **kwargs):
+    if tokens.size(0) > 100:
+        time.sleep(0.2)
+    return decode(self, tokens, *args, **kwargs)
+Engine.decode = slow_decode
+"""
+
+
+def raw_post(url: str, path: str, body: bytes, content_type: str) -> tuple[int, dict, dict]:
+    """(status, JSON answer, headers) of a POST of any bytes."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    connection = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
+    try:
+        connection.request("POST", path, body, {"Content-Type": content_type})
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read()), dict(answer.getheaders())
+    finally:
+        connection.close()
+
+
+def hostile_bodies() -> list[tuple[str, bytes, str]]:
+    plain = {"q": "a red house", "source": "en", "target": "de"}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    boundary = "b0undary"
+    multipart = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="q"\r\n\r\n'.encode()
+        + b"\xff\xfe not UTF-8\r\n"
+        + f'--{boundary}\r\nContent-Disposition: form-data; name="source"\r\n\r\nen\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="target"\r\n\r\nde\r\n--{boundary}--\r\n'.encode()
+    )
+    as_json = "application/json"
+    return [
+        ("/translate", json.dumps({**plain, "api_key": ["a", "b"]}).encode(), as_json),
+        ("/translate", json.dumps({**plain, "api_key": {"a": 1}}).encode(), as_json),
+        ("/translate", json.dumps(plain)[:-1].encode() + b', "alternatives": 1e309}', as_json),
+        ("/translate", deep, as_json),
+        ("/v1/translate", deep, as_json),
+        ("/v1/translate", b'{"q": ' + deep + b"}", as_json),
+        ("/translate", json.dumps(plain)[:-1].encode() + b', "q": "a \\ud800 b"}', as_json),
+        ("/v1/translate", json.dumps({**plain, "prefix": ["\ud800"]}, ensure_ascii=True).encode(), as_json),
+        ("/v1/translate", json.dumps({**plain, "prefix": ["Haus " * 2000]}).encode(), as_json),
+        ("/v1/translate", json.dumps({**plain, "constraints": [["Haus"] * 17]}).encode(), as_json),
+        ("/translate", multipart, f"multipart/form-data; boundary={boundary}"),
+        ("/translate", b"--nothing--", "multipart/form-data; boundary=x"),
+        ("/translate", json.dumps({**plain, "format": "html", "q": "a<b>" * 1250}).encode(), as_json),
+        ("/v1/translate", json.dumps({**plain, "q": "a red house " * 416, "attention": True}).encode(), as_json),
+        ("/nowhere", b"{}", as_json),
+    ]
+
+
+@pytest.mark.slow  # about 15 s: a server whose large requests are slowed down
+def test_a_real_server_bounds_every_request_and_its_shutdown(trained_run):
+    big_html = {"q": ["<b>the dog</b> a red house"] * 500, "source": "en", "target": "de", "format": "html"}
+    plain_pair = {"source": "en", "target": "de"}
+    plain = {"q": "a red house", **plain_pair}
+    args = ["--checkpoint", trained_run, "--engine", "torch", "--timeout", "1", "--max-queue", "3"]
+    with ServerProcess([*args, "--drain-seconds", "1"], prelude=SLOW_BIG_BATCHES) as server:
+        assert post(server.url + "/translate", plain)[0] == 200
+        idle = server.rss_mb()
+        for path, body, kind in hostile_bodies():  # every one a 4xx with LibreTranslate's body
+            began = time.monotonic()
+            status, answer, _ = raw_post(server.url, path, body, kind)
+            assert 400 <= status < 500 and list(answer) == ["error"], (path, body[:80], status, answer)
+            assert time.monotonic() - began < 5, (path, body[:80])
+        assert server.rss_mb() < 2 * idle  # the attention asked for on a 5,000-character line was refused
+
+        # three large requests fill the queue: a fourth is 503; given up on at their timeout, they stop
+        answers = []
+
+        def send(path: str, body: dict) -> threading.Thread:
+            sender = threading.Thread(target=lambda: answers.append(post(server.url + path, body)))
+            sender.start()
+            return sender
+
+        senders = [send("/translate", big_html) for _ in range(3)]
+        time.sleep(0.4)
+        status, answer, headers = raw_post(server.url, "/translate", json.dumps(plain).encode(), "application/json")
+        assert status == 503 and headers.get("retry-after") == "1", (status, answer)
+        for sender in senders:
+            sender.join()
+        assert [status for status, _ in answers] == [504] * 3
+        began = time.monotonic()
+        assert post(server.url + "/translate", plain)[0] == 200
+        assert time.monotonic() - began < 3  # not behind the abandoned requests' work (~20 s of it)
+
+        # a client that disconnects: its request stops too
+        with socket.create_connection(("127.0.0.1", server.port)) as connection:
+            body = json.dumps(big_html).encode()
+            head = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            head += f"Content-Length: {len(body)}\r\n\r\n"
+            connection.sendall(head.encode() + body)
+            time.sleep(0.3)
+        began = time.monotonic()
+        assert post(server.url + "/translate", plain)[0] == 200
+        assert time.monotonic() - began < 3
+
+        # the shutdown is bounded by --drain-seconds, however long the request in flight would take
+        sender = send("/v1/translate", {"q": [f"the dog {n} a red house" for n in range(1000)], **plain_pair})
+        time.sleep(0.3)
+        began = time.monotonic()
+        assert server.stop() == 0
+        stopped_in = time.monotonic() - began
+        sender.join()
+    assert stopped_in < 1 + 5, server.stderr
+    logged = [json.loads(line) for line in server.stderr.splitlines() if line.startswith("{")]
+    assert 499 in [entry["status"] for entry in logged]
+    assert "Traceback" not in server.stderr

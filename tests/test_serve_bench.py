@@ -21,3 +21,17 @@ def test_every_client_count_and_request_size_is_a_row_with_and_without_batching(
         assert r["p50_ms"] <= r["p99_ms"]
     saved = json.loads(out.read_text())
     assert saved["cpu"] and saved["offline_sentences_per_s"] > 0 and len(saved["rows"]) == 8
+
+
+@pytest.mark.slow  # about 8 s: a server under 4 clients for 2 s
+def test_the_soak_mixes_every_kind_and_reports_latency_codes_and_memory(trained_run, corpus, tmp_path):
+    import serve_soak
+
+    out = tmp_path / "soak.json"
+    args = ["--checkpoint", trained_run, "--src", f"{corpus}/valid.en", "--clients", "4", "--seconds", "2"]
+    summary = serve_soak.main([*args, "--requests", "40", "--json", str(out)])
+    assert set(summary["kinds"]) == set(serve_soak.KINDS)
+    assert summary["statuses"] == {200: sum(k["requests"] for k in summary["kinds"].values())}
+    assert all(0 < k["p50_ms"] <= k["p99_ms"] for k in summary["kinds"].values())
+    assert 0 < summary["rss_mb"]["start"] <= summary["rss_mb"]["peak"]
+    assert json.loads(out.read_text())["cpu"]

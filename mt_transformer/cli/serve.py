@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 
 from mt_transformer.cli.common import entry_point, runtime_options
@@ -40,7 +41,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-lines", type=int, default=256, help="the most lines in one translator call (1: no batching)"
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a request may take; longer: 504")
+    parser.add_argument(
+        "--char-limit", type=int, help="characters per request, all lines together; more: 413 (default: no limit)"
+    )
+    parser.add_argument(
+        "--req-limit",
+        type=int,
+        help="requests a minute per API key, or per address without one; more: 429 (default: no limit)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=256,
+        help="requests waiting or being translated at once; more: 503 with Retry-After (default: 256)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds a request may take; longer: 504, and its work stops"
+    )
     parser.add_argument(
         "--api-keys", metavar="FILE", help="require LibreTranslate's api_key: one key per line (# comments)"
     )
@@ -69,12 +86,15 @@ def serve_main(argv=None):
 
     _check_args(args)
     settings = ServerSettings(
-        Limits(args.max_lines, args.max_chars),
+        Limits(args.max_lines, args.max_chars, args.char_limit),
         args.batch_wait_ms / 1000,
         args.batch_lines,
         args.timeout,
         _api_keys(args.api_keys),
+        args.max_queue,
+        args.req_limit,
     )
+    listening = _listen(args.host, args.port)
     failure: list[str] = []
 
     def stop(message: str) -> None:
@@ -101,11 +121,29 @@ def serve_main(argv=None):
     # uvicorn drains on SIGTERM and then sends the signal again: a handler that does nothing lets
     # the command end normally, with exit code 0, once the requests in flight are answered
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    server.run()
+    server.run(sockets=[listening])
+    if app.state.server.batcher.calling:  # a call that does not stop between steps (CTranslate2's)
+        logging.getLogger("mt_transformer").warning("stopped with a translator call still running")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2 if failure else 0)
     if failure:
         raise UserError(failure[0])
-    if not server.started:
-        raise UserError(f"--host/--port: could not listen on {args.host}:{args.port}")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a port in use is a one-line error."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listening = socket.socket(family, socket.SOCK_STREAM)
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind((host, port))
+        listening.listen(2048)
+    except (OSError, OverflowError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise UserError(f"--host/--port: cannot listen on {host}:{port} ({reason})") from None
+    listening.set_inheritable(True)
+    return listening
 
 
 def _check_args(args) -> None:
@@ -114,6 +152,9 @@ def _check_args(args) -> None:
         ("--max-lines", args.max_lines),
         ("--max-chars", args.max_chars),
         ("--batch-lines", args.batch_lines),
+        ("--max-queue", args.max_queue),
+        ("--char-limit", 1 if args.char_limit is None else args.char_limit),
+        ("--req-limit", 1 if args.req_limit is None else args.req_limit),
     ):
         if value < 1:
             raise UserError(f"{name}: must be at least 1, got {value}")

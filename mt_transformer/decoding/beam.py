@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from mt_transformer.decoding import stopping
 from mt_transformer.decoding.lexical_beam import LexicalBeam
 from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs
 
@@ -58,6 +59,7 @@ def beam_search(
     shortest_limit = min(limits)
 
     for step in range(max(limits) + 1):
+        stopping.check()  # a caller that gave up on this translation (decoding/stopping.py)
         live = len(owners)
         width = scores.size(1)  # rows per sentence: 1 at step 0, then beam
         states, _ = model.decode(tokens[:, -1:], memory, src_mask, cache)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from mt_transformer.decoding import stopping
 from mt_transformer.decoding.search import Hypothesis, next_token_log_probs
 
 
@@ -40,6 +41,7 @@ def greedy_search(
     owners = list(range(batch))  # `sentence` on the host, where the bookkeeping reads it
     shortest_limit = int(max_len.min())
     for step in range(int(max_len.max()) + 1):
+        stopping.check()  # a caller that gave up on this translation (decoding/stopping.py)
         states, _ = model.decode(last, memory, src_mask, cache)
         memory = None  # from now on the cache holds the cross-attention keys and values
         at_limit = max_len <= step if step >= shortest_limit else None

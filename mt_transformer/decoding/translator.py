@@ -22,6 +22,7 @@ from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.text import normalize
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
 from mt_transformer.decoding.languages import language_heads, target_tag
@@ -163,6 +164,7 @@ class Translator:
         shown = progress is True
         with tqdm(total=sum(map(len, batches)), unit="sent", disable=not shown, leave=False) as bar:
             for batch in batches:
+                stopping.check()
                 batch_prefixes = [segment_prefixes[i] for i in batch] if forced else None
                 batch_constraints = [segment_constraints[i] for i in batch] if lexical else None
                 for i, hypotheses in zip(

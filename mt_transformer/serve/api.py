@@ -20,15 +20,16 @@ NAMES = {
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.headers = status, message, headers
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_lines: int = 1000  # lines (the items of q) per request
+    max_lines: int = 1000  # lines (the items of q) per request; with format html, runs of text
     max_chars: int = 5000  # characters per line
+    char_limit: int | None = None  # characters per request, all lines together (LibreTranslate's --char-limit)
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,8 @@ def parse_translate(payload: Mapping, pairs: set[tuple[str, str]], limits: Limit
         raise ApiError(400, "Invalid request: q must be a string or a list of strings")
     if not any(line.strip() for line in lines):
         raise ApiError(400, "Invalid request: q is empty")
-    if len(lines) > limits.max_lines:
-        raise ApiError(413, f"Invalid request: {len(lines)} lines in q, more than this server's {limits.max_lines}")
-    longest = max(len(line) for line in lines)
-    if longest > limits.max_chars:
-        raise ApiError(413, f"Invalid request: a line of {longest} characters, more than {limits.max_chars}")
+    check_size(lines, limits, "lines in q")
+    check_text(lines, "q")
     target = _text(payload, "target")
     source = _text(payload, "source")
     if source == "auto":
@@ -74,22 +72,49 @@ def parse_translate(payload: Mapping, pairs: set[tuple[str, str]], limits: Limit
     if format_ not in ("text", "html"):
         raise ApiError(400, f"Invalid request: format must be text or html, not {format_!r}")
     alternatives = payload.get("alternatives") or 0
-    try:
+    if isinstance(alternatives, str) and alternatives.strip().isdigit():  # a form's value
         alternatives = int(alternatives)
-    except (TypeError, ValueError):
-        raise ApiError(400, "Invalid request: alternatives must be a whole number") from None
-    if not 0 <= alternatives <= 10:
-        raise ApiError(400, f"Invalid request: alternatives must be between 0 and 10, not {alternatives}")
-    api_key = payload.get("api_key")
-    if api_key is not None and not isinstance(api_key, str):
+    if not isinstance(alternatives, int) or isinstance(alternatives, bool) or not 0 <= alternatives <= 10:
+        raise ApiError(
+            400, f"Invalid request: alternatives must be a whole number from 0 to 10, not {alternatives!r}"[:200]
+        )
+    return TranslateRequest(lines, as_list, source, target, format_, alternatives, api_key(payload))
+
+
+def api_key(payload: Mapping) -> str | None:
+    """The request's api_key: a string, or None where it gives none."""
+    key = payload.get("api_key")
+    if key is not None and not isinstance(key, str):
         raise ApiError(400, "Invalid request: api_key must be a string")
-    return TranslateRequest(lines, as_list, source, target, format_, alternatives, api_key or None)
+    return key or None
+
+
+def check_size(lines: list[str], limits: Limits, what: str) -> None:
+    """413 for more lines, longer lines or more characters in all than the server takes."""
+    if len(lines) > limits.max_lines:
+        raise ApiError(413, f"Invalid request: {len(lines)} {what}, more than this server's {limits.max_lines}")
+    longest = max(map(len, lines), default=0)
+    if longest > limits.max_chars:
+        raise ApiError(413, f"Invalid request: a line of {longest} characters, more than {limits.max_chars}")
+    total = sum(map(len, lines))
+    if limits.char_limit is not None and total > limits.char_limit:
+        raise ApiError(413, f"Invalid request: {total} characters, more than this server's {limits.char_limit}")
+
+
+def check_text(values: list[str], what: str) -> None:
+    """400 for a string that is no text: a lone surrogate (JSON's \\ud800) has no UTF-8."""
+    for value in values:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, f"Invalid request: {what} holds a lone surrogate, which is not text") from None
 
 
 def _text(payload: Mapping, name: str) -> str:
     value = payload.get(name)
     if not isinstance(value, str) or not value:
         raise ApiError(400, f"Invalid request: missing {name} parameter")
+    check_text([value], name)
     return value
 
 

@@ -4,30 +4,33 @@ operations endpoints (`GET /health`, `GET /ready`), a page to try it at `/`, and
 schema at `/openapi.json` (browsable at `/docs`).
 
 The models load after start-up on the thread that will translate with them, so the server answers `/health` at once and
-`/ready` turns true when they are loaded. Every translation goes through one DynamicBatcher.
+`/ready` turns true when they are loaded. Every translation goes through one DynamicBatcher, and
+is given up on (dropped from the queue, or stopped at its next step) when its client disconnects
+or its time runs out; docs/serving.md#bounds lists what bounds each request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException
 
 from mt_transformer.errors import UserError
-from mt_transformer.serve.api import ApiError, Limits, languages, parse_translate
-from mt_transformer.serve.batcher import DynamicBatcher
+from mt_transformer.serve.api import ApiError, Limits, api_key, check_size, languages, parse_translate
+from mt_transformer.serve.batcher import Busy, DynamicBatcher
+from mt_transformer.serve.bodies import read_payload
 from mt_transformer.serve.html_text import HtmlFragment
 from mt_transformer.serve.middleware import AccessLog, BodyLimit
 from mt_transformer.serve.models import Item, Models, Options, Result
+from mt_transformer.serve.quotas import RequestQuota
 from mt_transformer.serve.v1 import V1Request, V1Response, parse_v1, v1_response
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,9 @@ class ServerSettings:
     batch_lines: int = 256  # most lines in one call (1: no batching)
     timeout: float = 60.0  # seconds a request may take before it is answered 504
     api_keys: frozenset[str] | None = None  # None: no key needed
+    max_pending: int = 256  # requests waiting or being translated at once; more: 503 with Retry-After
+    req_limit: int | None = None  # requests a minute per API key, or per address without one; more: 429
+    stop_grace: float = 5.0  # seconds a call may go on at shutdown after its requests were given up on
 
     @property
     def max_body(self) -> int:
@@ -54,10 +60,11 @@ class _Server:
         self.settings = settings
         self.models: Models | None = None
         self.load_error: str | None = None
-        self.batcher = DynamicBatcher(self._run, settings.batch_wait, settings.batch_lines)
+        self.batcher = DynamicBatcher(self._run, settings.batch_wait, settings.batch_lines, settings.max_pending)
+        self.quota = RequestQuota(settings.req_limit) if settings.req_limit else None
 
-    def _run(self, options: Options, items: list[Item]) -> list[Result]:
-        return self.models.run(options, items)
+    def _run(self, options: Options, items: list[Item], given_up: Callable[[], bool]) -> list[Result]:
+        return self.models.run(options, items, given_up)
 
     @property
     def pairs(self) -> set[tuple[str, str]]:
@@ -65,23 +72,46 @@ class _Server:
             raise ApiError(503, self.load_error or "the models are still loading (GET /ready says when they are)")
         return self.models.pairs
 
-    def check_key(self, api_key: str | None) -> None:
+    def admit(self, request: Request, key: str | None) -> None:
+        """403 for a missing or wrong key where keys are required; 429 past the client's quota."""
         keys = self.settings.api_keys
-        if keys is not None and api_key not in keys:
+        if keys is not None and key not in keys:
             raise ApiError(403, "Invalid API key")
+        if self.quota is not None:
+            self.quota.take(f"key {key}" if key else f"address {request.client.host if request.client else '-'}")
 
-    async def translate(self, options: Options, items: list[Item]) -> list[Result]:
-        """The results of the items, through the batcher; failures as ApiErrors."""
+    async def translate(self, options: Options, items: list[Item], request: Request) -> list[Result]:
+        """The results of the items, through the batcher; failures as ApiErrors. The work is given
+        up on when the client disconnects or the timeout passes."""
+        work = asyncio.ensure_future(self.batcher.submit(options, items))
+        watch = asyncio.ensure_future(_disconnect(request))
         try:
-            return await asyncio.wait_for(self.batcher.submit(options, items), self.settings.timeout)
-        except (asyncio.TimeoutError, TimeoutError):
-            raise ApiError(504, f"the translation took more than {self.settings.timeout:g} s") from None
+            await asyncio.wait({work, watch}, timeout=self.settings.timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                work.cancel()
+                if watch.done():
+                    raise ApiError(499, "the client closed the connection")
+                raise ApiError(504, f"the translation took more than {self.settings.timeout:g} s")
+            return work.result()
+        except ApiError:
+            raise
+        except Busy as busy:
+            raise ApiError(503, f"the server is busy ({busy}); try again", {"Retry-After": "1"}) from None
         except UserError as error:  # a phrase the vocabulary cannot spell, settings out of range
             raise ApiError(400, str(error)) from None
         except Exception as error:  # out of memory, a fault of the engine: this request only
             first = (str(error).strip().splitlines() or [""])[0]
             log.error("translation failed: %s: %s", type(error).__name__, first)
             raise ApiError(500, f"the translation failed: {type(error).__name__}: {first}") from None
+        finally:
+            work.cancel()  # where the caller itself was cancelled (a server shutting down)
+            watch.cancel()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has closed the connection (its body was read before)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def create_app(
@@ -95,17 +125,19 @@ def create_app(
         try:
             server.models = await server.batcher.run_alone(load)
             log.info("ready: %s", ", ".join(f"{s} -> {t}" for s, t in sorted(server.models.pairs)))
-        except UserError as error:
-            server.load_error = str(error)
+        except Exception as error:  # of any kind: the server must not wait for models that never come
+            message = str(error) if isinstance(error, UserError) else _one_line(error, "the models could not be loaded")
+            server.load_error = message
+            log.error("%s", message)
             if on_load_error is not None:
-                on_load_error(str(error))
+                on_load_error(message)
 
     @asynccontextmanager
     async def lifespan(app):
         server.batcher.start()
         loading = asyncio.create_task(load_models())
         yield
-        await server.batcher.close()  # in-flight requests are finished before the server stops
+        await server.batcher.close(settings.stop_grace)  # in-flight requests are finished before the server stops
         loading.cancel()
 
     app = FastAPI(title="mt-serve", summary="Machine translation with mt_transformer models", lifespan=lifespan)
@@ -116,10 +148,10 @@ def create_app(
 
     @app.post("/v1/translate", response_model=V1Response, response_model_exclude_none=True)
     async def v1_translate(body: V1Request, request: Request):
-        server.check_key(body.api_key)
+        server.admit(request, body.api_key)
         options, items = parse_v1(body, server.pairs, settings.limits)
         request.state.lines = len(items)
-        return v1_response(body, options, await server.translate(options, items))
+        return v1_response(body, options, await server.translate(options, items, request))
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
     app.add_middleware(AccessLog)  # the last added is the outermost: it sees the 413s too
@@ -132,7 +164,16 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError):
         request.state.error = error.message
-        return JSONResponse({"error": error.message}, status_code=error.status)
+        return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
+
+    @app.exception_handler(HTTPException)  # the framework's own: 404, 405, a body it cannot parse
+    async def http_error(request: Request, error: HTTPException):
+        return await api_error(request, ApiError(error.status_code, str(error.detail), error.headers))
+
+    @app.exception_handler(Exception)  # a fault of ours: still a JSON answer of one line
+    async def fault(request: Request, error: Exception):
+        log.error("%s %s: %s", request.method, request.url.path, _one_line(error, "internal error"))
+        return await api_error(request, ApiError(500, _one_line(error, "internal error")))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError):
@@ -184,16 +225,18 @@ def _libretranslate(app: FastAPI, server: _Server) -> None:
 
     @app.post("/translate", summary="LibreTranslate's translate", openapi_extra=_TRANSLATE_BODY)
     async def translate(request: Request):
-        payload = await _payload(request)
-        server.check_key(payload.get("api_key"))
+        payload = await read_payload(request)
+        server.admit(request, api_key(payload))
         asked = parse_translate(payload, server.pairs, settings.limits)
         if asked.format == "html" and asked.alternatives:
             raise ApiError(400, "Invalid request: alternatives are for format text")
         fragments = [HtmlFragment(line) for line in asked.lines] if asked.format == "html" else None
         texts = [t for f in fragments for t in f.texts] if fragments else asked.lines
+        if fragments:
+            check_size(texts, settings.limits, "runs of text in the HTML of q")
         request.state.lines = len(texts)
         options = Options(asked.source, asked.target, n_best=1 + asked.alternatives)
-        results = await server.translate(options, [Item(text) for text in texts]) if texts else []
+        results = await server.translate(options, [Item(text) for text in texts], request) if texts else []
         if fragments:
             translated, start = [], 0
             for fragment in fragments:
@@ -213,34 +256,17 @@ def _libretranslate(app: FastAPI, server: _Server) -> None:
 
     @app.post("/detect", summary="The source language: the one this server translates from", openapi_extra=_DETECT_BODY)
     async def detect(request: Request):
-        payload = await _payload(request)
-        server.check_key(payload.get("api_key"))
+        payload = await read_payload(request)
+        server.admit(request, api_key(payload))
         if not isinstance(payload.get("q"), str) or not payload["q"].strip():
             raise ApiError(400, "Invalid request: missing q parameter")
         sources = sorted({s for s, _ in server.pairs})
         return [{"confidence": round(100.0 / len(sources), 1), "language": s} for s in sources]
 
 
-async def _payload(request: Request) -> dict:
-    """A LibreTranslate body: JSON, or a form (url-encoded or multipart) where a repeated q is a list."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind == "application/json":
-        try:
-            payload = json.loads(await request.body())
-        except ValueError as error:  # not JSON, or not UTF-8
-            raise ApiError(400, f"Invalid request: the body is not JSON ({type(error).__name__})") from None
-        if not isinstance(payload, dict):
-            raise ApiError(400, "Invalid request: the body must be a JSON object")
-        return payload
-    if kind == "multipart/form-data":
-        form = await request.form()
-        fields = {key: form.getlist(key) for key in form.keys()}
-    else:  # application/x-www-form-urlencoded, or a client that names no type
-        try:
-            fields = parse_qs((await request.body()).decode("utf-8"), keep_blank_values=True, errors="strict")
-        except UnicodeDecodeError:
-            raise ApiError(400, "Invalid request: the form is not UTF-8") from None
-    return {key: values if key == "q" and len(values) > 1 else values[0] for key, values in fields.items()}
+def _one_line(error: BaseException, what: str) -> str:
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"{what}: {type(error).__name__}{': ' + first if first else ''}"
 
 
 _FIELDS = {

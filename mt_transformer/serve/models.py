@@ -13,11 +13,16 @@ from dataclasses import dataclass
 
 from mt_transformer.config import language_tag
 from mt_transformer.data.language_codes import public_code
+from mt_transformer.decoding import stopping
 from mt_transformer.decoding.translator import Translation, Translator, load_untagged
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.engine_choice import describe
 
 log = logging.getLogger(__name__)
+
+# the attention weights one request may ask for (every layer and head of each line's best
+# translation): about 7 MB of JSON, and what the server holds while it writes them
+MAX_ATTENTION_WEIGHTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -73,21 +78,31 @@ class Models:
     def pairs(self) -> set[tuple[str, str]]:
         return set(self.translators)
 
-    def run(self, options: Options, items: list[Item]) -> list[Result]:
-        """One result per item. Runs in the batcher's worker thread, one call at a time."""
+    def run(self, options: Options, items: list[Item], given_up: Callable[[], bool] = lambda: False) -> list[Result]:
+        """One result per item. Runs in the batcher's worker thread, one call at a time; stops
+        (stopping.Stopped) at its next step once `given_up()`."""
         needs_torch = options.attention or any(item.include for item in items)
         translator = self._translator(options, needs_torch)
         texts = [item.text for item in items]
         prefixes = [item.prefix for item in items] if any(item.prefix for item in items) else None
+        if prefixes and translator.max_positions:
+            longest = max(map(len, translator.target_ids(prefixes)))
+            if longest >= translator.max_positions:
+                raise UserError(f"prefix: {longest} subwords, more than this model's {translator.max_positions - 1}")
         constraints = None
         if any(item.include or item.avoid for item in items):
             constraints = ([list(item.include) for item in items], [list(item.avoid) for item in items])
-        found = translator(texts, prefixes=prefixes, constraints=constraints)
-        if not options.attention:
-            return [Result(hypotheses) for hypotheses in found]
-        if translator.model is None:
-            raise UserError("alignments and attention need the PyTorch engine; this server runs CTranslate2")
-        return [_with_attention(translator, text, hypotheses) for text, hypotheses in zip(texts, found)]
+        if options.attention:
+            if translator.model is None:
+                raise UserError("alignments and attention need the PyTorch engine; this server runs CTranslate2")
+            sources = translator.source_ids(texts)
+            attention_budget(translator, sources, [[] for _ in texts])  # before the translation: the sources alone
+        with stopping.stop_when(given_up):
+            found = translator(texts, prefixes=prefixes, constraints=constraints)
+            if not options.attention:
+                return [Result(hypotheses) for hypotheses in found]
+            attention_budget(translator, sources, [hypotheses[0].tokens for hypotheses in found])
+            return [_with_attention(translator, text, hypotheses) for text, hypotheses in zip(texts, found)]
 
     def _translator(self, options: Options, needs_torch: bool) -> Translator:
         pair = (options.source, options.target)
@@ -95,7 +110,8 @@ class Models:
         key = (*pair, options.beam, options.alpha, options.n_best, needs_torch)
         if key not in self._variants:
             base = self._torch_translator(pair) if needs_torch else self.translators[pair]
-            changes = {"beam_size": options.beam, "alpha": options.alpha, "n_best": options.n_best}
+            beam = options.beam or max(base.decode.beam_size, options.n_best)  # alternatives widen the beam
+            changes = {"beam_size": beam, "alpha": options.alpha, "n_best": options.n_best}
             self._variants[key] = base.with_settings(**changes)
         return self._variants[key]
 
@@ -109,6 +125,22 @@ class Models:
         return self._torch[pair]
 
 
+def attention_budget(translator: Translator, sources: list[list[int]], outputs: list[list[int]]) -> None:
+    """Refuse attention maps of more than MAX_ATTENTION_WEIGHTS weights in all: each line's source
+    over itself in every encoder layer and head, and its output over itself and the source in
+    every decoder layer and head (EOS and BOS counted)."""
+    model = translator.config.model
+    total = 0
+    for src, out in zip(sources, outputs):
+        s, t = len(src) + 1, len(out) + 1
+        total += model.n_heads * (model.encoder_layers * s * s + model.decoder_layers * t * (t + s)) + t * s
+    if total > MAX_ATTENTION_WEIGHTS:
+        raise UserError(
+            f"attention: {total:,} weights for these lines, more than the {MAX_ATTENTION_WEIGHTS:,} a request "
+            f"may have; ask for it on fewer or shorter lines"
+        )
+
+
 def _with_attention(translator: Translator, text: str, hypotheses: list[Translation]) -> Result:
     """The hypotheses with their word alignments, and every attention weight of the best one:
     `weights`, the cross-attention of the last decoder layer averaged over its heads (as
@@ -120,6 +152,9 @@ def _with_attention(translator: Translator, text: str, hypotheses: list[Translat
     src_ids = translator.source_ids([text])[0]
     src_pieces = tokenizer.src_pieces(src_ids)
     kept = [k for k, h in enumerate(hypotheses) if src_ids and h.tokens]  # nothing to align for empty ones
+    if not kept:
+        return Result(hypotheses, [""] * len(hypotheses))
+    stopping.check()
     matrices = translator.cross_attention(src_ids, [hypotheses[k].tokens for k in kept])  # (tgt + 1, src + 1) each
     alignments, attention = [""] * len(hypotheses), None
     for k, matrix in zip(kept, matrices):

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mt_transformer.serve.api import ApiError, Limits, parse_translate
+from mt_transformer.serve.api import ApiError, Limits, check_text, parse_translate
 from mt_transformer.serve.models import Item, Options, Result
+
+MAX_PHRASES = 16  # constraints (or phrases to avoid) per line: each one widens the search
 
 
 class V1Request(BaseModel):
@@ -72,6 +74,7 @@ def parse_v1(request: V1Request, pairs: set[tuple[str, str]], limits: Limits) ->
         if given is not None and len(given) != len(lines):
             raise ApiError(400, f"Invalid request: {name} has {len(given)} items, q {len(lines)} lines")
         per_line[name] = given or [None] * len(lines)
+        _check_phrases(name, [p if isinstance(p, list) else [p] for p in given or []], limits)
     items = [
         Item(line, prefix or "", tuple(include or ()), tuple(avoid or ()))
         for line, prefix, include, avoid in zip(lines, per_line["prefix"], per_line["constraints"], per_line["avoid"])
@@ -79,6 +82,16 @@ def parse_v1(request: V1Request, pairs: set[tuple[str, str]], limits: Limits) ->
     attention = request.alignment or request.attention
     options = Options(checked.source, checked.target, request.beam, request.alpha, request.n_best, attention)
     return options, items
+
+
+def _check_phrases(name: str, per_line: list[list[str]], limits: Limits) -> None:
+    """A prefix or phrases of text, each no longer than a line may be, and at most MAX_PHRASES a line."""
+    phrases = [phrase for line in per_line for phrase in line]
+    check_text(phrases, name)
+    if any(len(line) > MAX_PHRASES for line in per_line):
+        raise ApiError(400, f"Invalid request: more than {MAX_PHRASES} {name} for one line")
+    if any(len(phrase) > limits.max_chars for phrase in phrases):
+        raise ApiError(413, f"Invalid request: {name} longer than a line may be ({limits.max_chars} characters)")
 
 
 def v1_response(request: V1Request, options: Options, results: list[Result]) -> V1Response:
