@@ -233,6 +233,16 @@ def _run_in_this_process(name: str, args: list[str], input: str | None) -> subpr
     return subprocess.CompletedProcess([name, *args], returncode, stdout.getvalue(), stderr.getvalue())
 
 
+class Payload:
+    """Unpickled, it creates the file `marker`: proof that a load ran code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
 @pytest.fixture(scope="session")
 def trained_run(corpus, tmp_path_factory) -> str:
     """A tiny model trained for a few dozen steps (shared by the CLI and decoding tests)."""

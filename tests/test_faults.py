@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 import mt_transformer.training.step as training_step
 import mt_transformer.training.train as train_module
-from conftest import run_cli, subprocess_env, tiny_config, write_config
+from conftest import Payload, run_cli, subprocess_env, tiny_config, write_config
 from mt_transformer import checkpoint
 from mt_transformer.config import load_config
 from mt_transformer.errors import UserError
@@ -246,16 +246,6 @@ def test_kill_inside_a_save_keeps_the_previous_checkpoint(corpus, tmp_path, unin
 
 
 # --- checkpoints that would run code when unpickled ---
-
-
-class Payload:
-    """Unpickled, it creates the file `marker`: proof that a load ran code."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 def write_payload(path, marker):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, perturbed_model, run_cli, token_log_probs, write_config
+from conftest import ROOT, Payload, perturbed_model, run_cli, token_log_probs, write_config
 from mt_transformer import checkpoint
 from mt_transformer.errors import UserError
 
@@ -424,16 +424,6 @@ def test_the_readme_imports_translates_and_fine_tunes(corpus, tmp_path, monkeypa
     test_lines = (tmp_path / "data" / "demo" / "test.en").read_text(encoding="utf-8").count("\n")
     assert outputs[1].count("\n") == test_lines
     assert os.path.isdir(tmp_path / "runs" / "opus-en-de_finetuned" / "checkpoints" / "step_00000002")
-
-
-class Payload:
-    """Unpickled, it creates the file `marker`: proof that a load ran code."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 def test_pickled_weights_are_read_only_when_asked_and_never_run_code(imported_run, tmp_path):
