@@ -111,3 +111,17 @@ def test_training_into_a_directory_of_other_files_is_refused(corpus, run, tmp_pa
     result = run_cli("mt-train", "--config", config)
     assert result.returncode == 0, result.stderr
     assert written_by(run) == "mt-train"
+
+
+def test_a_run_is_known_by_its_marker_its_checkpoints_or_its_tokenizer(run, tmp_path):
+    from mt_transformer.data.tokenizer import Tokenizer
+    from mt_transformer.training.train import is_run_dir
+
+    assert is_run_dir(run)
+    prepared = tmp_path / "prepared"  # what the Python API's run_tokenizer leaves before training
+    prepared.mkdir()
+    for name in [*Tokenizer(run).files, "tokenizer.json"]:
+        shutil.copy(os.path.join(run, name), prepared / name)
+    assert is_run_dir(str(prepared))
+    os.remove(prepared / "tokenizer.json")  # sentencepiece files alone may be anyone's
+    assert not is_run_dir(str(prepared))

@@ -26,6 +26,7 @@ from mt_transformer.files import atomic_dir, read_json, write_text
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = "1"
+TOKENIZER_SETTINGS = "tokenizer.json"  # the settings a run's tokenizer was trained with
 
 
 def _hash_file(path: str, digest) -> None:
@@ -272,7 +273,7 @@ def run_tokenizer(
     """The run directory's tokenizer if its settings match the config (else a one-line error),
     or a new one trained on the training pairs."""
     settings = data.tokenizer_settings()
-    settings_path = os.path.join(run_dir, "tokenizer.json")
+    settings_path = os.path.join(run_dir, TOKENIZER_SETTINGS)
     if Tokenizer.exists(run_dir) and os.path.isfile(settings_path):
         conflict = data.tokenizer_conflict(read_json(settings_path, "the run's tokenizer settings"))
         if conflict:
@@ -319,4 +320,9 @@ def run_tokenizer(
 def chosen_vocab_size(run_dir: str) -> int:
     """The vocabulary size the run's tokenizer was trained for (data.vocab_size, or the size
     that data.vocab_size 0 chose from the data)."""
-    return read_json(os.path.join(run_dir, "tokenizer.json"), "the run's tokenizer settings")["vocab_size"]
+    return read_json(os.path.join(run_dir, TOKENIZER_SETTINGS), "the run's tokenizer settings")["vocab_size"]
+
+
+def has_run_tokenizer(run_dir: str) -> bool:
+    """Whether `run_dir` holds a tokenizer a run trained (or adopted), with its settings."""
+    return Tokenizer.exists(run_dir) and os.path.isfile(os.path.join(run_dir, TOKENIZER_SETTINGS))

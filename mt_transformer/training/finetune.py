@@ -15,6 +15,7 @@ import shutil
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, ConfigError, config_from_dict
+from mt_transformer.data.prepare import TOKENIZER_SETTINGS
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
@@ -48,7 +49,7 @@ def adopt_tokenizer(parent: str, run_dir: str) -> None:
     for name in Tokenizer(parent).files:
         shutil.copyfile(os.path.join(parent, name), os.path.join(run_dir, name))
     settings = config_from_dict(checkpoint.read_metadata(parent)["config"]).data.tokenizer_settings()
-    write_text(os.path.join(run_dir, "tokenizer.json"), json.dumps(settings, indent=2))
+    write_text(os.path.join(run_dir, TOKENIZER_SETTINGS), json.dumps(settings, indent=2))
 
 
 def start_from(step, parent: str, reset: bool) -> None:

@@ -19,7 +19,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, TrainConfig, check_data_files, to_yaml
-from mt_transformer.data.prepare import chosen_vocab_size, prepare_data
+from mt_transformer.data.prepare import chosen_vocab_size, has_run_tokenizer, prepare_data
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
 from mt_transformer.errors import UserError
@@ -56,8 +56,9 @@ def check_output_dir(path: str) -> None:
 
 
 def is_run_dir(path: str) -> bool:
-    """Whether mt-train (or mt-prepare) wrote `path`: its marker, or checkpoints of its own."""
-    return written_by(path) == RUN_MARKER or bool(checkpoint.list_checkpoints(path))
+    """Whether mt_transformer wrote `path` as a run: mt-train's (or mt-prepare's) marker, checkpoints,
+    or a run's tokenizer (as the Python API's run_tokenizer writes it)."""
+    return written_by(path) == RUN_MARKER or bool(checkpoint.list_checkpoints(path)) or has_run_tokenizer(path)
 
 
 def parameter_count(config: Config) -> int | None:
