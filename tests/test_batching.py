@@ -126,7 +126,7 @@ def pairs_and_twice_the_pieces(n=300):
         }
     )
 
-    def twice_the_pieces(texts, seed=None):
+    def twice_the_pieces(texts, seed=None, indices=None):
         return {
             "src_ids": [[7] * (2 * len(x)) for x in texts["src"]],
             "tgt_ids": [[8] * (2 * len(x)) for x in texts["tgt"]],

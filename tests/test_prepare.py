@@ -154,9 +154,11 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
     assert {processor.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
 
 
-def test_a_batch_draws_the_same_segmentations_with_any_number_of_workers(corpus, tmp_path):
+def test_a_batch_draws_the_same_segmentations_and_changes_with_any_number_of_workers(corpus, tmp_path):
     from datasets import Dataset
 
+    from mt_transformer.config import AugmentConfig
+    from mt_transformer.data.augment import PairAugmenter
     from mt_transformer.data.batching import batch_loader
     from mt_transformer.data.prepare import SubwordEncoder
     from mt_transformer.data.tokenizer import train_sentencepiece
@@ -164,19 +166,21 @@ def test_a_batch_draws_the_same_segmentations_with_any_number_of_workers(corpus,
     model = str(tmp_path / "spm.model")
     lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
     train_sentencepiece(lines, model, 150, "unigram", 1.0, 10_000, seed=1, byte_fallback=False)
-    encoder = SubwordEncoder(str(tmp_path), alpha=0.3)
     usual = SubwordEncoder(str(tmp_path))({"src": lines[:40], "tgt": lines[:40]})
     rows = Dataset.from_dict({"src": lines[:40], "tgt": lines[:40], **usual})
     batches = [np.arange(i, i + 4) for i in range(0, 40, 4)]
+    changes = AugmentConfig(upper_case=0.3, typos=0.5, remove_end_punct=0.5)
+    for alpha, augment in ((0.3, AugmentConfig()), (0.0, changes), (0.3, changes)):
+        resample = PairAugmenter(SubwordEncoder(str(tmp_path), alpha=alpha), [augment], [40])
 
-    def drawn(workers, epoch, order=slice(None)):
-        loader = batch_loader(rows, batches[order], workers, resample=encoder, max_len=500, draw_seed=(1, epoch))
-        return [batch.tgt_out.tolist() for batch in loader]
+        def drawn(workers, epoch, order=slice(None), resample=resample):
+            loader = batch_loader(rows, batches[order], workers, resample=resample, max_len=500, draw_seed=(1, epoch))
+            return [batch.tgt_out.tolist() for batch in loader]
 
-    in_process = drawn(0, epoch=0)
-    assert drawn(2, epoch=0) == in_process  # two workers, each from its own generator state
-    assert drawn(0, epoch=0, order=slice(None, None, -1)) == in_process[::-1]  # whatever came before
-    assert drawn(0, epoch=1) != in_process  # another epoch draws anew
+        in_process = drawn(0, epoch=0)
+        assert drawn(2, epoch=0) == in_process  # two workers, each from its own generator state
+        assert drawn(0, epoch=0, order=slice(None, None, -1)) == in_process[::-1]  # whatever came before
+        assert drawn(0, epoch=1) != in_process  # another epoch draws anew
 
 
 def test_subword_regularization_segments_every_batch_anew_within_max_tokens(corpus, tmp_path, monkeypatch):

@@ -124,9 +124,11 @@ def serve_main(argv=None):
     server.run(sockets=[listening])
     if app.state.server.batcher.calling:  # a call that does not stop between steps (CTranslate2's)
         logging.getLogger("mt_transformer").warning("stopped with a translator call still running")
+        if failure:
+            print(f"error: {failure[0]}", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(2 if failure else 0)
+        os._exit(2 if failure else 0)  # the call's thread would hold the exit until it ends
     if failure:
         raise UserError(failure[0])
 

@@ -11,6 +11,7 @@ from mt_transformer.config.loading import (
     to_yaml,
 )
 from mt_transformer.config.sections import (
+    AugmentConfig,
     Config,
     CorpusConfig,
     DataConfig,
@@ -24,6 +25,7 @@ from mt_transformer.errors import ConfigError
 
 __all__ = [
     "SECTIONS",
+    "AugmentConfig",
     "Config",
     "ConfigError",
     "CorpusConfig",

@@ -5,6 +5,7 @@ Each failed check raises `ConfigError` with one line that names the key.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from mt_transformer.config.sections import (
@@ -53,6 +54,12 @@ def validate(config: Config) -> None:
     _check_decode(config.decode)
 
 
+def _check_augment(augment, key: str) -> None:
+    for field in dataclasses.fields(augment) if augment is not None else ():
+        value = getattr(augment, field.name)
+        _check(0 <= value <= 1, f"{key}.{field.name}: a share of pairs, between 0 and 1, got {value}")
+
+
 def _check_data(data: DataConfig) -> None:
     _check(
         data.vocab_size == 0 or data.vocab_size >= 16,
@@ -64,6 +71,9 @@ def _check_data(data: DataConfig) -> None:
     )
     _check(data.max_ratio >= 1, f"data.max_ratio: must be at least 1, got {data.max_ratio}")
     _check(0 <= data.spm_alpha < 1, f"data.spm_alpha: must be in [0, 1), got {data.spm_alpha}")
+    for k, corpus in enumerate(data.corpora or ()):
+        _check_augment(corpus.augment, f"data.corpora[{k}].augment")
+    _check_augment(data.augment, "data.augment")
     _check(data.teacher_nbest >= 1, f"data.teacher_nbest: must be at least 1, got {data.teacher_nbest}")
     _check(
         data.teacher_select != "chrf" or data.teacher_nbest > 1,
@@ -175,6 +185,10 @@ def check_corpora(data: DataConfig) -> None:
     _check(
         not (data.language_tokens and (data.target_tags or data.spm_alpha)),
         "data.language_tokens: not with data.target_tags or data.spm_alpha (the language tokens say the target)",
+    )
+    _check(
+        not (data.language_tokens and any(data.augment_of(c).active for c in data.corpus_list())),
+        "data.augment: not with data.language_tokens (an NLLB or M2M100 import)",
     )
     if data.corpora:
         for key in ("train", "valid", "test", "hub_name", "tag", "teacher"):

@@ -34,6 +34,8 @@ def _coerce(value, annotation, key: str):
             choices = " | ".join(str(a) for a in args)
             raise ConfigError(f"{key}: {value!r} is not one of {choices}")
         return value
+    if dataclasses.is_dataclass(annotation):  # data.augment
+        return _build_section(key, annotation, value)
     if origin is tuple and args[-1] is Ellipsis and dataclasses.is_dataclass(args[0]):  # data.corpora
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
@@ -95,7 +97,13 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             value = text
         if not isinstance(raw.get(section), dict):
             raw[section] = {}
-        raw[section][key] = value
+        *outer, last = key.split(".")  # data.augment.typos=0.05: a key of a nested mapping
+        mapping = raw[section]
+        for name in outer:
+            if not isinstance(mapping.get(name), dict):
+                mapping[name] = {}
+            mapping = mapping[name]
+        mapping[last] = value
     return raw
 
 

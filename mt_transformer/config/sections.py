@@ -22,6 +22,22 @@ def tag_language(token: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class AugmentConfig:
+    """data.augment: per modifier, the share of training pairs it changes as batches are made
+    (data/augment.py says what each does); all 0, the default: the pairs as they are."""
+
+    upper_case: float = 0.0
+    title_case: float = 0.0
+    remove_end_punct: float = 0.0
+    typos: float = 0.0
+    noise: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, f.name) for f in dataclasses.fields(self))
+
+
+@dataclass(frozen=True)
 class CorpusConfig:
     """One corpus: its language pair and where its splits are. The data section is one itself;
     with `data.corpora` a run learns from several, each described by these keys."""
@@ -46,6 +62,9 @@ class CorpusConfig:
     # sources (a checkpoint, run, average, mt-import or mt-export directory; several: an
     # ensemble), made once into the run's cache (training/teacher.py)
     teacher: tuple[str, ...] = ()
+    # training pairs changed on the fly as people type (capitals, typos, no final full stop):
+    # modifier -> share of pairs; in a corpus of data.corpora, None takes the data section's
+    augment: AugmentConfig | None = None
 
     def files(self, split: str) -> list[str]:
         """The local files behind one split (none for hub data or an unset split): text reads
@@ -104,6 +123,10 @@ class DataConfig(CorpusConfig):
     def corpus_list(self) -> tuple[CorpusConfig, ...]:
         """The corpora of the run: those of `corpora`, or this section itself."""
         return self.corpora or (self,)
+
+    def augment_of(self, corpus: CorpusConfig) -> AugmentConfig:
+        """What data.augment does to `corpus`'s training pairs: its own setting, else the section's."""
+        return corpus.augment or self.augment or AugmentConfig()
 
     @property
     def tags(self) -> list[str]:

@@ -146,10 +146,11 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
 class BatchedDataset(torch.utils.data.Dataset):
     """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers.
 
-    With `resample` (a function of {"src": texts, "tgt": texts} to {"src_ids", "tgt_ids"}) each
-    batch is segmented anew from its text (subword regularization); a drawn segmentation longer
-    than `max_len` keeps the one of the encoded data, and so do the pairs drawn longest while
-    the batch would hold more than `max_tokens` padded tokens (as token_batches counts them).
+    With `resample` (resample(rows, seed=, indices=): the batch's rows, their texts included, to
+    {"src_ids", "tgt_ids"}; augment.PairAugmenter) each batch is changed and segmented anew from
+    its text (data.augment, subword regularization); a new pair longer than `max_len` keeps the
+    one of the encoded data, and so do the pairs made longest while the batch would hold more
+    than `max_tokens` padded tokens (as token_batches counts them).
     A batch's draws come from a seed of `draw_seed` (the run's seed and epoch, say) and its first
     row, so they are the same with any number of loader workers and when a run resumes.
     """
@@ -174,7 +175,7 @@ class BatchedDataset(torch.utils.data.Dataset):
         if self.resample is None:
             return collate(rows["src_ids"], rows["tgt_ids"])
         seed = np.random.SeedSequence([*self.draw_seed, int(self.batches[i][0])]).generate_state(1)[0]
-        drawn = self.resample({"src": rows["src"], "tgt": rows["tgt"]}, seed=int(seed))
+        drawn = self.resample(rows, seed=int(seed), indices=self.batches[i])
         src, tgt = (
             [new if len(new) <= self.max_len else old for new, old in zip(drawn[key], rows[key])]
             for key in ("src_ids", "tgt_ids")

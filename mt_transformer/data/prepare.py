@@ -16,6 +16,7 @@ import os
 import datasets
 
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
+from mt_transformer.data.augment import CaseSample
 from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import ColumnLines, drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
 from mt_transformer.data.from_text import vocabulary_size_for
@@ -200,7 +201,8 @@ def encode_corpus_split(
     if data.language_tokens:
         heads = tokenizer.language_heads(corpus.src_lang, corpus.tgt_lang, ("data.src_lang", "data.tgt_lang"))
     source = {**split_source(corpus, split), "tags": tags, "heads": heads}
-    keep_text = training and data.spm_alpha > 0  # subword regularization draws from the text
+    # subword regularization draws from the text, and data.augment changes it
+    keep_text = training and (data.spm_alpha > 0 or data.augment_of(corpus).active)
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
     dataset, stats = encode_split(
         lambda: with_tags(load_pairs(corpus, split, f"{key}.{split}"), tags),
@@ -292,6 +294,10 @@ def run_tokenizer(
     if not size:
         size, words = vocabulary_size_for([src, tgt], data.joint_vocab, data.spm_max_sentences)
         log.info("data.vocab_size: %d (sized from the data: %d distinct words)", size, words)
+    augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
+    upper, title = max(a.upper_case for a in augment), max(a.title_case for a in augment)
+    if upper or title:  # capitals the training pairs will have: pieces for them (data/augment.py)
+        src, tgt = CaseSample(src, upper, title, seed, data.tags), CaseSample(tgt, upper, title, seed + 1)
     log.info(
         "training sentencepiece (%s, vocab %d, %s) on %d pairs",
         data.spm_type,

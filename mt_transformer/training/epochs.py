@@ -1,13 +1,14 @@
 """The training data as the update loop draws it: each epoch's token-bucketed batches (shuffled by
-the run's seed and the epoch, corpora drawn by their temperature), this rank's shard of them, and
-under data.spm_alpha a segmentation drawn anew for every batch; loaders that start where a
-resumed run stopped."""
+the run's seed and the epoch, corpora drawn by their temperature), this rank's shard of them,
+pairs changed as people type under data.augment and a segmentation drawn anew for every batch
+under data.spm_alpha; loaders that start where a resumed run stopped."""
 
 from __future__ import annotations
 
 import logging
 
 from mt_transformer.config import Config
+from mt_transformer.data.augment import PairAugmenter
 from mt_transformer.data.batching import batch_loader, corpus_rows, drawn_batch_tokens, lengths, token_batches
 from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.errors import UserError
@@ -34,12 +35,18 @@ class TrainingBatches:
         self._last_epoch = (None, [])  # (epoch, its batches): asked for again at a run's start
 
     def _segmentation(self, dataset, tokenizer_dir: str):
-        """The columns the loader reads, the encoder that segments each batch anew under
-        data.spm_alpha (None without), and the tokens of the usual segmentation per batch."""
-        alpha, train = self.data.spm_alpha, self.train
-        if not alpha:
+        """The columns the loader reads, what changes and encodes each batch anew under
+        data.augment or data.spm_alpha (None without them), and the tokens of the usual
+        segmentation per batch."""
+        alpha, train, data = self.data.spm_alpha, self.train, self.data
+        augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
+        if not alpha and not any(a.active for a in augment):
             return dataset.select_columns(["src_ids", "tgt_ids"]), None, train.max_tokens
         encoder = SubwordEncoder(tokenizer_dir, alpha)
+        resample = PairAugmenter(encoder, augment, self.corpus_sizes, data.tags)
+        columns = dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"])
+        if not alpha:  # changed pairs are a few: batches hold them within train.max_tokens (batching.py)
+            return columns, resample, train.max_tokens
         batch_tokens, inflation = drawn_batch_tokens(dataset, encoder, train.max_tokens, train.seed)
         if self.processes.is_main:
             log.info(
@@ -49,7 +56,7 @@ class TrainingBatches:
                 batch_tokens,
                 train.max_tokens,
             )
-        return dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"]), encoder, batch_tokens
+        return columns, resample, batch_tokens
 
     def epoch(self, epoch: int) -> list:
         """This rank's batches (arrays of row indices) of `epoch`."""

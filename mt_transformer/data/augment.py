@@ -1,0 +1,156 @@
+"""Training text as people type it (data.augment): pairs changed on the fly, as OpusTrainer's
+modifiers change the training data of Firefox Translations. Each modifier changes a pair with
+its probability, in this order, on the text before subword encoding:
+
+    remove_end_punct  the final punctuation of both sides left out, where both end with it
+    typos             a share of the source's words misspelt: two letters swapped, one left
+                      out, one added or one doubled (the target stays as it was)
+    title_case        every word of both sides begins with a capital
+    upper_case        both sides in capitals (after title_case, the capitals win)
+    noise             the pair replaced by a line of random letters, digits and symbols on both
+                      sides: the model learns to pass through what it cannot translate
+
+A source tag at the start of a line (<2de>, <bt>) is kept as it is. The draws come from a seed
+the caller gives per batch (the run's seed, the epoch and the batch), so a resumed run and any
+number of loader workers change the same pairs the same way (data/batching.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import string
+
+from mt_transformer.config import AugmentConfig
+
+MODIFIERS = ("remove_end_punct", "typos", "title_case", "upper_case", "noise")  # the order they apply in
+END_PUNCTUATION = ".!?;:…。！？"
+TYPO_SHARE = 0.15  # of a line's words of two letters or more, at least one
+NOISE_CHARACTERS = string.ascii_letters + string.digits + string.punctuation
+
+
+def upper_case(text: str) -> str:
+    return text.upper()
+
+
+def title_case(text: str) -> str:
+    """Each word's first letter a capital, the rest as it was (str.title would write "Don'T")."""
+    return " ".join(word[:1].upper() + word[1:] for word in text.split(" "))
+
+
+def ends_with_punctuation(text: str) -> bool:
+    stripped = text.rstrip()
+    return bool(stripped) and stripped[-1] in END_PUNCTUATION
+
+
+def remove_end_punct(text: str) -> str:
+    return text.rstrip().rstrip(END_PUNCTUATION).rstrip()
+
+
+def misspell(word: str, rng: random.Random) -> str:
+    """`word` with one typo: two neighbouring letters swapped, one left out, one added or one doubled."""
+    letters = [i for i, c in enumerate(word) if c.isalpha()]
+    i = rng.choice(letters)
+    kind = rng.randrange(4)
+    if kind == 0 and i + 1 < len(word) and word[i + 1].isalpha() and word[i + 1] != word[i]:
+        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+    if kind == 1:
+        return word[:i] + word[i + 1 :]
+    if kind == 2:
+        added = rng.choice(string.ascii_lowercase)
+        return word[:i] + (added.upper() if word[i].isupper() else added) + word[i:]
+    return word[:i] + word[i] + word[i:]  # doubled (also where a swap had no neighbour to swap with)
+
+
+def typos(text: str, rng: random.Random) -> str:
+    words = text.split(" ")
+    candidates = [i for i, word in enumerate(words) if sum(c.isalpha() for c in word) >= 2]
+    if not candidates:
+        return text
+    for i in rng.sample(candidates, max(1, round(TYPO_SHARE * len(candidates)))):
+        words[i] = misspell(words[i], rng)
+    return " ".join(words)
+
+
+def noise(rng: random.Random) -> str:
+    """A line of 1-6 words of random letters, digits and symbols."""
+    return " ".join(
+        "".join(rng.choice(NOISE_CHARACTERS) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(1, 6))
+    )
+
+
+def _split_tag(text: str, tags: frozenset[str]) -> tuple[str, str]:
+    head, _, rest = text.partition(" ")
+    return (head + " ", rest) if head in tags else ("", text)
+
+
+def augment_pair(
+    src: str, tgt: str, setting: AugmentConfig, rng: random.Random, tags: frozenset[str] = frozenset()
+) -> tuple[str, str]:
+    """The pair as the modifiers of `setting` change it, each drawn with its probability from `rng`."""
+    tag, src = _split_tag(src, tags)
+    for name in MODIFIERS:
+        probability = getattr(setting, name)
+        if not probability or rng.random() >= probability:
+            continue
+        if name == "remove_end_punct" and ends_with_punctuation(src) and ends_with_punctuation(tgt):
+            src, tgt = remove_end_punct(src), remove_end_punct(tgt)
+        elif name == "typos":
+            src = typos(src, rng)
+        elif name == "title_case":
+            src, tgt = title_case(src), title_case(tgt)
+        elif name == "upper_case":
+            src, tgt = upper_case(src), upper_case(tgt)
+        elif name == "noise":
+            src = tgt = noise(rng)
+    return tag + src, tgt
+
+
+class PairAugmenter:
+    """A picklable batch function for the training loader: each pair of a batch changed as its
+    corpus's data.augment says (pairs laid end to end, `corpus_sizes` each), then the changed
+    pairs encoded by `encoder` (a prepare.SubwordEncoder); under data.spm_alpha every pair is,
+    each with a drawn segmentation. Returns the batch's src_ids and tgt_ids."""
+
+    def __init__(self, encoder, settings: list[AugmentConfig], corpus_sizes: list[int], tags=()):
+        self.encoder, self.settings, self.tags = encoder, list(settings), frozenset(tags)
+        self.ends = [sum(corpus_sizes[: k + 1]) for k in range(len(corpus_sizes))]
+
+    def __call__(self, rows: dict, seed: int, indices) -> dict:
+        rng = random.Random(seed)
+        src, tgt, changed = list(rows["src"]), list(rows["tgt"]), []
+        for k, index in enumerate(indices):
+            setting = self.settings[min(bisect.bisect_right(self.ends, int(index)), len(self.settings) - 1)]
+            if setting.active:
+                new = augment_pair(src[k], tgt[k], setting, rng, self.tags)
+                if new != (src[k], tgt[k]):
+                    src[k], tgt[k] = new
+                    changed.append(k)
+        if self.encoder.alpha > 0:
+            return self.encoder({"src": src, "tgt": tgt}, seed=seed)
+        src_ids, tgt_ids = list(rows["src_ids"]), list(rows["tgt_ids"])
+        if changed:
+            encoded = self.encoder({"src": [src[k] for k in changed], "tgt": [tgt[k] for k in changed]})
+            for k, s, t in zip(changed, encoded["src_ids"], encoded["tgt_ids"]):
+                src_ids[k], tgt_ids[k] = s, t
+        return {"src_ids": src_ids, "tgt_ids": tgt_ids}
+
+
+class CaseSample:
+    """The tokenizer's training lines, each followed, for a seeded share of them, by its upper-case
+    and its title-case form (the shares data.augment gives upper_case and title_case): so that
+    sentencepiece learns pieces for capitals and upper-case input does not fall apart into single
+    letters. A sequence like the lines it wraps: every pass yields the same lines."""
+
+    def __init__(self, lines, upper: float, title: float, seed: int, tags=()):
+        self.lines, self.upper, self.title, self.seed, self.tags = lines, upper, title, seed, frozenset(tags)
+
+    def __iter__(self):
+        rng = random.Random(self.seed)
+        for line in self.lines:
+            yield line
+            tag, text = _split_tag(line, self.tags)
+            if rng.random() < self.upper:
+                yield tag + upper_case(text)
+            if rng.random() < self.title:
+                yield tag + title_case(text)

@@ -1,0 +1,123 @@
+"""data.augment: each modifier on handmade lines, draws that depend on the seed alone, only the
+changed pairs encoded anew, the tokenizer's sample with capitals, and training that resumes
+exactly (and is today's training where nothing is switched on)."""
+
+import random
+
+import pytest
+from test_faults import assert_same_run, losses
+
+from conftest import run_cli, tiny_config, write_config
+from mt_transformer.config import AugmentConfig
+from mt_transformer.data import augment
+from mt_transformer.data.augment import CaseSample, PairAugmenter, augment_pair
+
+
+def test_each_modifier_changes_what_it_says_and_nothing_else():
+    rng = random.Random(0)
+    always = dict.fromkeys(("upper_case", "title_case", "remove_end_punct", "typos", "noise"), 0.0)
+
+    def only(name, src, tgt, tags=frozenset()):
+        return augment_pair(src, tgt, AugmentConfig(**{**always, name: 1.0}), rng, tags)
+
+    assert only("upper_case", "Ein Mann läuft.", "A man runs.") == ("EIN MANN LÄUFT.", "A MAN RUNS.")
+    assert only("title_case", "ein mann, der läuft.", "don't run.") == ("Ein Mann, Der Läuft.", "Don't Run.")
+    assert only("remove_end_punct", "Wo bist du?", "Where are you?!") == ("Wo bist du", "Where are you")
+    assert only("remove_end_punct", "Wo bist du?", "Where are you") == ("Wo bist du?", "Where are you")  # one side
+    src, tgt = only("typos", "Ein Mann mit einem orangefarbenen Hut starrt", "A man stares.")
+    assert tgt == "A man stares." and src != "Ein Mann mit einem orangefarbenen Hut starrt"
+    changed = [(a, b) for a, b in zip(src.split(" "), "Ein Mann mit einem orangefarbenen Hut starrt".split(" "))]
+    assert len(src.split(" ")) == 7 and 1 <= sum(a != b for a, b in changed) <= 2  # 15% of 7 words, at least one
+    src, tgt = only("noise", "Ein Mann.", "A man.")
+    assert src == tgt and src not in ("Ein Mann.", "A man.") and src.strip()
+    # a source tag stays as it is
+    assert only("upper_case", "<2de> a man", "ein Mann", frozenset({"<2de>"})) == ("<2de> A MAN", "EIN MANN")
+    assert only("title_case", "<bt> a man", "ein mann", frozenset({"<bt>"})) == ("<bt> A Man", "Ein Mann")
+    assert augment_pair("a b", "c d", AugmentConfig(), rng) == ("a b", "c d")
+
+
+def test_each_kind_of_typo_is_one_letter_away():
+    rng = random.Random(1)
+    words = {augment.misspell("Haus", rng) for _ in range(200)}
+    assert {"aHus", "Hasu", "Hus", "Haaus", "Hauss"} & words  # swaps, drops, doubles
+    assert any(len(w) == 5 and w.lower() != "haaus" and w.lower() != "hauss" for w in words)  # an added letter
+    assert all(abs(len(w) - 4) <= 1 for w in words)
+
+
+def test_draws_depend_on_the_seed_alone_and_only_changed_pairs_are_encoded_anew():
+    class Encoder:
+        alpha = 0.0
+
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, texts, seed=None):
+            self.calls.append(texts)
+            return {"src_ids": [[len(s)] for s in texts["src"]], "tgt_ids": [[len(t)] for t in texts["tgt"]]}
+
+    rows = {
+        "src": [f"ein Mann Nummer {n}." for n in range(40)],
+        "tgt": [f"a man number {n}." for n in range(40)],
+        "src_ids": [[0]] * 40,
+        "tgt_ids": [[0]] * 40,
+    }
+    setting = AugmentConfig(upper_case=0.2, remove_end_punct=0.2)
+    encoder = Encoder()
+    first = PairAugmenter(encoder, [setting, AugmentConfig()], [30, 10])(rows, seed=7, indices=range(40))
+    again = PairAugmenter(Encoder(), [setting, AugmentConfig()], [30, 10])(rows, seed=7, indices=range(40))
+    other = PairAugmenter(Encoder(), [setting, AugmentConfig()], [30, 10])(rows, seed=8, indices=range(40))
+    assert first == again and first != other
+    changed = [k for k, ids in enumerate(first["src_ids"]) if ids != [0]]
+    assert changed and len(encoder.calls) == 1 and len(encoder.calls[0]["src"]) == len(changed)
+    assert max(changed) < 30  # the second corpus has no augmentation
+    assert all(encoder.calls[0]["src"][i].isupper() or not encoder.calls[0]["src"][i].endswith(".") for i in range(3))
+
+
+def test_the_tokenizer_sample_adds_capitals_the_same_way_every_pass():
+    lines = [f"ein Mann {n}" for n in range(1000)]
+    sample = CaseSample(lines, upper=0.1, title=0.05, seed=3)
+    first, second = list(sample), list(sample)
+    assert first == second and first[: len(lines)] != lines
+    uppers = [line for line in first if line.isupper()]
+    assert 60 <= len(uppers) <= 140
+    assert {line for line in uppers} <= {line.upper() for line in lines}  # each after its line
+    assert len(first) - len(lines) - len(uppers) > 20  # title-case forms
+
+
+def run_config(corpus, tmp_path, name, **data):
+    train = {"max_steps": 8, "valid_every": 4, "log_every": 1, "max_tokens": 512}
+    config = tiny_config(corpus, str(tmp_path / name), train=train, data=data)
+    return write_config(tmp_path / f"{name}.yaml", config), tmp_path / name
+
+
+@pytest.mark.slow  # about 12 s: four short runs
+def test_training_with_changed_pairs_resumes_exactly_and_all_zero_is_todays_training(corpus, tmp_path):
+    changes = {"augment": {"upper_case": 0.2, "title_case": 0.1, "remove_end_punct": 0.2, "typos": 0.2, "noise": 0.05}}
+    whole, whole_dir = run_config(corpus, tmp_path, "whole", **changes)
+    assert run_cli("mt-train", "--config", whole).returncode == 0
+    split, split_dir = run_config(corpus, tmp_path, "split", **changes)
+    assert run_cli("mt-train", "--config", split, "--set", "train.max_steps=4").returncode == 0
+    resumed = run_cli("mt-train", "--config", split)
+    assert resumed.returncode == 0 and "resuming from" in resumed.stderr
+    assert_same_run(split_dir, whole_dir)  # the same changed pairs after the resume
+    plain, plain_dir = run_config(corpus, tmp_path, "plain")
+    assert run_cli("mt-train", "--config", plain).returncode == 0
+    off, off_dir = run_config(corpus, tmp_path, "off", **changes)
+    assert run_cli("mt-train", "--config", off, "--set", "data.augment={}").returncode == 0
+    assert_same_run(off_dir, plain_dir)  # all zero: the pairs as they are, bit for bit
+    assert losses(whole_dir) != losses(plain_dir)
+
+
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ("data.augment.uppercase=0.1", "data.augment.uppercase: unknown key (valid keys: noise, remove_end_punct"),
+        ("data.augment.typos=1.5", "data.augment.typos: a share of pairs, between 0 and 1, got 1.5"),
+        ("data.augment=0.1", "data.augment: expected a mapping of keys, got 0.1"),
+    ],
+)
+def test_a_bad_modifier_or_share_is_one_line(corpus, tmp_path, setting, says):
+    config, run_dir = run_config(corpus, tmp_path, "run")
+    result = run_cli("mt-train", "--config", config, "--set", setting)
+    assert result.returncode == 2 and result.stderr.strip().startswith(f"error: {says}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not run_dir.exists()
