@@ -121,3 +121,17 @@ def test_a_bad_modifier_or_share_is_one_line(corpus, tmp_path, setting, says):
     result = run_cli("mt-train", "--config", config, "--set", setting)
     assert result.returncode == 2 and result.stderr.strip().startswith(f"error: {says}"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not run_dir.exists()
+
+
+def test_mt_prepare_shows_the_pairs_as_they_are_changed(corpus, tmp_path):
+    config, run_dir = run_config(corpus, tmp_path, "run", augment={"upper_case": 0.5})
+    result = run_cli("mt-prepare", "--config", config, "--show-augmented", "3")
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout.split("\n\n")[:3]
+    for example in shown:
+        before, after, pieces = example.splitlines()
+        assert after == before.upper() and pieces.replace(" ", "").replace("▁", "") == after.split("\t")[0].replace(
+            " ", ""
+        )
+    off = run_cli("mt-prepare", "--config", config, "--show-augmented", "3", "--set", "data.augment={}")
+    assert off.returncode == 2 and "data.augment changes no pair" in off.stderr

@@ -41,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --compare: which paired tests (default: both)",
     )
     parser.add_argument("--sentence", action="store_true", help="also score every sentence (sentence BLEU, chrF)")
+    parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="with --checkpoint (--src and --ref, or --split): the test set as people type it, in capitals, "
+        "title case, without its final punctuation and with typos, each translated and scored, with the drop "
+        "from clean (docs/techniques.md#input-as-people-type-it)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -58,6 +65,8 @@ def eval_main(argv=None):
         sentence_scores,
     )
 
+    if args.variants:
+        return _variants(args)
     if args.split:
         hypotheses, references, tgt_lang = _translate_split(args)
     else:
@@ -108,9 +117,35 @@ def _hypotheses(args) -> tuple[list[str], str | None]:
     raise UserError("--hyp: required (or --checkpoint with --src)")
 
 
-def _translate_split(args) -> tuple[list[str], list[str], str]:
-    """The translations of one split of the checkpoint's training config by --checkpoint, its
-    references and their language. With several corpora, --tgt-lang picks the one to score."""
+def _variants(args) -> None:
+    """mt-eval --variants: one table of the test set's variants (evaluation/variants.py)."""
+    from mt_transformer.data.text import read_lines
+    from mt_transformer.evaluation.variants import evaluate_variants, format_variants
+
+    if not args.checkpoint or args.hyp or args.compare or args.output:
+        raise UserError("--variants: translates with --checkpoint; leave out --hyp, --compare and --output")
+    if args.split:
+        sources, references = _split_pairs(args)
+    elif args.src and args.ref:
+        sources, references = read_lines(args.src), read_lines(args.ref)
+        if len(sources) != len(references):
+            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    else:
+        raise UserError("--variants: needs --src and --ref, or --split")
+    translator = translator_from_args(args)
+    rows = evaluate_variants(
+        lambda lines: [r[0].text for r in translator(lines, progress=True)],
+        sources,
+        references,
+        args.tgt_lang or translator.target_language,
+        args.metrics,
+    )
+    print(json.dumps({"variants": rows}) if args.json else format_variants(rows, args.metrics))
+
+
+def _split_pairs(args) -> tuple[list[str], list[str]]:
+    """The sources and references of --split of the checkpoint's training config; with several
+    corpora, --tgt-lang picks the one to score (and sets the target tag)."""
     from mt_transformer import checkpoint
     from mt_transformer.config import corpus_keys
     from mt_transformer.data.corpus import load_pairs
@@ -137,8 +172,15 @@ def _translate_split(args) -> tuple[list[str], list[str], str]:
     corpus, key = found[0]
     pairs = load_pairs(corpus, args.split, f"{key}.{args.split}")
     args.tgt_lang = args.tgt_lang or (corpus.tgt_lang if data.target_tags else None)
+    return pairs["src"][:], pairs["tgt"][:]
+
+
+def _translate_split(args) -> tuple[list[str], list[str], str]:
+    """The translations of one split of the checkpoint's training config by --checkpoint, its
+    references and their language."""
+    sources, references = _split_pairs(args)
     translator = translator_from_args(args)
-    hypotheses = [r[0].text for r in translator(pairs["src"][:], progress=True)]
+    hypotheses = [r[0].text for r in translator(sources, progress=True)]
     if args.output:
         write_output(args.output, "".join(h + "\n" for h in hypotheses))
-    return hypotheses, pairs["tgt"][:], args.tgt_lang or translator.target_language
+    return hypotheses, references, args.tgt_lang or translator.target_language

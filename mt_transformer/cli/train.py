@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from mt_transformer.cli.common import config_keys, config_options, entry_point
+from mt_transformer.errors import UserError
 
 
 @entry_point
@@ -50,6 +51,13 @@ def prepare_main(argv=None):
         "mt-train with the same config (every torchrun rank, and every later run) loads the result.",
     )
     config_options(parser)
+    parser.add_argument(
+        "--show-augmented",
+        type=int,
+        metavar="N",
+        default=0,
+        help="print N training pairs as data.augment changes them (with the changed source's subword pieces)",
+    )
     args = parser.parse_args(argv)
 
     from mt_transformer.config import check_data_files, load_config
@@ -63,13 +71,15 @@ def prepare_main(argv=None):
     config = load_config(args.config, args.set)
     check_data_files(config.data)
     teacher.check_teachers(config.data)
+    if args.show_augmented and not any(config.data.augment_of(c).active for c in config.data.corpus_list()):
+        raise UserError("--show-augmented: data.augment changes no pair in this config")
     run_dir = config.train.output_dir
     check_output_dir(run_dir)
     device = select_device(config.train.device)
     processes = distributed.from_environment()
     distributed.init_group(processes, device)  # under torchrun: every rank waits for the others' shares
     try:
-        _, encoded, _ = prepare_for_all_ranks(
+        _, encoded, sizes = prepare_for_all_ranks(
             config.data, run_dir, config.train.seed, processes, device, config.train.threads
         )
     except JobStopped as stopped:
@@ -77,9 +87,25 @@ def prepare_main(argv=None):
         return 128 + stopped.signum
     finally:
         distributed.destroy_group()
+    if args.show_augmented:
+        show_augmented(config, encoded["train"], sizes, args.show_augmented)
     cache_dir = cache_directory(config.data, run_dir)
     counts = ", ".join(f"{split} {len(dataset)} pairs" for split, dataset in encoded.items())
     print(
         f"prepared {counts}: tokenizer in {run_dir}, encoded data in {cache_dir} "
         f"({directory_size(cache_dir) / 2**20:.1f} MB)"
     )
+
+
+def show_augmented(config, train, sizes: list[int], count: int) -> None:
+    """mt-prepare --show-augmented: changed pairs, as the first epoch's batches change them."""
+    from mt_transformer.data.augment import PairAugmenter
+    from mt_transformer.data.tokenizer import Tokenizer
+
+    data = config.data
+    settings = [data.augment_of(corpus) for corpus in data.corpus_list()]
+    tokenizer = Tokenizer(config.train.output_dir)
+    augmenter = PairAugmenter(None, settings, sizes, data.tags)
+    for src, tgt, new_src, new_tgt in augmenter.examples(train, count, config.train.seed):
+        pieces = " ".join(tokenizer.src_pieces(tokenizer.encode_src([new_src])[0]))
+        print(f"{src}\t{tgt}\n{new_src}\t{new_tgt}\n{pieces}\n")

@@ -116,9 +116,9 @@ class PairAugmenter:
         self.encoder, self.settings, self.tags = encoder, list(settings), frozenset(tags)
         self.ends = [sum(corpus_sizes[: k + 1]) for k in range(len(corpus_sizes))]
 
-    def __call__(self, rows: dict, seed: int, indices) -> dict:
-        rng = random.Random(seed)
-        src, tgt, changed = list(rows["src"]), list(rows["tgt"]), []
+    def change(self, src: list[str], tgt: list[str], indices, rng: random.Random) -> list[int]:
+        """Change the pairs (their row `indices`) in place; returns the positions of those changed."""
+        changed = []
         for k, index in enumerate(indices):
             setting = self.settings[min(bisect.bisect_right(self.ends, int(index)), len(self.settings) - 1)]
             if setting.active:
@@ -126,6 +126,25 @@ class PairAugmenter:
                 if new != (src[k], tgt[k]):
                     src[k], tgt[k] = new
                     changed.append(k)
+        return changed
+
+    def examples(self, dataset, count: int, seed: int) -> list[tuple[str, str, str, str]]:
+        """Up to `count` pairs of `dataset` (columns src, tgt) as a batch of its first rows would
+        change them: (source, target, changed source, changed target)."""
+        found: list[tuple[str, str, str, str]] = []
+        rng = random.Random(seed)
+        for start in range(0, len(dataset), 1000):
+            rows = dataset[start : start + 1000]
+            src, tgt = list(rows["src"]), list(rows["tgt"])
+            for k in self.change(src, tgt, range(start, start + len(src)), rng):
+                found.append((rows["src"][k], rows["tgt"][k], src[k], tgt[k]))
+                if len(found) == count:
+                    return found
+        return found
+
+    def __call__(self, rows: dict, seed: int, indices) -> dict:
+        src, tgt = list(rows["src"]), list(rows["tgt"])
+        changed = self.change(src, tgt, indices, random.Random(seed))
         if self.encoder.alpha > 0:
             return self.encoder({"src": src, "tgt": tgt}, seed=seed)
         src_ids, tgt_ids = list(rows["src_ids"]), list(rows["tgt_ids"])
