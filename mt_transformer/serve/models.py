@@ -102,7 +102,7 @@ class Models:
             if not options.attention:
                 return [Result(hypotheses) for hypotheses in found]
             attention_budget(translator, sources, [hypotheses[0].tokens for hypotheses in found])
-            return [_with_attention(translator, text, hypotheses) for text, hypotheses in zip(texts, found)]
+            return [_with_attention(translator, ids, hypotheses) for ids, hypotheses in zip(sources, found)]
 
     def _translator(self, options: Options, needs_torch: bool) -> Translator:
         pair = (options.source, options.target)
@@ -141,7 +141,7 @@ def attention_budget(translator: Translator, sources: list[list[int]], outputs: 
         )
 
 
-def _with_attention(translator: Translator, text: str, hypotheses: list[Translation]) -> Result:
+def _with_attention(translator: Translator, src_ids: list[int], hypotheses: list[Translation]) -> Result:
     """The hypotheses with their word alignments, and every attention weight of the best one:
     `weights`, the cross-attention of the last decoder layer averaged over its heads (as
     mt-translate --alignment and --attention take it), and `layers`, each kind's weights per
@@ -149,7 +149,6 @@ def _with_attention(translator: Translator, text: str, hypotheses: list[Translat
     from mt_transformer.decoding.alignment import format_alignment, word_alignment
 
     tokenizer = translator.tokenizer
-    src_ids = translator.source_ids([text])[0]
     src_pieces = tokenizer.src_pieces(src_ids)
     kept = [k for k, h in enumerate(hypotheses) if src_ids and h.tokens]  # nothing to align for empty ones
     if not kept:
