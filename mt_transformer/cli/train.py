@@ -74,11 +74,13 @@ def prepare_main(argv=None):
     if args.show_augmented and not any(config.data.augment_of(c).active for c in config.data.corpus_list()):
         raise UserError("--show-augmented: data.augment changes no pair in this config")
     run_dir = config.train.output_dir
-    check_output_dir(run_dir)
     device = select_device(config.train.device)
     processes = distributed.from_environment()
     distributed.init_group(processes, device)  # under torchrun: every rank waits for the others' shares
     try:
+        if processes.is_main:  # one rank claims the run directory, before any rank writes there
+            check_output_dir(run_dir)
+        distributed.barrier()
         _, encoded, sizes = prepare_for_all_ranks(
             config.data, run_dir, config.train.seed, processes, device, config.train.threads
         )
