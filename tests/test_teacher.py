@@ -214,6 +214,26 @@ def test_a_tiny_teacher_teaches_a_student_mixed_with_the_original_pairs(sources,
     assert saved["corpora"][0]["teacher"] == [trained_run] and saved["teacher_select"] == "chrf"
 
 
+def test_the_teacher_translates_clean_sources_and_the_student_learns_them_changed(sources, trained_run, tmp_path):
+    out = tmp_path / "student"
+    corpus = {"src_lang": "en", "tgt_lang": "de", "train": sources, "valid": sources, "teacher": trained_run}
+    config = tiny_config(sources, str(out), train={"max_steps": 2, "valid_every": 2})
+    config["data"] = {k: v for k, v in config["data"].items() if k not in ("train", "valid")}
+    config["data"]["corpora"] = [{**corpus, "augment": {"upper_case": 1.0}}]
+    path = write_config(tmp_path / "c.yaml", config)
+    shown = run_cli("mt-prepare", "--config", path, "--show-augmented", "3")
+    assert shown.returncode == 0, shown.stderr
+    (directory,) = [d for d in os.listdir(out / "cache") if d.startswith("teacher-")]
+    distilled = dict(zip(read(out / "cache" / directory / "train.en"), read(out / "cache" / directory / "train.de")))
+    assert set(distilled) <= set(read(f"{sources}.en"))  # the teacher read the sources as they are
+    examples = [block.splitlines() for block in shown.stdout.split("\n\n")[:3]]
+    for pair, changed, _pieces in examples:
+        src, tgt = pair.split("\t")
+        assert distilled[src] == tgt and changed == f"{src.upper()}\t{tgt.upper()}"  # its translations changed
+    trained = run_cli("mt-train", "--config", path)
+    assert trained.returncode == 0, trained.stderr
+
+
 @TORCHRUN
 def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(sources, trained_run, tmp_path):
     """mt-prepare, as a torchrun job runs it before training; mt-train under torchrun starts

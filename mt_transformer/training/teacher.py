@@ -86,6 +86,7 @@ def distilled_corpora(
                 format="text",
                 train=os.path.join(directory, "train"),
                 tag=corpus.tag,
+                augment=corpus.augment,  # the distilled pairs are changed as the corpus's were to be
             )
     return distilled
 
