@@ -34,6 +34,9 @@ def test_each_modifier_changes_what_it_says_and_nothing_else():
     assert only("upper_case", "<2de> a man", "ein Mann", frozenset({"<2de>"})) == ("<2de> A MAN", "EIN MANN")
     assert only("title_case", "<bt> a man", "ein mann", frozenset({"<bt>"})) == ("<bt> A Man", "Ein Mann")
     assert augment_pair("a b", "c d", AugmentConfig(), rng) == ("a b", "c d")
+    source_only = AugmentConfig(upper_case=1.0, title_case=1.0, case_target=False)
+    assert augment_pair("ein mann.", "a man.", source_only, rng) == ("EIN MANN.", "a man.")
+    assert not AugmentConfig(case_target=False).active
 
 
 def test_each_kind_of_typo_is_one_letter_away():
@@ -111,7 +114,7 @@ def test_training_with_changed_pairs_resumes_exactly_and_all_zero_is_todays_trai
 @pytest.mark.parametrize(
     "setting, says",
     [
-        ("data.augment.uppercase=0.1", "data.augment.uppercase: unknown key (valid keys: noise, remove_end_punct"),
+        ("data.augment.uppercase=0.1", "data.augment.uppercase: unknown key (valid keys: case_target, noise"),
         ("data.augment.typos=1.5", "data.augment.typos: a share of pairs, between 0 and 1, got 1.5"),
         ("data.augment=0.1", "data.augment: expected a mapping of keys, got 0.1"),
     ],

@@ -98,6 +98,15 @@ def test_a_forced_prefix_scores_as_teacher_forcing_and_the_search_continues_afte
     assert all(r[0].text.startswith("Tom") for r in other)
 
 
+def test_a_line_in_capitals_is_translated_into_capitals_unless_a_prefix_says_otherwise(trained_run, corpus):
+    lines = [line.upper() for line in open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:4]]
+    translated = translator(trained_run, beam_size=2)(lines + ["a red apple"])
+    assert all(r[0].text == r[0].text.upper() and r[0].text for r in translated[:4])
+    assert translated[4][0].text != translated[4][0].text.upper()
+    forced = translator(trained_run, beam_size=2)(lines[:1], prefixes=["Tom"])
+    assert forced[0][0].text.startswith("Tom")
+
+
 def test_mt_translate_takes_one_prefix_per_line(trained_run, tmp_path):
     prefixes = tmp_path / "prefixes.de"
     prefixes.write_text("Tom\n\n", encoding="utf-8")

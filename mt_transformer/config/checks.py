@@ -5,7 +5,6 @@ Each failed check raises `ConfigError` with one line that names the key.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from mt_transformer.config.sections import (
@@ -55,9 +54,9 @@ def validate(config: Config) -> None:
 
 
 def _check_augment(augment, key: str) -> None:
-    for field in dataclasses.fields(augment) if augment is not None else ():
-        value = getattr(augment, field.name)
-        _check(0 <= value <= 1, f"{key}.{field.name}: a share of pairs, between 0 and 1, got {value}")
+    for name in augment.SHARES if augment is not None else ():
+        value = getattr(augment, name)
+        _check(0 <= value <= 1, f"{key}.{name}: a share of pairs, between 0 and 1, got {value}")
 
 
 def _check_data(data: DataConfig) -> None:

@@ -31,10 +31,15 @@ class AugmentConfig:
     remove_end_punct: float = 0.0
     typos: float = 0.0
     noise: float = 0.0
+    # upper_case and title_case change the target too (OpusTrainer's way); false: the source alone,
+    # so the model learns to read capitals and writes its usual case (docs/techniques.md)
+    case_target: bool = True
+
+    SHARES = ("upper_case", "title_case", "remove_end_punct", "typos", "noise")
 
     @property
     def active(self) -> bool:
-        return any(getattr(self, f.name) for f in dataclasses.fields(self))
+        return any(getattr(self, name) for name in self.SHARES)
 
 
 @dataclass(frozen=True)

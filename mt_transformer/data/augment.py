@@ -6,7 +6,8 @@ its probability, in this order, on the text before subword encoding:
     typos             a share of the source's words misspelt: two letters swapped, one left
                       out, one added or one doubled (the target stays as it was)
     title_case        every word of both sides begins with a capital
-    upper_case        both sides in capitals (after title_case, the capitals win)
+    upper_case        both sides in capitals (after title_case, the capitals win); with
+                      case_target false these two change the source alone
     noise             the pair replaced by a line of random letters, digits and symbols on both
                       sides: the model learns to pass through what it cannot translate
 
@@ -98,9 +99,9 @@ def augment_pair(
         elif name == "typos":
             src = typos(src, rng)
         elif name == "title_case":
-            src, tgt = title_case(src), title_case(tgt)
+            src, tgt = title_case(src), title_case(tgt) if setting.case_target else tgt
         elif name == "upper_case":
-            src, tgt = upper_case(src), upper_case(tgt)
+            src, tgt = upper_case(src), upper_case(tgt) if setting.case_target else tgt
         elif name == "noise":
             src = tgt = noise(rng)
     return tag + src, tgt

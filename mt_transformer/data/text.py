@@ -20,6 +20,18 @@ def normalize(line: str) -> str:
     return unicodedata.normalize("NFC", line.strip().lstrip("\ufeff").strip())
 
 
+def in_capitals(text: str) -> bool:
+    """Written in capitals throughout (a heading, a shout): two cased letters or more, none lower-case."""
+    cased = [c for c in text if c.isupper() or c.islower()]
+    return len(cased) >= 2 and not any(c.islower() for c in cased)
+
+
+def with_case_of(source: str, translation: str) -> str:
+    """The translation in capitals where the source is: a model that reads capitals but writes in
+    its usual case (data.augment.case_target false) answers a heading with a heading."""
+    return translation.upper() if in_capitals(source) else translation
+
+
 def invalid_utf8_line(path: str) -> int | None:
     """The 1-based number of the first line that is not valid UTF-8, or None."""
     with open(path, "rb") as f:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from mt_transformer.config import Config, DecodeConfig, config_from_dict, tag_language, validate
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.language_codes import public_code
-from mt_transformer.data.text import normalize
+from mt_transformer.data.text import normalize, with_case_of
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
@@ -199,6 +199,8 @@ class Translator:
             translations = []
             for h, f in zip(hypotheses, fills):
                 text, unknowns = self.tokenizer.detokenize(h.tokens, f)
+                if not (prefixes and prefixes[line]):  # a prefix is kept as it was given
+                    text = with_case_of(lines[line], text)
                 translations.append(Translation(text, h.tokens, h.score, h.log_prob, unknowns))
             results.append(translations)
         return results
