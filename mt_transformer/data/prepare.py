@@ -15,7 +15,7 @@ import os
 
 import datasets
 
-from mt_transformer.config import AugmentConfig, CorpusConfig, DataConfig, corpus_keys
+from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.augment import CaseSample
 from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import ColumnLines, drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
@@ -298,8 +298,12 @@ def run_tokenizer(
     upper, title = max(a.upper_case for a in augment), max(a.title_case for a in augment)
     if upper or title:  # capitals the training pairs will have: pieces for them (data/augment.py)
         src = CaseSample(src, upper, title, seed, data.tags)
-        cased = [a for a in augment if a.case_target] or [AugmentConfig()]
-        tgt = CaseSample(tgt, max(a.upper_case for a in cased), max(a.title_case for a in cased), seed + 1)
+        cased = [a for a in augment if a.case_target]  # the corpora whose targets get capitals too
+        tgt_upper, tgt_title = (
+            max((a.upper_case for a in cased), default=0.0),
+            max((a.title_case for a in cased), default=0.0),
+        )
+        tgt = CaseSample(tgt, tgt_upper, tgt_title, seed + 1)
     log.info(
         "training sentencepiece (%s, vocab %d, %s) on %d pairs",
         data.spm_type,
