@@ -21,7 +21,7 @@ LAYERS = [
     {"model"},
     {"checkpoint"},
     {"evaluation"},
-    {"decoding"},
+    {"decoding", "jobs"},
     {"exchange"},
     {"training", "serve", "translation_model"},
     {"cli"},

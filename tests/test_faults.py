@@ -412,7 +412,7 @@ def test_translating_onto_a_full_disk_is_a_one_line_error(trained_run, corpus, s
 def test_a_disk_that_fills_up_mid_translation_keeps_the_windows_done(
     trained_run, corpus, small_disk, tmp_path, monkeypatch
 ):
-    from mt_transformer.decoding.corpus_job import CorpusJob
+    from mt_transformer.jobs.job import CorpusJob
 
     args = ["--checkpoint", trained_run, "-i", f"{corpus}/test.en", "--beam", "1", "--buffer-lines", "8"]
     assert run_cli("mt-translate", *args, "-o", str(tmp_path / "whole.de")).returncode == 0

@@ -259,7 +259,7 @@ def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
 
 
 def test_a_rank_whose_share_was_finished_before_a_stop_does_not_translate_it_again(sources, tmp_path, monkeypatch):
-    from mt_transformer.decoding.corpus_windows import Shard
+    from mt_transformer.jobs.windows import Shard
     from mt_transformer.training import distributed
 
     output = str(tmp_path / "translations.tsv")

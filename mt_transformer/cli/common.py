@@ -34,7 +34,7 @@ USER_ERRNOS = (
 def entry_point(function):
     """Logging to stderr; user errors and a full or unwritable disk become `error: ...` and exit code 2, Ctrl-C 130,
     a job stopped by a signal 128 + the signal, a reader that closed the pipe early (`| head`) 141, as SIGPIPE."""
-    from mt_transformer.decoding.corpus_job import JobStopped
+    from mt_transformer.jobs.job import JobStopped
 
     @functools.wraps(function)
     def main(argv=None) -> int:

@@ -56,7 +56,7 @@ def check_corpus_flags(args) -> None:
 
 
 def merge(args) -> None:
-    from mt_transformer.decoding.corpus_files import merge_shards
+    from mt_transformer.jobs.records import merge_shards
 
     lines = merge_shards(args.merge, args.output)
     print(f"merged {len(args.merge)} shards: {lines} lines in {args.output}", flush=True)
@@ -88,8 +88,8 @@ def run_corpus_job(
     make_work(): the function from (window, advance) to its output lines, loaded once."""
     import torch
 
-    from mt_transformer.decoding.corpus_job import CorpusJob
-    from mt_transformer.decoding.corpus_windows import Shard, read_windows
+    from mt_transformer.jobs.job import CorpusJob
+    from mt_transformer.jobs.windows import Shard, read_windows
     from mt_transformer.training import distributed
 
     settings = settings_of(args)
@@ -116,7 +116,7 @@ def translate_file(translator, path: str) -> list[str]:
     from tqdm import tqdm
 
     from mt_transformer.data.text import count_lines, stream_lines
-    from mt_transformer.decoding.corpus_windows import read_windows
+    from mt_transformer.jobs.windows import read_windows
 
     translations = []
     with tqdm(total=count_lines(path), unit="sent", leave=False, dynamic_ncols=True) as bar:
@@ -131,7 +131,7 @@ def _merge_ranks(output: str, processes) -> None:
     """After every rank has written its shard: rank 0 merges them into `output` and removes them."""
     import torch.distributed as dist
 
-    from mt_transformer.decoding.corpus_files import merge_rank_shards
+    from mt_transformer.jobs.records import merge_rank_shards
 
     if not dist.is_initialized():  # gloo only waits here; ranks may finish hours apart
         dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))

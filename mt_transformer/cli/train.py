@@ -24,7 +24,7 @@ def train_main(argv=None):
     args = parser.parse_args(argv)
 
     from mt_transformer.config import load_config, to_yaml
-    from mt_transformer.decoding.corpus_job import JobStopped
+    from mt_transformer.jobs.job import JobStopped
     from mt_transformer.training.stop_policy import TrainingStopped
     from mt_transformer.training.train import parameter_count, train
 
@@ -62,9 +62,9 @@ def prepare_main(argv=None):
 
     from mt_transformer.config import check_data_files, load_config
     from mt_transformer.data.prepare import cache_directory
-    from mt_transformer.decoding.corpus_job import JobStopped
     from mt_transformer.devices import select_device
     from mt_transformer.files import directory_size
+    from mt_transformer.jobs.job import JobStopped
     from mt_transformer.training import distributed, teacher
     from mt_transformer.training.train import check_output_dir, prepare_for_all_ranks
 

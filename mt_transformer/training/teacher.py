@@ -3,7 +3,7 @@ a corpus with a `teacher` learns from the teacher's translations of its training
 of its own targets.
 
 The translations are made once, before the tokenizer and the encoding, by the corpus job of
-mt-translate (decoding/corpus_job.py): in windows of TEACHER_WINDOW lines, each written and
+mt-translate (jobs/job.py): in windows of TEACHER_WINDOW lines, each written and
 recorded before the next, so that a killed run continues after its last window and ends with the
 same bytes. Under torchrun each rank translates its share of the windows and rank 0 merges them.
 They live in the run's cache under a key of the teacher's files, the sources and the settings,
@@ -30,15 +30,15 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config, CorpusConfig, DataConfig, config_from_dict, corpus_keys
 from mt_transformer.data.corpus import load_pairs, quiet_datasets
 from mt_transformer.data.prepare import cache_directory, cache_key, split_source
-from mt_transformer.decoding.corpus_files import finished_record, merge_rank_shards
-from mt_transformer.decoding.corpus_job import CorpusJob
-from mt_transformer.decoding.corpus_windows import Shard, Window, read_windows
 from mt_transformer.decoding.ctranslate2_engine import read_settings
 from mt_transformer.decoding.scoring import score_ids
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.scores import sentence_scores
 from mt_transformer.exchange.engine_choice import engine_name, is_export, open_translator
 from mt_transformer.files import atomic_path, read_json, write_text
+from mt_transformer.jobs.job import CorpusJob
+from mt_transformer.jobs.records import finished_record, merge_rank_shards
+from mt_transformer.jobs.windows import Shard, Window, read_windows
 from mt_transformer.training import distributed
 
 log = logging.getLogger(__name__)

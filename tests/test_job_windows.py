@@ -2,8 +2,8 @@
 
 import pytest
 
-from mt_transformer.decoding.corpus_windows import FIRST_WINDOW, Shard, read_windows, shard_lines, window_sizes
 from mt_transformer.errors import UserError
+from mt_transformer.jobs.windows import FIRST_WINDOW, Shard, read_windows, shard_lines, window_sizes
 
 LINES = [f"line {i}" for i in range(1000)]
 

@@ -9,7 +9,7 @@ same bytes as a run never interrupted; FILE.partial becomes FILE by one rename a
 SIGTERM and SIGINT finish the current window first.
 
 `--shard K/N` processes windows K, K+N, K+2N, ... only; the shards' records say which output
-lines belong to which window, so that corpus_files.merge_shards puts them back in input order.
+lines belong to which window, so that records.merge_shards puts them back in input order.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from mt_transformer.decoding.corpus_files import RECORD_FORMAT, encoded, read_record
-from mt_transformer.decoding.corpus_windows import Shard, Window, shard_lines
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, fsync_dir, write_text
+from mt_transformer.jobs.records import RECORD_FORMAT, encoded, read_record
+from mt_transformer.jobs.windows import Shard, Window, shard_lines
 from mt_transformer.signals import stopping_signals
 
 log = logging.getLogger(__name__)

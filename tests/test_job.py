@@ -8,10 +8,10 @@ import signal
 
 import pytest
 
-from mt_transformer.decoding.corpus_files import merge_shards
-from mt_transformer.decoding.corpus_job import CorpusJob, JobStopped
-from mt_transformer.decoding.corpus_windows import Shard, read_windows
 from mt_transformer.errors import UserError
+from mt_transformer.jobs.job import CorpusJob, JobStopped
+from mt_transformer.jobs.records import merge_shards
+from mt_transformer.jobs.windows import Shard, read_windows
 
 LINES = [f"line {i}" for i in range(1000)]
 

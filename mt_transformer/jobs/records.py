@@ -75,7 +75,7 @@ def merge_shards(paths: list[str], output: str) -> int:
 def merge_rank_shards(output: str, count: int) -> int:
     """The shards of `count` ranks, each written to Shard(k, count).path(output), merged into
     `output` and removed with their records. Returns the lines written."""
-    from mt_transformer.decoding.corpus_windows import Shard
+    from mt_transformer.jobs.windows import Shard
 
     shards = [Shard(k, count).path(output) for k in range(count)]
     lines = merge_shards(shards, output)
