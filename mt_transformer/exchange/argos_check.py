@@ -87,7 +87,7 @@ def check(package: str, directory: str, tokenizer, lines: list[str], scratch: st
     """Argos's translations of `lines` against ours at its settings (every line must match but
     those with an unknown piece or a "_") and against our CTranslate2 engine's on the checkpoint
     (engine: its path, the target language for a model with target tags, the quantization)."""
-    import mt_transformer as mt
+    from mt_transformer.exchange.engine_choice import open_translator
 
     theirs = argos_translations(package, lines, scratch)
     ours, unknowns = ours_at_argos_settings(directory, tokenizer, lines)
@@ -98,9 +98,8 @@ def check(package: str, directory: str, tokenizer, lines: list[str], scratch: st
                 f"package's model at its settings as {own!r}; nothing written"
             )
     compute_type = engine["quantization"] or "float32"
-    found = mt.load(
-        engine["checkpoint"], engine="ctranslate2", device="cpu", tgt_lang=engine["tgt_lang"], compute_type=compute_type
-    ).translate(lines)
+    translator = open_translator(engine["checkpoint"], "ctranslate2", "cpu", compute_type, tgt_lang=engine["tgt_lang"])
+    found = [results[0].text for results in translator(lines)]
     return {
         "checked_lines": len(lines),
         "equal_at_argos_settings": sum(a == b for a, b in zip(theirs, ours)),
