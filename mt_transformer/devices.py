@@ -72,7 +72,7 @@ def release_memory(device: torch.device) -> None:
     """Call after leaving the `except` block, once the failed attempt's tensors are unreachable.
 
     On CUDA: collect reference cycles that may still hold tensors, then return the cached blocks
-    to the driver. On CPU freed memory goes back at once, and a collection (~0.2 s with a
+    to the driver. On CPU freed memory goes back at once, and a collection (slow with a
     dataset loaded) would only slow the retries.
     """
     if device.type == "cuda":
@@ -82,13 +82,10 @@ def release_memory(device: torch.device) -> None:
 
 # oneDNN builds a kernel for every shape of bf16/fp16 matrix product on the CPU and caches 1,024
 # of them. A search's shrinking rows and growing keys bring new shapes all the time, and so do
-# training's batches, so on most CPUs a full cache only holds memory: with 64 (an update's worth),
-# bf16 updates of the small_cpu recipe ran ~1.08x as fast on a Zen 4 host and the process held
-# 0.5-0.7 GB less, and a bf16 beam search ran level in 0.6 GB less. With AMX a new shape costs
-# several times its product (a 1,000 x 1,024 by 1,024 x 256 product: 0.4 ms cached, 3.8 ms new),
-# and training's shapes recur (its loss pads its blocks to a few row counts), so training there
-# keeps oneDNN's 1,024: small_cpu's bf16 updates 1.21x as fast on one core, 1.28x on two
-# (docs/benchmarks.md, "Performance decisions").
+# training's batches, so on most CPUs a full cache only holds memory: 64 (an update's worth) trains
+# as fast or faster in less memory. With AMX a new shape costs several times its product, and
+# training's shapes recur (its loss pads its blocks to a few row counts), so training there keeps
+# oneDNN's 1,024 (docs/benchmarks.md, "Performance decisions", measures both).
 ONEDNN_KERNEL_CACHE = 64
 AMX_TRAINING_KERNEL_CACHE = 1024
 
@@ -176,8 +173,8 @@ CPU_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_f
 
 def decode_precision(device: torch.device, setting: str) -> str:
     """decode.precision as the search runs it: auto is bf16 on an x86 CPU with bf16 matrix units
-    (avx512_bf16 or amx_bf16), else fp32. On a GPU fp32 (TF32 products): there bf16 beam 4 ran at
-    0.62x (H200) and 0.65x (H100) fp32's sentences/s (docs/benchmarks.md, "Performance decisions")."""
+    (avx512_bf16 or amx_bf16), else fp32. On a GPU fp32 (TF32 products), where bf16 beam search measured
+    slower (docs/benchmarks.md, "Performance decisions")."""
     if setting != "auto":
         return setting
     if device.type == "cuda":

@@ -13,9 +13,8 @@ from mt_transformer.errors import UserError
 
 log = logging.getLogger(__name__)
 
-# Lines read, sorted by length and batched at a time: throughput within 1-4% of sorting 120,000
-# lines at once, peak memory 1.08x for a million lines what it is for 10,000 (docs/benchmarks.md,
-# "Translating corpora").
+# Lines read, sorted by length and batched at a time: throughput close to sorting a whole corpus
+# at once, with memory that does not grow with the corpus (docs/benchmarks.md, "Translating corpora").
 BUFFER_LINES = 10_000
 # flags that decide where output goes, not what it is
 NOT_SETTINGS = {"input", "output", "restart", "merge", "shard", "buffer_lines", "src", "tgt"}

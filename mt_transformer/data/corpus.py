@@ -173,7 +173,7 @@ def load_pairs(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
 
 class ColumnLines:
     """One column of a Dataset as an iterable of its values, readable again on each pass, 10,000
-    rows at a time: a datasets Column read row by row took 7x as long (docs/benchmarks.md)."""
+    rows at a time: a datasets Column read row by row is several times slower (docs/benchmarks.md)."""
 
     BATCH = 10_000
 

@@ -14,9 +14,8 @@ that over our length penalty.
 
 On a CPU the threads are CTranslate2's workers (inter_threads), one thread each unless make
 bench measured more per worker faster on this CPU (worker_threads), and every call is split
-among them: one sentence runs on one thread, many on all of them (demo model, beam 4,
-fp32, 2-core Xeon with AMX: one line 3.0 ms against 10.7 on one worker of two threads, calls of
-32 lines 1,380 against 893 sentences/s; docs/benchmarks.md).
+among them: one sentence runs on one thread, many on all of them (docs/benchmarks.md measures
+both against one worker of all the threads).
 """
 
 from __future__ import annotations

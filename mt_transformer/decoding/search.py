@@ -87,7 +87,7 @@ def force_prefix(scores: torch.Tensor, prefix: torch.Tensor | None, step: int) -
 
 @functools.cache
 def _never_output(device: torch.device) -> torch.Tensor:
-    """The ids no search outputs, as an index on `device` (made once: a step is ~1 ms)."""
+    """The ids no search outputs, as an index on `device` (made once, not at every step)."""
     return torch.tensor([PAD_ID, BOS_ID], device=device)
 
 

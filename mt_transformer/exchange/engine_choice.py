@@ -61,9 +61,8 @@ def settings_reason(device: torch.device, decode: dict) -> str | None:
         return f"{device.type}: CTranslate2 is chosen on CPUs"
     if decode.get("sampling"):
         return "--sampling"
-    # auto: CTranslate2's float32, which has no bf16 on CPUs and outruns our bf16 (small_cpu size,
-    # 2-core Xeon with AMX, beam 4: one line 22-26 against 43-51 ms; calls of 32 lines 152-172
-    # against 91-102 sentences/s)
+    # auto: CTranslate2's float32, which has no bf16 on CPUs and outruns our bf16
+    # (docs/benchmarks.md, "The decoding engine against CTranslate2")
     precision = decode["precision"]
     if precision not in ("fp32", "int8", "auto"):
         return f"{precision}, which CTranslate2 does not compute on CPUs"

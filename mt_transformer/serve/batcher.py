@@ -56,7 +56,7 @@ class DynamicBatcher:
         self._worker: asyncio.Task | None = None
         # One thread for every call, and for loading the models (`run_alone`): torch's CPU kernels
         # keep a thread pool per calling thread, and a second caller's pool competes with the
-        # first for the cores (single-line calls ran at 5 sentences/s instead of 13).
+        # first for the cores (single-line calls ran at well under half the rate).
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="translate")
 
     def start(self) -> None:

@@ -22,7 +22,7 @@ async def read_payload(request) -> dict:
     body = await request.body()
     if kind.split(";")[0].strip().lower() == "application/json":
         payload = json_object(body)
-    elif kind.split(";")[0].strip().lower() == "multipart/form-data":  # ~1 s for 20 MB of parts: off the loop
+    elif kind.split(";")[0].strip().lower() == "multipart/form-data":  # parsing is slow for large bodies: off the loop
         payload = _one_or_list(await asyncio.to_thread(multipart_fields, body, kind))
     else:  # application/x-www-form-urlencoded, or a client that names no type
         try:

@@ -16,7 +16,7 @@ from mt_transformer.data.special_tokens import PAD_ID
 
 BLOCK_ROWS = 1024
 # bf16/fp16 products on a CPU run through oneDNN, which builds a kernel for every new row count
-# (2-25 ms for a block's three products, several times the product itself); the blocks' rows are
+# (several times the cost of the product itself); the blocks' rows are
 # padded to a multiple of this, so that a run meets a few row counts and reuses their kernels
 # (docs/benchmarks.md, "Performance decisions")
 ROW_MULTIPLE = 64
@@ -51,8 +51,8 @@ class LogitBuffers:
     """The fused loss's per-block logits, kept from one call to the next.
 
     A block's logits are (block_rows, vocab): megabytes that, allocated afresh each block, the CPU
-    pays for again in page faults on first touch. Reused, a bf16 update of the small_cpu recipe
-    ran 1.08x as fast (docs/benchmarks.md, "Performance decisions"); fp32 runs at the same speed.
+    pays for again in page faults on first touch. Reused, bf16 updates run faster
+    (docs/benchmarks.md, "Performance decisions"); fp32 runs at the same speed.
     """
 
     def __init__(self):

@@ -13,13 +13,13 @@ Where training keeps its kernels (`devices.kernel_cache_in_effect` above oneDNN'
 `devices.ONEDNN_KERNEL_CACHE`: CPUs with AMX, or any CPU whose ONEDNN_PRIMITIVE_CACHE_CAPACITY
 the user raised), a shape met again runs without building one, and most of training's shapes
 are met again: there each batch is timed on its second pass in each precision, the first having
-built its kernels. Timed on first passes, two threads of an AMX host measured bf16 at
-0.88-1.03x fp32 where it trained 1.18x as fast.
+built its kernels. Timed on first passes, bf16 measured no faster than fp32 on an AMX host
+where it trains faster.
 
 A host's other work comes and goes within seconds (a neighbour starting, a data loader), so each
-batch is timed in both precisions back to back, in alternating order, over a dozen batches: with
-two, a run beside another's data preparation measured bf16 at 1.08x on a host where it trains
-1.3-1.4x as fast (docs/benchmarks.md, "Performance decisions").
+batch is timed in both precisions back to back, in alternating order, over a dozen batches: two
+batches beside another's data preparation measured far less than bf16's gain there
+(docs/benchmarks.md, "Performance decisions").
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from mt_transformer.training.step import training_loss
 # gain is within the noise of a shared host and not worth bf16's rounding.
 MIN_SPEEDUP = 1.1
 CALIBRATION_BATCHES = 13  # the first warms up, the others are timed
-# A run of fewer updates trains in fp32 without calibrating: bf16 kept at 1.1x saves 9% of an
-# update, and the calibration's 26-52 passes (and bf16's kernels for each new shape) cost more.
+# A run of fewer updates trains in fp32 without calibrating: bf16 at the least speedup it is kept
+# for saves less than the calibration's passes (and bf16's kernels for each new shape) cost.
 MIN_CALIBRATED_STEPS = 1000
 
 

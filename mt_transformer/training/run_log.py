@@ -16,7 +16,7 @@ from mt_transformer.training.curves import plot_curves
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
-# Drawing the figure takes 1-2 s of a small CPU; validations minutes apart redraw every time.
+# Drawing the figure takes a noticeable share of a small CPU; validations minutes apart redraw every time.
 CURVES_EVERY_S = 60.0
 
 

@@ -35,7 +35,7 @@ FP16_INITIAL_SCALE = 128.0
 
 def fused_adam(device: torch.device) -> bool:
     """Whether Adam runs as one kernel over all parameters here: on CUDA, and on the CPU from torch
-    2.4, where it is 3.5x as fast as the per-tensor loops (docs/benchmarks.md)."""
+    2.4, where it is faster than the per-tensor loops (docs/benchmarks.md)."""
     return device.type == "cuda" or (device.type == "cpu" and Version(torch.__version__).release >= (2, 4))
 
 

@@ -196,7 +196,7 @@ def _selected(results, references: list[str], select: str) -> list:
 def _per_token(translator, sources: list[str], chosen: list) -> list[float]:
     """The teacher's log-probability per token (EOS counted) of each chosen translation, 0 for an
     empty one. Our engine's search gives it exactly; CTranslate2's scores are scored again here,
-    the chosen line only (scoring the whole n-best made the stage 3.3x slower). A line translated
+    the chosen line only (scoring the whole n-best made the stage several times slower). A line translated
     in parts keeps its search's sum."""
     per_token = [h.log_prob / (len(h.tokens) + 1) if h.text else 0.0 for h in chosen]
     if translator.model is not None:
