@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from mt_transformer.config import DecodeConfig
+from mt_transformer.decoding.engine_choice import engine_name, is_export, open_translator, settings_reason
 from mt_transformer.decoding.translator import Translation, Translator
 from mt_transformer.errors import UserError
-from mt_transformer.exchange.engine_choice import engine_name, is_export, open_translator, settings_reason
 
 DECODE_SETTINGS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
 
@@ -135,7 +135,7 @@ def load(
     path: a run directory (its best checkpoint), a checkpoint directory, an mt-import result, an
     mt-export --format ctranslate2 directory (run by CTranslate2), or a list of checkpoints (an
     ensemble). engine: "auto" (the default: CTranslate2 on a CPU where it has every setting,
-    through the checkpoint's conversion, else ours; exchange/engine_choice.py), "torch" or
+    through the checkpoint's conversion, else ours; decoding/engine_choice.py), "torch" or
     "ctranslate2".
     device: "auto", "cpu" or "cuda[:N]". tgt_lang: the language to write, for a model trained
     with target tags or an imported NLLB or M2M100 model; src_lang: the latter's input language.

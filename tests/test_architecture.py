@@ -21,8 +21,8 @@ LAYERS = [
     {"model"},
     {"checkpoint"},
     {"evaluation"},
-    {"decoding", "jobs"},
     {"exchange"},
+    {"decoding", "jobs"},
     {"training", "serve", "translation_model"},
     {"cli"},
 ]

@@ -7,7 +7,7 @@ import torch
 
 import mt_transformer as mt
 from conftest import run_cli, translator
-from mt_transformer.exchange.engine_choice import engine_name, open_translator, torch_reason
+from mt_transformer.decoding.engine_choice import engine_name, open_translator, torch_reason
 
 CPU = torch.device("cpu")
 LINES = ["a red house", "the dog", "Tom sold it."]
@@ -128,8 +128,8 @@ def test_the_layout_make_bench_measured_decides_the_threads_of_each_worker(train
     import json
 
     from mt_transformer.decoding import ctranslate2_engine
+    from mt_transformer.decoding.engine_choice import describe
     from mt_transformer.devices import cpu_model
-    from mt_transformer.exchange.engine_choice import describe
 
     monkeypatch.setenv("MT_CACHE_DIR", str(tmp_path))
     t = open_translator(trained_run, "auto", "cpu", threads=2)

@@ -82,12 +82,20 @@ def export_argos(args, quantization: str | None) -> None:
     import torch
 
     from mt_transformer import checkpoint
+    from mt_transformer.decoding.engine_choice import open_translator
     from mt_transformer.exchange import argos_export
 
     argos_export.argos_version()  # a clear message before the model is loaded
+    quantization = "int8" if args.quantization is None else quantization
+
+    def translate(lines: list[str], tgt_lang: str | None) -> list[str]:
+        found = open_translator(args.checkpoint, "ctranslate2", "cpu", quantization or "float32", tgt_lang=tgt_lang)
+        return [results[0].text for results in found(lines)]
+
     options = argos_export.PackageOptions(
         checkpoint=args.checkpoint,
-        quantization="int8" if args.quantization is None else quantization,
+        translate=translate,
+        quantization=quantization,
         from_name=args.from_name,
         to_name=args.to_name,
         version=args.package_version,

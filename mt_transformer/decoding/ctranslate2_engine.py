@@ -31,18 +31,11 @@ from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, length_penalty, output_limits
 from mt_transformer.devices import cpu_model
 from mt_transformer.errors import UserError
+from mt_transformer.exchange.ctranslate2_export import new_translator
 from mt_transformer.files import read_json, user_cache_dir
 
 # in the user's cache: per CPU model and compute type, the threads of each CTranslate2 worker
 LAYOUT_FILE = "ctranslate2_layout.json"
-
-
-def import_ctranslate2():
-    try:
-        import ctranslate2
-    except ImportError:
-        raise UserError("ctranslate2 is not installed: pip install ctranslate2") from None
-    return ctranslate2
 
 
 def read_settings(directory: str) -> dict:
@@ -87,16 +80,6 @@ def load(directory: str, device: torch.device, compute_type: str = "default", th
     except (RuntimeError, ValueError) as error:
         raise UserError(f"{directory}: CTranslate2 could not load it ({str(error).splitlines()[0]})") from None
     return translator, Tokenizer(directory), intra
-
-
-def new_translator(directory: str, **options):
-    """ctranslate2.Translator(directory, **options), leaving torch's thread count as it was: it sets
-    the OpenMP thread count the two share, and our engine, loaded beside it, keeps its own."""
-    threads = torch.get_num_threads()
-    try:
-        return import_ctranslate2().Translator(directory, **options)
-    finally:
-        torch.set_num_threads(threads)
 
 
 class Ct2Search:

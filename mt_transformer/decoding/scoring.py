@@ -11,14 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import torch
-
-from mt_transformer.data.batching import budget_batches, collate
-from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.data.batching import budget_batches
 from mt_transformer.decoding.weights import prepared_linears
 from mt_transformer.devices import autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
-from mt_transformer.model.masks import padding_mask
+from mt_transformer.model.transformer import teacher_forced_log_probs
 
 log = logging.getLogger(__name__)
 
@@ -85,22 +82,6 @@ def _scores_surviving_oom(translator, sources: list[list[int]], targets: list[li
     return _scores_surviving_oom(translator, sources[:half], targets[:half]) + _scores_surviving_oom(
         translator, sources[half:], targets[half:]
     )
-
-
-@torch.inference_mode()
-def teacher_forced_log_probs(
-    model, sources: list[list[int]], targets: list[list[int]], device: torch.device
-) -> list[list[float]]:
-    """log P(y_t | y_<t, x) of every target subword and of the EOS after it, per pair, in one
-    batched pass (a model, or an Ensemble: its combined distribution, normalised as the searches
-    normalise it)."""
-    batch = collate(sources, targets)
-    src, tgt_in, tgt_out = batch.src.to(device), batch.tgt_in.to(device), batch.tgt_out.to(device)
-    src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
-    states, _ = model.decode(tgt_in, model.encode(src, src_mask), src_mask)  # (batch, tgt_len, d_model)
-    log_probs = model.logits(states).float().log_softmax(dim=-1)  # (batch, tgt_len, vocab)
-    picked = log_probs.gather(-1, tgt_out[..., None]).squeeze(-1).cpu()  # (batch, tgt_len)
-    return [picked[row, : len(target) + 1].tolist() for row, target in enumerate(targets)]
 
 
 def _ctranslate2_scores(translator, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:

@@ -65,7 +65,7 @@ def ours_at_argos_settings(directory: str, tokenizer, lines: list[str]) -> tuple
     tokenizer; and for each line, whether an unknown piece came out (Argos replaces it)."""
     import spacy
 
-    from mt_transformer.decoding.ctranslate2_engine import new_translator
+    from mt_transformer.exchange.ctranslate2_export import new_translator
 
     splitter = spacy.load(os.path.join(directory, "spacy"))
     splitter.add_pipe("sentencizer")
@@ -83,12 +83,10 @@ def ours_at_argos_settings(directory: str, tokenizer, lines: list[str]) -> tuple
     return texts, unknowns
 
 
-def check(package: str, directory: str, tokenizer, lines: list[str], scratch: str, engine: dict) -> dict:
+def check(package: str, directory: str, tokenizer, lines: list[str], scratch: str, ours_on_engine: list[str]) -> dict:
     """Argos's translations of `lines` against ours at its settings (every line must match but
-    those with an unknown piece or a "_") and against our CTranslate2 engine's on the checkpoint
-    (engine: its path, the target language for a model with target tags, the quantization)."""
-    from mt_transformer.exchange.engine_choice import open_translator
-
+    those with an unknown piece or a "_") and against `ours_on_engine`, our CTranslate2 engine's
+    translations of them on the checkpoint."""
     theirs = argos_translations(package, lines, scratch)
     ours, unknowns = ours_at_argos_settings(directory, tokenizer, lines)
     for line, argos, own, unknown in zip(lines, theirs, ours, unknowns):
@@ -97,14 +95,11 @@ def check(package: str, directory: str, tokenizer, lines: list[str], scratch: st
                 f"--format argos: argostranslate translates {line!r} as {argos!r}, our tokenizer and the "
                 f"package's model at its settings as {own!r}; nothing written"
             )
-    compute_type = engine["quantization"] or "float32"
-    translator = open_translator(engine["checkpoint"], "ctranslate2", "cpu", compute_type, tgt_lang=engine["tgt_lang"])
-    found = [results[0].text for results in translator(lines)]
     return {
         "checked_lines": len(lines),
         "equal_at_argos_settings": sum(a == b for a, b in zip(theirs, ours)),
         "with_unknowns_or_underscores": sum(u or "_" in o for u, o in zip(unknowns, ours)),
-        "equal_to_ctranslate2_engine": sum(a == b for a, b in zip(theirs, found)),
+        "equal_to_ctranslate2_engine": sum(a == b for a, b in zip(theirs, ours_on_engine)),
     }
 
 

@@ -28,6 +28,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mt_transformer.errors import UserError
@@ -167,7 +168,10 @@ def check_lines(corpus, given: str | None) -> list[str]:
 class PackageOptions:
     """What mt-export's options say of the package."""
 
-    checkpoint: str  # where the model was loaded from: the check translates with it as mt-translate does
+    checkpoint: str  # where the model was loaded from
+    # lines and the language to write (None: the model's one) -> mt-translate --engine ctranslate2's
+    # translations at the package's quantization, which the check reports Argos's against
+    translate: Callable[[list[str], str | None], list[str]]
     quantization: str | None = "int8"
     from_name: str | None = None  # default: LANGUAGE_NAMES
     to_name: str | None = None
@@ -227,9 +231,8 @@ def export(loaded, out_path: str, options: PackageOptions) -> list[dict]:
             build(loaded, directory, meta, options.quantization, prefix)
             package = os.path.join(scratch, name + ".argosmodel")
             zip_directory(directory, package)
-            target = corpus.tgt_lang if prefix else None
-            engine = dict(checkpoint=options.checkpoint, tgt_lang=target, quantization=options.quantization)
-            report = argos_check.check(package, directory, loaded.tokenizer, lines, scratch, engine)
+            ours = options.translate(lines, corpus.tgt_lang if prefix else None)
+            report = argos_check.check(package, directory, loaded.tokenizer, lines, scratch, ours)
             with atomic_path(path) as tmp:
                 shutil.copyfile(package, tmp)
         reports.append({"path": path, "metadata": meta, **report})

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from mt_transformer.config import language_tag
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.decoding import stopping
+from mt_transformer.decoding.engine_choice import describe
 from mt_transformer.decoding.translator import Translation, Translator, load_untagged
 from mt_transformer.errors import UserError
-from mt_transformer.exchange.engine_choice import describe
 
 log = logging.getLogger(__name__)
 
@@ -189,11 +189,11 @@ def load_models(
     paths: list[str], engine: str = "auto", device: str = "auto", compute_type: str = "default", threads: int = 0
 ) -> Models:
     """Every checkpoint (run directory, checkpoint file or mt-export directory) loaded once on
-    `engine` (auto: as exchange/engine_choice.py picks), by the language pairs it was trained
+    `engine` (auto: as decoding/engine_choice.py picks), by the language pairs it was trained
     on; a model trained with target tags serves each of its pairs through its tag, an NLLB or
     M2M100 import every pair of its languages (by their two-letter codes where they have one).
     Two checkpoints for one pair are an error."""
-    from mt_transformer.exchange.engine_choice import is_export, open_translator
+    from mt_transformer.decoding.engine_choice import is_export, open_translator
 
     translators: dict[tuple[str, str], Translator] = {}
     owners: dict[tuple[str, str], str] = {}

@@ -31,10 +31,10 @@ from mt_transformer.config import Config, CorpusConfig, DataConfig, config_from_
 from mt_transformer.data.corpus import load_pairs, quiet_datasets
 from mt_transformer.data.prepare import cache_directory, cache_key, split_source
 from mt_transformer.decoding.ctranslate2_engine import read_settings
+from mt_transformer.decoding.engine_choice import engine_name, is_export, open_translator
 from mt_transformer.decoding.scoring import score_ids
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.scores import sentence_scores
-from mt_transformer.exchange.engine_choice import engine_name, is_export, open_translator
 from mt_transformer.files import atomic_path, read_json, write_text
 from mt_transformer.jobs.job import CorpusJob
 from mt_transformer.jobs.records import finished_record, merge_rank_shards
