@@ -18,10 +18,9 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 
-import torch
-
 from mt_transformer.config import DecodeConfig
-from mt_transformer.decoding.engine_choice import engine_name, is_export, open_translator, settings_reason
+from mt_transformer.decoding.engines import open_translator
+from mt_transformer.decoding.runtime import is_export, settings_reason
 from mt_transformer.decoding.translator import Translation, Translator
 from mt_transformer.errors import UserError
 
@@ -40,7 +39,7 @@ class TranslationModel:
     @property
     def engine(self) -> str:
         """ "ctranslate2" or "torch": the engine that runs calls with the loaded settings."""
-        return engine_name(self.translator)
+        return self.translator.runtime.engine
 
     def torch_translator(self, why: str) -> Translator:
         """Our engine's translator of the same checkpoint(s), loaded on first use."""
@@ -106,8 +105,7 @@ class TranslationModel:
         _check_names(changed)
         translator = self.translator
         if translator.model is None and self._load_torch is not None:
-            device = torch.device(translator.search.translator.device)
-            reason = settings_reason(device, {"precision": translator.decode.precision, **changed})
+            reason = settings_reason(translator.device, {"precision": translator.decode.precision, **changed})
             if reason is not None:
                 translator = self.torch_translator(reason)
         return translator.with_settings(**changed) if changed else translator
@@ -135,7 +133,7 @@ def load(
     path: a run directory (its best checkpoint), a checkpoint directory, an mt-import result, an
     mt-export --format ctranslate2 directory (run by CTranslate2), or a list of checkpoints (an
     ensemble). engine: "auto" (the default: CTranslate2 on a CPU where it has every setting,
-    through the checkpoint's conversion, else ours; decoding/engine_choice.py), "torch" or
+    through the checkpoint's conversion, else ours; decoding/runtime.py), "torch" or
     "ctranslate2".
     device: "auto", "cpu" or "cuda[:N]". tgt_lang: the language to write, for a model trained
     with target tags or an imported NLLB or M2M100 model; src_lang: the latter's input language.

@@ -9,7 +9,8 @@ import os
 from benchmark_training import synchronize
 from measure import timed
 from mt_transformer.config import Config
-from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
+from mt_transformer.decoding.engines import open_translator
+from mt_transformer.decoding.translator import torch_translator, with_decode
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.scores import score
 
@@ -53,7 +54,7 @@ def _ctranslate2_rows(out: str, lines: list[str], device: str, ours_greedy: list
     rows = []
     for compute_type in ("float32", "int8"):
         for beam in (1, 4):
-            translate = load_translator(
+            translate = open_translator(
                 out, "ctranslate2", device, compute_type, beam_size=beam, n_best=1, max_tokens=8192
             )
             translate(lines[:50])  # warm-up

@@ -20,7 +20,7 @@ import re
 
 from measure import machine, machine_line, texts, timed, write_json
 from mt_transformer.data.text import read_lines
-from mt_transformer.decoding.translator import load_translator
+from mt_transformer.decoding.engines import open_translator
 from mt_transformer.evaluation.scores import score
 from mt_transformer.files import write_text
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"# {machine_line()}")
     include, rows = None, []
     for beam in args.beams:
-        translate = load_translator(args.checkpoint, "torch", "cpu", beam_size=beam)
+        translate = open_translator(args.checkpoint, "torch", "cpu", beam_size=beam)
         plain, plain_seconds = timed(texts, translate, sources)
         if include is None:  # drawn once, against the first beam's translations
             rng = random.Random(args.seed)

@@ -33,10 +33,10 @@ TRANSLATE = "import sys; from mt_transformer.cli import translate_main; sys.argv
 WHOLE_FILE = """
 import sys
 from mt_transformer.data.text import read_lines
-from mt_transformer.decoding.translator import load_translator
+from mt_transformer.decoding.engines import open_translator
 from mt_transformer.files import write_text
 checkpoint, source, output, beam = sys.argv[1:5]
-translator = load_translator(checkpoint, "torch", "cpu", beam_size=int(beam))
+translator = open_translator(checkpoint, "torch", "cpu", beam_size=int(beam))
 write_text(output, "".join(r[0].text + "\\n" for r in translator(read_lines(source))))
 """
 

@@ -43,7 +43,7 @@ def worker(spec: dict) -> None:
 
     import mt_transformer as mt
     from mt_transformer.data.text import read_lines
-    from mt_transformer.decoding.engine_choice import describe
+    from mt_transformer.decoding.engines import describe
 
     torch.set_num_threads(spec["torch_threads"])
     lines = read_lines(spec["src"])[: spec["lines"]]

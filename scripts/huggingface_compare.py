@@ -24,8 +24,8 @@ import torch
 from measure import machine, machine_line, markdown_table, texts, timed, write_json
 from mt_transformer import checkpoint
 from mt_transformer.data.text import read_lines
+from mt_transformer.decoding.engines import open_translator
 from mt_transformer.decoding.search import output_limit
-from mt_transformer.decoding.translator import load_translator
 from mt_transformer.exchange import ctranslate2_export, huggingface_export
 
 
@@ -81,8 +81,8 @@ def compare(args, loaded, lines: list[str], refs: list[str], work: str, transfor
     print(f"{args.checkpoint}: {settings['architecture']}, {len(lines)} lines, export check {gap:.1e}")
     rows = []
     for beam in (1, 4):
-        ours_translate = load_translator(args.checkpoint, "torch", "cpu", tgt_lang=args.tgt_lang, beam_size=beam)
-        ct2_translate = load_translator(
+        ours_translate = open_translator(args.checkpoint, "torch", "cpu", tgt_lang=args.tgt_lang, beam_size=beam)
+        ct2_translate = open_translator(
             ct2_dir, "ctranslate2", "cpu", threads=args.threads, tgt_lang=args.tgt_lang, beam_size=beam
         )
         decode = ours_translate.config.decode

@@ -41,7 +41,8 @@ def decode(args, data: str, out: str) -> dict:
     import torch
 
     from mt_transformer import checkpoint
-    from mt_transformer.decoding.translator import load_translator, torch_translator, with_decode
+    from mt_transformer.decoding.engines import open_translator
+    from mt_transformer.decoding.translator import torch_translator, with_decode
     from mt_transformer.evaluation.scores import score
 
     torch.set_num_threads(2)
@@ -58,7 +59,7 @@ def decode(args, data: str, out: str) -> dict:
         from mt_transformer.exchange import ctranslate2_export
 
         ctranslate2_export.export(loaded, os.path.join(out, "ct2"))
-        engines["ct2"] = load_translator(
+        engines["ct2"] = open_translator(
             os.path.join(out, "ct2"), "ctranslate2", "cpu", "float32", threads=2, beam_size=4, alpha=0.6
         )
     result = {}

@@ -22,7 +22,7 @@ import time
 
 from measure import calls_per_s, machine, machine_line, markdown_table, write_json
 from mt_transformer.data.text import read_lines
-from mt_transformer.decoding.engine_choice import open_translator
+from mt_transformer.decoding.engines import open_translator
 from mt_transformer.serve.app import ServerSettings
 from serve_process import ServerProcess, get
 

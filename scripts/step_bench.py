@@ -16,7 +16,7 @@ import torch
 from measure import machine, machine_line, timed, write_json
 from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.decoding.engine import restack
-from mt_transformer.decoding.translator import load_translator
+from mt_transformer.decoding.engines import open_translator
 from mt_transformer.decoding.weights import PACK_FROM_ELEMENTS, prepared_linears
 from mt_transformer.devices import autocast
 from mt_transformer.model.masks import padding_mask
@@ -73,7 +73,7 @@ def steps(model, tokens, src_mask, cache, length: int) -> None:
 
 def step_bound(translator, repeats: int = 30) -> dict:
     """The engine's step against reading its weights once at the host's memory bandwidth."""
-    precision = translator.decode.precision
+    precision = translator.runtime.precision
     step = step_time(translator.search.engine, precision, repeats=repeats)
     weight_bytes = step_weight_bytes(translator.model, precision)
     bound = weight_bytes / memory_bandwidth()
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     results = machine()
     print(machine_line())
     for precision in args.precisions:
-        translator = load_translator(args.checkpoint, "torch", "cpu", precision=precision)
+        translator = open_translator(args.checkpoint, "torch", "cpu", precision=precision)
         s = results[precision] = step_bound(translator, args.repeats)
         print(
             f"{precision}: step of 4 rows {s['step_ms']:.2f} ms, weights {s['weights_mb']:.1f} MB, "

@@ -19,7 +19,7 @@ import unicodedata
 
 from measure import machine_line
 from mt_transformer.data.text import read_lines
-from mt_transformer.decoding.translator import load_translator
+from mt_transformer.decoding.engines import open_translator
 
 MARKS = ["😀", "北京", "©", "Þórður", "🚲", "東京", "→", "Nguyễn", "🎉", "漢字", "♥", "Łódź", "Jiří", "🙂"]
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"# {machine_line()}; the marks and the characters of each that training lacks: {shown}")
     found = []
     for checkpoint in args.checkpoints:
-        translate = load_translator(checkpoint, "torch", "cpu", beam_size=args.beam)
+        translate = open_translator(checkpoint, "torch", "cpu", beam_size=args.beam)
         results = translate(lines)
         kept = [all(ch in r[0].text for ch in chars) for r, chars in zip(results, wanted)]
         by_kind = {}

@@ -276,6 +276,6 @@ def token_log_probs(model, src_ids: list[int], tgt_ids: list[int]) -> torch.Tens
 def translator(path: str, **decode):
     """The PyTorch translator of a checkpoint or run directory on the CPU, with decode settings
     (DecodeConfig fields) changed."""
-    from mt_transformer.decoding.translator import load_translator
+    from mt_transformer.decoding.engines import open_translator
 
-    return load_translator(path, "torch", "cpu", **decode)
+    return open_translator(path, "torch", "cpu", **decode)

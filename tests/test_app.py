@@ -63,7 +63,7 @@ def test_translate_as_libretranslate_clients_send_it(client, trained_run):
 
 
 def test_the_default_engine_serves_ctranslate2_and_ours_for_constraints_and_attention(trained_run):
-    from mt_transformer.decoding.engine_choice import open_translator
+    from mt_transformer.decoding.engines import open_translator
 
     models = load_models([trained_run], device="cpu")
     assert models.engines["en-de"].startswith("CTranslate2 on cpu")

@@ -127,7 +127,7 @@ def test_several_processes_asking_at_once_convert_once(own_checkpoint):
 
 
 def test_converting_leaves_torchs_thread_count_as_it_was(own_checkpoint):
-    from mt_transformer.decoding.engine_choice import open_translator
+    from mt_transformer.decoding.engines import open_translator
 
     threads = torch.get_num_threads()
     translator = open_translator(own_checkpoint, "auto", "cpu")  # converts, checks, loads

@@ -159,24 +159,24 @@ def test_missing_gpu_libraries_are_a_one_line_error(trained_run):
 
 
 def test_no_repeat_ngram_reaches_ctranslate2(trained_run, corpus, tmp_path):
-    from mt_transformer.decoding.translator import load_translator
+    from mt_transformer.decoding.engines import open_translator
 
     out = tmp_path / "ct2"
     ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:40]
-    translate = load_translator(str(out), "ctranslate2", "cpu", beam_size=1, max_len_b=30, no_repeat_ngram=1)
+    translate = open_translator(str(out), "ctranslate2", "cpu", beam_size=1, max_len_b=30, no_repeat_ngram=1)
     for result in translate(lines):
         assert len(set(result[0].tokens)) == len(result[0].tokens)
 
 
 def test_forced_prefixes_reach_ctranslate2(trained_run, corpus, tmp_path):
-    from mt_transformer.decoding.translator import load_translator
+    from mt_transformer.decoding.engines import open_translator
 
     out = tmp_path / "ct2"
     ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:5]
     ours = translator(trained_run, beam_size=2)(lines, prefixes=["Tom"] * 5)
-    theirs = load_translator(str(out), "ctranslate2", "cpu", beam_size=2)(lines, prefixes=["Tom"] * 5)
+    theirs = open_translator(str(out), "ctranslate2", "cpu", beam_size=2)(lines, prefixes=["Tom"] * 5)
     assert all(r[0].text.startswith("Tom") for r in theirs)
     assert [r[0].text for r in theirs] == [r[0].text for r in ours]
 
@@ -198,12 +198,12 @@ def test_mt_score_with_ctranslate2_scores_as_pytorch(trained_run, corpus, tmp_pa
 def test_phrases_to_avoid_reach_ctranslate2_grouped_and_required_ones_are_refused(trained_run, corpus, tmp_path):
     """CTranslate2 suppresses a phrase as the tokenizer splits it, for a whole batch: inputs are
     grouped by their phrases to avoid (our own search avoids a phrase however it is split)."""
-    from mt_transformer.decoding.translator import load_translator
+    from mt_transformer.decoding.engines import open_translator
 
     out = tmp_path / "ct2"
     ctranslate2_export.export(checkpoint.load(trained_run, CPU), str(out))
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:6]
-    translate = load_translator(str(out), "ctranslate2", "cpu", beam_size=2)
+    translate = open_translator(str(out), "ctranslate2", "cpu", beam_size=2)
     plain = translate(lines)
     calls = []
     real = translate.search.translator
@@ -227,7 +227,8 @@ def test_phrases_to_avoid_reach_ctranslate2_grouped_and_required_ones_are_refuse
 
 def test_a_byte_fallback_vocabulary_translates_the_same_through_ctranslate2(trained_run, corpus, tmp_path):
     from mt_transformer.data.tokenizer import train_tokenizer
-    from mt_transformer.decoding.translator import load_translator, torch_translator
+    from mt_transformer.decoding.engines import open_translator
+    from mt_transformer.decoding.translator import torch_translator
 
     lines = [open(f"{corpus}/train.{side}", encoding="utf-8").read().splitlines()[:2000] for side in ("en", "de")]
     tokenizer = train_tokenizer(str(tmp_path / "tok"), *lines, True, 400, "bpe", 1.0, 10_000, 1, True)
@@ -241,7 +242,7 @@ def test_a_byte_fallback_vocabulary_translates_the_same_through_ctranslate2(trai
     unseen = [f"{line} {marks[i % 3]}" for i, line in enumerate(test)]
     config = dataclasses.replace(loaded.config, decode=dataclasses.replace(loaded.config.decode, beam_size=1))
     ours = torch_translator(model, tokenizer, config, CPU)(unseen)
-    theirs = load_translator(str(tmp_path / "ct2"), "ctranslate2", "cpu", beam_size=1)(unseen)
+    theirs = open_translator(str(tmp_path / "ct2"), "ctranslate2", "cpu", beam_size=1)(unseen)
     assert any(tokenizer.tgt.is_byte(i) for r in ours for i in r[0].tokens)
     # (CTranslate2 never ends a translation at its first step: outputs that our search left empty differ)
     pairs = [(a[0], b[0]) for a, b in zip(ours, theirs) if a[0].tokens]

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from conftest import ROOT, run_cli, tiny_model, translator
-from mt_transformer.decoding.translator import load_translator
+from mt_transformer.decoding.engines import open_translator
 
 OTHER_TOKENIZER = os.path.join(ROOT, "tests", "fixtures", "checkpoint_v1")
 
@@ -15,7 +15,7 @@ OTHER_TOKENIZER = os.path.join(ROOT, "tests", "fixtures", "checkpoint_v1")
 def test_a_model_ensembled_with_itself_translates_as_alone(trained_run, corpus, beam, mode):
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:30]
     alone = translator(trained_run, beam_size=beam, n_best=beam)(lines)
-    twice = load_translator([trained_run, trained_run], "torch", "cpu", ensemble_mode=mode, beam_size=beam, n_best=beam)
+    twice = open_translator([trained_run, trained_run], "torch", "cpu", ensemble_mode=mode, beam_size=beam, n_best=beam)
     together = twice(lines)
     assert [[t.text for t in r] for r in together] == [[t.text for t in r] for r in alone]
     for ours, theirs in zip(together, alone):

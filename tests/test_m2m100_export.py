@@ -14,7 +14,7 @@ from conftest import run_cli
 transformers = pytest.importorskip("transformers")
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID  # noqa: E402
-from mt_transformer.decoding.translator import load_translator  # noqa: E402
+from mt_transformer.decoding.engines import open_translator  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -37,7 +37,7 @@ def _export_matches_ours(ours: str, exported: str, src: str, tgt: str, lines: li
     pieces, languages = loaded.tokenizer.tgt.pieces, loaded.tokenizer.languages
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(exported, src_lang=pieces[languages[src]])
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(exported).eval()
-    translator = load_translator(ours, "torch", beam_size=1, max_len_a=0.0, max_len_b=10, src_lang=src, tgt_lang=tgt)
+    translator = open_translator(ours, "torch", beam_size=1, max_len_a=0.0, max_len_b=10, src_lang=src, tgt_lang=tgt)
     forced = hf_tokenizer.convert_tokens_to_ids(pieces[languages[tgt]])
     for line, found in zip(lines, translator(lines)):
         inputs = hf_tokenizer(line, return_tensors="pt")
@@ -102,5 +102,5 @@ def test_an_import_exports_to_ctranslate2_and_translates_as_ours(corpus, tmp_pat
     result = run_cli("mt-export", "--checkpoint", ours, "--format", "ctranslate2", exported)
     assert result.returncode == 0, result.stderr
     into = dict(tgt_lang="fra_Latn", beam_size=2, precision="fp32")
-    theirs = load_translator(exported, "ctranslate2", **into)(LINES)
-    assert [t[0].tokens for t in theirs] == [t[0].tokens for t in load_translator(ours, "torch", **into)(LINES)]
+    theirs = open_translator(exported, "ctranslate2", **into)(LINES)
+    assert [t[0].tokens for t in theirs] == [t[0].tokens for t in open_translator(ours, "torch", **into)(LINES)]

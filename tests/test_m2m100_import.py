@@ -16,8 +16,7 @@ from conftest import run_cli
 transformers = pytest.importorskip("transformers")
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID  # noqa: E402
-from mt_transformer.decoding.engine_choice import open_translator  # noqa: E402
-from mt_transformer.decoding.translator import load_translator  # noqa: E402
+from mt_transformer.decoding.engines import open_translator  # noqa: E402
 from mt_transformer.errors import UserError  # noqa: E402
 
 NLLB_CODES = ["deu_Latn", "eng_Latn", "fra_Latn"]
@@ -129,7 +128,7 @@ def test_an_import_reads_and_writes_sources_and_targets_as_the_tokenizer_does(im
     loaded = checkpoint.load(out, torch.device("cpu"))
     assert loaded.config.data.language_tokens and loaded.config.model.positions == "fairseq"
     assert (loaded.config.data.src_lang, loaded.config.data.tgt_lang) == (codes["de"], codes["en"])
-    translator = load_translator(out, "torch", beam_size=1)
+    translator = open_translator(out, "torch", beam_size=1)
     vocab = json.load(open(os.path.join(out, "vocab.json"), encoding="utf-8"))
     src_ids = [translator.heads[0] + ids for ids in loaded.tokenizer.encode_src(LINES)]
     tgt_ids = [translator.heads[1] + ids for ids in loaded.tokenizer.encode_tgt(TARGETS)]
@@ -237,7 +236,7 @@ def test_mt_translate_takes_the_languages_and_refuses_one_the_model_lacks(import
     into = ("--tgt-lang", codes["fr"], "--src-lang", codes["de"])
     result = run_cli("mt-translate", "--checkpoint", out, "--input", str(tmp_path / "in.txt"), *into, "--beam", "1")
     assert result.returncode == 0, result.stderr
-    expected = [t[0].text for t in load_translator(out, "torch", beam_size=1, tgt_lang=codes["fr"])(LINES)]
+    expected = [t[0].text for t in open_translator(out, "torch", beam_size=1, tgt_lang=codes["fr"])(LINES)]
     assert result.stdout.splitlines() == expected
     result = run_cli("mt-translate", "--checkpoint", out, "--tgt-lang", "xx", input="Hallo\n")
     count = len(json.load(open(f"{out}/languages.json", encoding="utf-8")))  # NLLB here 3, M2M100 (wmt21) 8
@@ -327,7 +326,7 @@ def test_an_added_language_starts_from_a_related_one_and_fine_tunes(corpus, tmp_
     assert {(row["src_ids"][0], row["tgt_ids"][0]) for row in encoded["train"]} == {heads}
     learned = tuned.model.tgt_embed.weight
     assert not torch.allclose(learned[heads[0]], learned[languages["deu_Latn"]])  # it learned the new one
-    assert load_translator(run_dir, "torch", beam_size=1)(LINES[:1])[0][0].tokens[0] == heads[1]
+    assert open_translator(run_dir, "torch", beam_size=1)(LINES[:1])[0][0].tokens[0] == heads[1]
 
 
 def test_an_nllb_import_teaches_a_student_from_two_letter_codes(imported, corpus, tmp_path):
@@ -362,7 +361,7 @@ def test_a_server_serves_every_pair_of_an_import_by_two_letter_codes(imported):
             set(listed) - {code} == set(targets) for code, targets in listed.items()
         )
         answer = client.post("/translate", json={"q": LINES[0], "source": "de", "target": "en"})
-        expected = load_translator(out, "torch", tgt_lang=codes["en"], src_lang=codes["de"])(LINES[:1])[0][0].text
+        expected = open_translator(out, "torch", tgt_lang=codes["en"], src_lang=codes["de"])(LINES[:1])[0][0].text
         assert answer.status_code == 200 and answer.json() == {"translatedText": expected}
 
 

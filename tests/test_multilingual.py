@@ -7,7 +7,7 @@ import torch
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer.cli.translate import translate_main
 from mt_transformer.config import load_config
-from mt_transformer.decoding.translator import load_translator
+from mt_transformer.decoding.engines import open_translator
 from mt_transformer.errors import UserError
 
 
@@ -36,7 +36,7 @@ def test_each_corpus_is_tagged_and_sampled_by_temperature(two_way_run):
     share = 0.2 ** (1 / 3) / (0.8 ** (1 / 3) + 0.2 ** (1 / 3))  # 500 of 2,500 pairs at temperature 3
     assert f"each epoch: en->de {1 - share:.1%}, de->en {share:.1%} (data.sampling_temperature 3)" in logged
     assert "data.corpora[1] train: 500 pairs" in logged
-    translator = load_translator(run, "torch", "cpu", tgt_lang="en")
+    translator = open_translator(run, "torch", "cpu", tgt_lang="en")
     tags = translator.tokenizer.tags
     assert set(tags) == {"<2de>", "<2en>"}
     from mt_transformer.data.prepare import prepare_data
@@ -51,14 +51,14 @@ def test_each_corpus_is_tagged_and_sampled_by_temperature(two_way_run):
 def test_translate_asks_for_the_target_language(two_way_run, tmp_path, capsys):
     run, _ = two_way_run
     for tgt_lang in ("de", "en"):
-        translator = load_translator(run, "torch", "cpu", tgt_lang=tgt_lang)
+        translator = open_translator(run, "torch", "cpu", tgt_lang=tgt_lang)
         assert translator.target_tag == f"<2{tgt_lang}>" and translator.target_language == tgt_lang
         [[translation]] = translator(["the red house"])
         assert translation.text is not None
     with pytest.raises(UserError, match=r"^--tgt-lang: required: this model translates into de, en$"):
-        load_translator(run, "torch", "cpu")
+        open_translator(run, "torch", "cpu")
     with pytest.raises(UserError, match=r"^--tgt-lang: 'fr' is not among the model's target languages \(de, en\)$"):
-        load_translator(run, "torch", "cpu", tgt_lang="fr")
+        open_translator(run, "torch", "cpu", tgt_lang="fr")
     source = tmp_path / "in.txt"
     source.write_text("the red house\n\n", encoding="utf-8")
     with pytest.raises(SystemExit) as done:
@@ -72,7 +72,7 @@ def test_translate_asks_for_the_target_language(two_way_run, tmp_path, capsys):
 
 
 def test_a_model_without_target_tags_ignores_the_flag(trained_run):
-    translator = load_translator(trained_run, "torch", "cpu", tgt_lang="de")
+    translator = open_translator(trained_run, "torch", "cpu", tgt_lang="de")
     assert translator.target_tag == "" and translator.target_language == "de"
 
 
@@ -83,14 +83,14 @@ def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, 
     run, _ = two_way_run
     out = str(tmp_path / "ct2")
     ctranslate2_export.export(checkpoint.load(run, torch.device("cpu")), out)
-    translator = load_translator(out, "ctranslate2", "cpu", tgt_lang="de", beam_size=1)
+    translator = open_translator(out, "ctranslate2", "cpu", tgt_lang="de", beam_size=1)
     seen = []
     search = translator.search
     translator.search = lambda sources, *rest: seen.extend(sources) or search(sources, *rest)
     [[translation]] = translator(["the red house"])
     assert seen[0][0] == translator.tokenizer.tags["<2de>"] and translation.text is not None
     with pytest.raises(UserError, match=r"^--tgt-lang: required"):
-        load_translator(out, "ctranslate2", "cpu")
+        open_translator(out, "ctranslate2", "cpu")
 
 
 def test_validation_scores_each_target_language_and_averages_them(two_way_run, corpus):
@@ -106,7 +106,7 @@ def test_validation_scores_each_target_language_and_averages_them(two_way_run, c
     # valid_bleu_de: greedy translations of the first 20 valid pairs of en->de (train.valid_max_sentences)
     sources = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:20]
     references = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()[:20]
-    translate = load_translator(run, "torch", "cpu", tgt_lang="de", beam_size=1)
+    translate = open_translator(run, "torch", "cpu", tgt_lang="de", beam_size=1)
     hypotheses = [results[0].text for results in translate(sources)]
     assert score(hypotheses, references, metrics=("bleu",), tgt_lang="de")["bleu"] == last["valid_bleu_de"]
 
@@ -115,6 +115,6 @@ def test_constraints_hold_in_the_target_language_asked_for(two_way_run):
     run, _ = two_way_run
     lines = ["the red house", "Tom sold a blue bottle"]
     for language, phrases in (("de", [["Haus"], ["Flasche", "Tom"]]), ("en", [["house"], ["bottle"]])):
-        translate = load_translator(run, "torch", "cpu", tgt_lang=language, beam_size=3)
+        translate = open_translator(run, "torch", "cpu", tgt_lang=language, beam_size=3)
         for words, result in zip(phrases, translate(lines, constraints=(phrases, [[], []]))):
             assert all(w in result[0].text for w in words)

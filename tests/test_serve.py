@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_cli, translator
-from mt_transformer.decoding.engine_choice import open_translator
+from mt_transformer.decoding.engines import open_translator
 from serve_page import chromium, open_browser, try_page
 from serve_process import ServerProcess, get, post
 

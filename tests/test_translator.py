@@ -9,8 +9,9 @@ import torch
 
 from conftest import load_model, run_cli, token_log_probs, translator
 from mt_transformer import devices
+from mt_transformer.decoding.engines import open_translator
 from mt_transformer.decoding.torch_search import TorchSearch
-from mt_transformer.decoding.translator import load_translator, source_batches
+from mt_transformer.decoding.translator import source_batches
 from mt_transformer.errors import UserError
 
 CPU = torch.device("cpu")
@@ -145,7 +146,7 @@ def test_decode_precision_bf16_runs_the_matrix_products_in_bf16_and_scores_in_fl
 def test_decode_precision_auto_decodes_in_bf16_where_the_cpu_has_bf16_units(trained_run, monkeypatch, flags, dtype):
     monkeypatch.setattr(devices, "cpu_info", lambda: ("x86", flags))
     translate = translator(trained_run, beam_size=2, precision="auto")
-    assert translate.decode.precision == ("bf16" if dtype == torch.bfloat16 else "fp32")
+    assert translate.runtime.precision == ("bf16" if dtype == torch.bfloat16 else "fp32")
     seen = set()
     ffn = translate.model.decoder[0].ffn  # its first product's dtype, seen where its output goes
     activation = ffn.activation
@@ -184,23 +185,23 @@ def test_int8_translates_and_scores_from_the_command_line_on_the_cpu(trained_run
 @pytest.mark.gpu
 def test_int8_is_refused_on_a_gpu(trained_run):
     with pytest.raises(UserError, match="int8: for the CPU"):
-        load_translator(trained_run, "torch", "cuda", precision="int8")
+        open_translator(trained_run, "torch", "cuda", precision="int8")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_half_precision_decoding_on_cuda_matches_fp32_on_most_lines(trained_run, corpus, precision):
     lines = open(f"{corpus}/test.en", encoding="utf-8").read().splitlines()[:40]
-    fp32 = [r[0].text for r in load_translator(trained_run, "torch", "cuda", beam_size=4)(lines)]
-    half = [r[0].text for r in load_translator(trained_run, "torch", "cuda", beam_size=4, precision=precision)(lines)]
+    fp32 = [r[0].text for r in open_translator(trained_run, "torch", "cuda", beam_size=4)(lines)]
+    half = [r[0].text for r in open_translator(trained_run, "torch", "cuda", beam_size=4, precision=precision)(lines)]
     # rounding may flip a close choice; a broken cast would change nearly every line
     assert sum(a == b for a, b in zip(fp32, half)) >= 0.75 * len(lines)
 
 
 def test_loading_a_translator_on_the_cpu_limits_onednn_kernel_cache_unless_the_user_set_it(trained_run, monkeypatch):
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    load_translator(trained_run, device="cpu")
+    open_translator(trained_run, "torch", device="cpu")
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(devices.ONEDNN_KERNEL_CACHE)
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "2048")
-    load_translator(trained_run, device="cpu")
+    open_translator(trained_run, "torch", device="cpu")
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "2048"

@@ -210,7 +210,8 @@ def translator_from_args(args, n_best: int = 1):
     """The translator of --checkpoint with the flags' decode settings (loaded once, for any
     number of batches of lines), on the engine --engine names or auto picks for the flags given."""
     from mt_transformer.config import ConfigError
-    from mt_transformer.decoding.engine_choice import TORCH_ONLY, open_translator
+    from mt_transformer.decoding.engines import open_translator
+    from mt_transformer.decoding.runtime import TORCH_ONLY
 
     decode = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in DECODE_FLAGS.items()}
     decode["n_best"] = n_best

@@ -149,7 +149,7 @@ def _split_pairs(args) -> tuple[list[str], list[str]]:
     from mt_transformer import checkpoint
     from mt_transformer.config import corpus_keys
     from mt_transformer.data.corpus import load_pairs
-    from mt_transformer.decoding.engine_choice import is_export
+    from mt_transformer.decoding.runtime import is_export
 
     if not args.checkpoint or is_export(args.checkpoint[0]):
         raise UserError("--split: needs --checkpoint with an mt_transformer checkpoint, not an export")

@@ -82,7 +82,7 @@ def export_argos(args, quantization: str | None) -> None:
     import torch
 
     from mt_transformer import checkpoint
-    from mt_transformer.decoding.engine_choice import open_translator
+    from mt_transformer.decoding.engines import open_translator
     from mt_transformer.exchange import argos_export
 
     argos_export.argos_version()  # a clear message before the model is loaded

@@ -70,7 +70,7 @@ def score_ids(translator, src_ids: list[list[int]], tgt_ids: list[list[int]], pr
 def _scores_surviving_oom(translator, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
     """teacher_forced_log_probs of a batch, halved for as long as it does not fit in memory."""
     try:
-        precision = translator.decode.precision
+        precision = translator.runtime.precision
         with autocast(translator.device, precision), prepared_linears(translator.model, precision):
             return teacher_forced_log_probs(translator.model, sources, targets, translator.device)
     except RuntimeError as error:  # torch.OutOfMemoryError is one

@@ -19,6 +19,7 @@ from mt_transformer.decoding.engine import engine_for, restack
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.lexical_beam import LexicalBeam
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at
+from mt_transformer.decoding.runtime import Runtime
 from mt_transformer.decoding.sampling import Sampler, sample
 from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.decoding.weights import prepared_linears
@@ -33,16 +34,18 @@ class TorchSearch:
     out-of-memory errors: a batch that does not fit is halved, and a single input that does not
     fit is translated in two parts."""
 
-    def __init__(
-        self, model, tokenizer: Tokenizer, device: torch.device, decode: DecodeConfig, max_positions: int | None
-    ):
-        self.model, self.tokenizer, self.device = model, tokenizer, device
+    def __init__(self, model, tokenizer: Tokenizer, runtime: Runtime, decode: DecodeConfig, max_positions: int | None):
+        self.model, self.tokenizer, self.runtime = model, tokenizer, runtime  # runtime.precision: what runs
         self.engine = engine_for(model)  # the searches' decoder steps (decoding/engine.py)
         self.decode, self.max_positions = decode, max_positions
         self._piece_index: PieceIndex | None = None  # built for the first phrases to avoid
         self.sampler = (
-            Sampler(decode.topk, decode.topp, decode.temperature, decode.seed, device) if decode.sampling else None
+            Sampler(decode.topk, decode.topp, decode.temperature, decode.seed, self.device) if decode.sampling else None
         )
+
+    @property
+    def device(self) -> torch.device:
+        return self.runtime.device
 
     def search(
         self,
@@ -94,8 +97,8 @@ class TorchSearch:
         common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
         model = self.engine
         restack(model)
-        # the searches take log-probabilities in float32
-        with autocast(self.device, d.precision), prepared_linears(model, d.precision):
+        precision = self.runtime.precision  # the searches take log-probabilities in float32
+        with autocast(self.device, precision), prepared_linears(model, precision):
             if self.sampler is not None:
                 return sample(model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common)
             if d.beam_size == 1 and constraints is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import Config, DecodeConfig, config_from_dict, tag_language, validate
+from mt_transformer.config import Config, DecodeConfig, tag_language, validate
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.text import normalize, with_case_of
@@ -25,12 +25,13 @@ from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
-from mt_transformer.decoding.languages import language_heads, target_tag
+from mt_transformer.decoding.languages import language_heads
 from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
+from mt_transformer.decoding.runtime import Runtime
 from mt_transformer.decoding.search import Hypothesis, output_limit
 from mt_transformer.decoding.torch_search import TorchSearch
 from mt_transformer.decoding.unknowns import unknown_fills
-from mt_transformer.devices import decode_precision, slow_precision
+from mt_transformer.devices import decode_precision
 from mt_transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class Translator:
     decode: DecodeConfig  # the settings in effect
     max_input_len: int | None  # longer inputs are cut into parts; None: no limit
     model: torch.nn.Module | None = None  # the PyTorch engine's model (attention, alignments)
-    device: torch.device | None = None
+    runtime: Runtime | None = None  # the engine, device and precision it runs on (decoding/runtime.py)
     config: Config | None = None  # the model's config, with `decode` in effect
     target_tag: str = ""  # a target-language tag put before every input line (multilingual models)
     # data.language_tokens: the ids every source begins with and those every output is forced to begin with
@@ -76,6 +77,10 @@ class Translator:
         return self.config.data.target_language if self.config else None
 
     @property
+    def device(self) -> torch.device:
+        return self.runtime.device
+
+    @property
     def max_positions(self) -> int | None:
         """The most positions the engine's model holds; None: no limit (sinusoids extend to any length)."""
         return getattr(self.search, "max_positions", None)
@@ -86,7 +91,10 @@ class Translator:
         config = with_decode(self.config, **changes)
         search = copy.copy(self.search)
         search.decode = config.decode
-        return dataclasses.replace(self, search=search, decode=config.decode, config=config)
+        runtime = self.runtime
+        if changes.get("precision") is not None and runtime.engine == "torch":
+            runtime = search.runtime = runtime.with_precision(changes["precision"])
+        return dataclasses.replace(self, search=search, decode=config.decode, config=config, runtime=runtime)
 
     def cross_attention(
         self, src_ids: list[int], outputs: list[list[int]], layer: int | None = None, head: int | None = None
@@ -271,86 +279,16 @@ def with_decode(config: Config, **changes) -> Config:
     return changed
 
 
-def torch_translator(model, tokenizer: Tokenizer, config: Config, device: torch.device) -> Translator:
-    """A translator for a PyTorch model in memory (validation, the benchmark)."""
+def torch_translator(model, tokenizer: Tokenizer, config: Config, runtime: Runtime | torch.device) -> Translator:
+    """A translator for a PyTorch model in memory (validation, the benchmark: on a device, at
+    config.decode.precision), or loaded (decoding/engines.py: on its runtime)."""
+    if isinstance(runtime, torch.device):
+        runtime = Runtime("torch", runtime, decode_precision(runtime, config.decode.precision), why="a model in memory")
     learned = config.model.positions == "learned"
     max_positions = config.model.max_positions if learned else None  # sinusoids extend to any length
-    config = with_decode(config, precision=decode_precision(device, config.decode.precision))
     model.eval()
-    search = TorchSearch(model, tokenizer, device, config.decode, max_positions)
-    translator = Translator(search, tokenizer, config.decode, input_limit(config, max_positions), model, device, config)
+    search = TorchSearch(model, tokenizer, runtime, config.decode, max_positions)
+    limit = input_limit(config, max_positions)
+    translator = Translator(search, tokenizer, config.decode, limit, model, runtime, config)
     translator.heads = language_heads(config, tokenizer)
     return translator
-
-
-def load_translator(
-    path: str | list[str], *settings, tgt_lang: str | None = None, src_lang: str | None = None, **decode
-) -> Translator:
-    """The translator of a checkpoint or run directory (engine torch; several paths: their
-    ensemble, decoding.ensemble), or of an mt-export directory (engine ctranslate2), with the
-    decode settings given overriding the (first) checkpoint's, into `tgt_lang` for a model
-    trained with target tags or language tokens (from `src_lang` for the latter). `settings`:
-    engine, device, compute_type, threads and ensemble_mode, as load_untagged takes them."""
-    translator = load_untagged(path, *settings, **decode)
-    if translator.config.data.language_tokens:
-        translator.heads = language_heads(translator.config, translator.tokenizer, src_lang, tgt_lang)
-    else:
-        translator.target_tag = target_tag(translator.config, tgt_lang)
-    return translator
-
-
-def load_untagged(
-    path: str | list[str],
-    engine: str = "torch",
-    device: str = "auto",
-    compute_type: str = "default",
-    threads: int = 0,
-    ensemble_mode: str = "logprob",
-    **decode,
-) -> Translator:
-    """load_translator's translator before a target tag is chosen (a server sets one per language)."""
-    from mt_transformer.devices import limit_kernel_cache, select_device
-
-    paths = [path] if isinstance(path, str) else list(path)
-    if decode.get("sampling") and decode.get("beam_size") is None:
-        decode["beam_size"] = 1  # the checkpoint's beam size is for search
-    selected = select_device(device, key="--device")
-    if engine == "ctranslate2":
-        from mt_transformer.decoding import ctranslate2_engine
-
-        if decode.get("sampling") or len(paths) > 1:
-            raise UserError("--sampling and ensembles (several --checkpoint) need --engine torch")
-        if decode.get("precision") not in (None, "fp32", "int8", "auto"):
-            raise UserError("--precision: bf16 and fp16 are for --engine torch; CTranslate2 takes --compute-type")
-        settings = ctranslate2_engine.read_settings(paths[0])
-        config = with_decode(config_from_dict(settings["config"]), **decode)
-        if compute_type == "default" and config.decode.precision == "int8":
-            compute_type = "int8"  # --precision int8: CTranslate2's int8
-        translator, tokenizer, intra = ctranslate2_engine.load(paths[0], selected, compute_type, threads)
-        max_positions = config.model.max_positions
-        search = ctranslate2_engine.Ct2Search(translator, tokenizer, config.decode, max_positions, intra)
-        found = Translator(search, tokenizer, config.decode, input_limit(config, max_positions), config=config)
-        found.heads = language_heads(config, tokenizer)
-        return found
-    from mt_transformer import checkpoint
-
-    limit_kernel_cache(selected)
-    members = [checkpoint.load(p, selected) for p in paths]
-    first = members[0]
-    config = with_decode(first.config, **decode)
-    if config.decode.precision == "int8" and selected.type != "cpu":
-        raise UserError("--precision int8: for the CPU; on a GPU use bf16 or fp16")
-    slow = slow_precision(selected, decode_precision(selected, config.decode.precision))
-    if slow:
-        log.warning("decode.precision: %s", slow)
-    if len(members) == 1:
-        return torch_translator(first.model, first.tokenizer, config, selected)
-    from mt_transformer.decoding.ensemble import Ensemble
-
-    for member in members[1:]:
-        if member.tokenizer.fingerprint() != first.tokenizer.fingerprint():
-            raise UserError(
-                f"--checkpoint: {member.directory} and {first.directory} have different tokenizers; "
-                f"an ensemble needs models of one tokenizer"
-            )
-    return torch_translator(Ensemble([m.model for m in members], ensemble_mode), first.tokenizer, config, selected)

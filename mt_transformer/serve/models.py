@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from mt_transformer.config import language_tag
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.decoding import stopping
-from mt_transformer.decoding.engine_choice import describe
-from mt_transformer.decoding.translator import Translation, Translator, load_untagged
+from mt_transformer.decoding.engines import describe
+from mt_transformer.decoding.translator import Translation, Translator
 from mt_transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class Models:
 
     @property
     def engines(self) -> dict[str, str]:
-        """Per pair ("en-de"), the engine that runs its requests (engine_choice.describe)."""
+        """Per pair ("en-de"), the engine that runs its requests (engines.describe)."""
         return {f"{s}-{t}": describe(translator) for (s, t), translator in sorted(self.translators.items())}
 
     @property
@@ -189,11 +189,12 @@ def load_models(
     paths: list[str], engine: str = "auto", device: str = "auto", compute_type: str = "default", threads: int = 0
 ) -> Models:
     """Every checkpoint (run directory, checkpoint file or mt-export directory) loaded once on
-    `engine` (auto: as decoding/engine_choice.py picks), by the language pairs it was trained
+    `engine` (auto: as decoding/runtime.py settles), by the language pairs it was trained
     on; a model trained with target tags serves each of its pairs through its tag, an NLLB or
     M2M100 import every pair of its languages (by their two-letter codes where they have one).
     Two checkpoints for one pair are an error."""
-    from mt_transformer.decoding.engine_choice import is_export, open_translator
+    from mt_transformer.decoding.engines import open_translator
+    from mt_transformer.decoding.runtime import is_export
 
     translators: dict[tuple[str, str], Translator] = {}
     owners: dict[tuple[str, str], str] = {}
@@ -206,7 +207,7 @@ def load_models(
             owners[pair] = path
             translators[pair] = dataclasses.replace(translator, **changes)
             if translator.model is None and not is_export(path):
-                load_torch[pair] = functools.partial(load_untagged, path, "torch", device)
+                load_torch[pair] = functools.partial(open_translator, path, "torch", device, tagged=False)
     return Models(translators, load_torch)
 
 

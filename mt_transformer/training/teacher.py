@@ -31,7 +31,8 @@ from mt_transformer.config import Config, CorpusConfig, DataConfig, config_from_
 from mt_transformer.data.corpus import load_pairs, quiet_datasets
 from mt_transformer.data.prepare import cache_directory, cache_key, split_source
 from mt_transformer.decoding.ctranslate2_engine import read_settings
-from mt_transformer.decoding.engine_choice import engine_name, is_export, open_translator
+from mt_transformer.decoding.engines import open_translator
+from mt_transformer.decoding.runtime import is_export
 from mt_transformer.decoding.scoring import score_ids
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.scores import sentence_scores
@@ -128,7 +129,7 @@ def _translate(data, corpus, key, pairs, output: str, settings: dict, device, th
         "%s: translating %d training sources with the teacher (%s) into %s",
         key,
         len(pairs),
-        engine_name(translator),
+        translator.runtime.engine,
         os.path.dirname(output),
     )
 
@@ -164,7 +165,7 @@ def _teacher_translator(corpus: CorpusConfig, nbest: int, device: torch.device, 
     translator = open_translator(
         list(corpus.teacher),
         "auto",
-        str(device),
+        device,
         threads=threads,
         tgt_lang=corpus.tgt_lang if tagged or coded else None,
         src_lang=corpus.src_lang if coded else None,

@@ -7,7 +7,9 @@ import torch
 
 import mt_transformer as mt
 from conftest import run_cli, translator
-from mt_transformer.decoding.engine_choice import engine_name, open_translator, torch_reason
+from mt_transformer.decoding.engines import open_translator
+from mt_transformer.decoding.runtime import torch_reason
+from mt_transformer.errors import UserError
 
 CPU = torch.device("cpu")
 LINES = ["a red house", "the dog", "Tom sold it."]
@@ -38,14 +40,14 @@ def test_a_plain_call_runs_on_ctranslate2_and_says_so_once(trained_run):
 )
 def test_what_only_our_engine_does_runs_on_ours(trained_run, paths, decode, needs, reason):
     assert torch_reason([trained_run] * paths, CPU, decode, needs) == reason
-    assert engine_name(open_translator([trained_run] * paths, "auto", "cpu", needs=needs, **decode)) == "torch"
+    assert open_translator([trained_run] * paths, "auto", "cpu", needs=needs, **decode).runtime.engine == "torch"
 
 
 def test_what_ctranslate2_does_runs_on_it(trained_run):
     for decode in ({}, {"precision": "fp32"}, {"precision": "int8"}, {"beam_size": 3, "n_best": 2, "alpha": 1.0}):
         assert torch_reason([trained_run], CPU, decode) is None, decode
     int8 = open_translator(trained_run, "auto", "cpu", precision="int8")
-    assert engine_name(int8) == "ctranslate2" and int8.search.translator.compute_type.startswith("int8")
+    assert int8.runtime.engine == "ctranslate2" and int8.search.translator.compute_type.startswith("int8")
     assert torch_reason([trained_run], torch.device("cuda"), {}) == "cuda: CTranslate2 is chosen on CPUs"
 
 
@@ -128,7 +130,7 @@ def test_the_layout_make_bench_measured_decides_the_threads_of_each_worker(train
     import json
 
     from mt_transformer.decoding import ctranslate2_engine
-    from mt_transformer.decoding.engine_choice import describe
+    from mt_transformer.decoding.engines import describe
     from mt_transformer.devices import cpu_model
 
     monkeypatch.setenv("MT_CACHE_DIR", str(tmp_path))
@@ -140,3 +142,28 @@ def test_the_layout_make_bench_measured_decides_the_threads_of_each_worker(train
     assert describe(t).endswith("float32, 1 worker(s) of 2 thread(s)")
     int8 = open_translator(trained_run, "auto", "cpu", threads=2, precision="int8")  # int8 not measured
     assert int8.search.worker_threads == 1
+
+
+def test_the_runtime_holds_what_runs_and_decode_precision_what_was_asked(trained_run):
+    import dataclasses
+
+    from mt_transformer.devices import decode_precision
+
+    t = open_translator(trained_run, "torch", "cpu", precision="auto")
+    assert t.decode.precision == "auto" and t.runtime.engine == "torch"
+    assert t.runtime.precision == decode_precision(CPU, "auto") and t.runtime.why.startswith("--engine torch")
+    fp32 = t.with_settings(precision="fp32")  # a call's own precision: the runtime follows, the original stays
+    assert (fp32.runtime.precision, fp32.search.runtime.precision) == ("fp32", "fp32")
+    assert t.runtime.precision == decode_precision(CPU, "auto")
+    back = fp32.with_settings(precision="auto")
+    assert back.runtime.precision == decode_precision(CPU, "auto") and back(LINES)[0][0].text == t(LINES)[0][0].text
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.runtime.engine = "ctranslate2"
+
+
+def test_an_export_runs_on_ctranslate2_only(trained_run, tmp_path):
+    out = tmp_path / "ct2"
+    assert run_cli("mt-export", "--checkpoint", trained_run, "--format", "ctranslate2", str(out)).returncode == 0
+    assert open_translator(str(out), "auto", "cpu").runtime.why == "a CTranslate2 export"
+    with pytest.raises(UserError, match="runs on --engine ctranslate2 or auto, not torch"):
+        open_translator(str(out), "torch", "cpu")
