@@ -80,19 +80,24 @@ def settle(
         raise UserError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     selected = select_device(device, key="--device") if isinstance(device, str) else device
     settings = (threads, ensemble_mode)
+
+    def on_ctranslate2(why: str) -> Runtime:
+        return Runtime("ctranslate2", selected, _compute_type(compute_type, decode, paths), *settings, why)
+
     if is_export(paths[0]):
         if engine == "torch":
             raise UserError(f"{paths[0]}: a CTranslate2 export runs on --engine ctranslate2 or auto, not torch")
-        why = "a CTranslate2 export" if engine == "auto" else "--engine ctranslate2"
-        return Runtime("ctranslate2", selected, _compute_type(compute_type, decode, paths), *settings, why)
-    if engine == "auto":
-        reason = torch_reason(paths, selected, decode, needs)
-        engine, why = ("ctranslate2", "auto") if reason is None else ("torch", f"auto: {reason}")
-    else:
-        why = f"--engine {engine}"
+        return on_ctranslate2("a CTranslate2 export" if engine == "auto" else "--engine ctranslate2")
     if engine == "ctranslate2":
-        return Runtime("ctranslate2", selected, _compute_type(compute_type, decode, paths), *settings, why)
-    return fallback(paths, selected, decode, *settings, why)
+        return on_ctranslate2("--engine ctranslate2")
+    # the precision asked for, else the checkpoint's: its config read once for both choices below
+    asked = decode if decode.get("precision") else {**decode, "precision": _checkpoint_precision(paths[0])}
+    if engine == "auto":
+        reason = torch_reason(paths, selected, asked, needs)
+        if reason is None:
+            return on_ctranslate2("auto")
+        return fallback(paths, selected, asked, *settings, f"auto: {reason}")
+    return fallback(paths, selected, asked, *settings, "--engine torch")
 
 
 def fallback(paths: list[str], device: torch.device, decode: dict, threads: int, mode: str, why: str) -> Runtime:
