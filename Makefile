@@ -72,6 +72,7 @@ REF ?= $(DEMO_DATA)/test.de
 bench-engines:
 	$(PYTHON) scripts/engine_bench.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) $(ARGS)
 	$(PYTHON) scripts/step_bench.py --checkpoint $(CHECKPOINT)
+	$(PYTHON) scripts/torch_bench.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF)
 
 # teachers and students: MODELS="teacher=runs/small_cpu/avg3 student=runs/student_cpu/avg3" (docs/recipes.md#students)
 MODELS ?= demo=$(CHECKPOINT)

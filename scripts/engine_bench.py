@@ -170,7 +170,7 @@ def engines(args, exported: str, precision: str, workdir: str) -> list[dict]:
     if max(args.threads) > 1:  # and on intra-op threads, CTranslate2's usual layout
         load = dict(engine="ctranslate2", compute_type=PAIRS[precision], threads=1)
         specs.append(dict(name="ct2 intra", path=exported, load=load, intra=max(args.threads), **common))
-    if not args.no_ours:
+    if not args.no_ours and precision != "int8":  # ours computes int8 calls in fp32
         specs.append(dict(name="ours", path=args.checkpoint, load=dict(engine="torch", precision=precision), **common))
     for spec in specs:
         spec["out"] = os.path.join(workdir, f"{spec['name']} {precision}.txt".replace(" ", "_"))
@@ -254,7 +254,7 @@ def table(results: dict, args) -> str:
         layouts = [f"ct2 {t}" for t in args.threads] + (["ct2 intra"] if max(args.threads) > 1 else [])
         ct2 = [results[f"{name} {precision}"] for name in layouts]
         fastest = {c: (min if c == "single_ms" else max)(r[c] for r in ct2) for c in columns}
-        names = ["default"] + layouts + ([] if args.no_ours else ["ours"])
+        names = ["default"] + layouts + ([] if args.no_ours or precision == "int8" else ["ours"])
         for name in names:
             r = results[f"{name} {precision}"]
             labels = {"default": f"default, {precision}", "ours": f"ours (--engine torch), {precision}"}

@@ -3,7 +3,7 @@
 beam of 4), output projection and softmax included, against the bytes of the weights it reads
 divided by this host's memory bandwidth, per precision.
 
-    python3 scripts/step_bench.py --checkpoint runs/demo [--precisions fp32 int8] [--threads 2]
+    python3 scripts/step_bench.py --checkpoint runs/demo [--precisions fp32 bf16] [--threads 2]
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import torch
 
 from measure import machine, machine_line, timed, write_json
 from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
-from mt_transformer.decoding.engine import restack
 from mt_transformer.decoding.engines import open_translator
-from mt_transformer.decoding.weights import PACK_FROM_ELEMENTS, prepared_linears
 from mt_transformer.devices import autocast
 from mt_transformer.model.masks import padding_mask
 
@@ -29,34 +27,24 @@ def memory_bandwidth() -> float:
     return 2 * a.numel() * 4 / fastest
 
 
-BYTES = {"fp32": 4, "int8": 1, "bf16": 2, "fp16": 2}
-
-
-def step_weight_bytes(model, precision: str) -> int:
+def step_weight_bytes(model) -> int:
     """The bytes of the weights one decoding step reads: every decoder layer's matrices but the
-    cross-attention's keys and values (projected once per sentence), and the output projection;
-    in int8, the weights too small for it stay float32 (decoding/weights.py)."""
+    cross-attention's keys and values (projected once per sentence), and the output projection."""
     linears = [model.output]
     for layer in model.decoder:
         linears += [layer.self_attn.q_proj, layer.self_attn.kv_proj, layer.self_attn.out_proj]
         linears += [layer.cross_attn.q_proj, layer.cross_attn.out_proj, layer.ffn.linear1, layer.ffn.linear2]
-    total = 0
-    for linear in linears:
-        n = linear.weight.numel()
-        total += n * (BYTES["fp32"] if precision == "int8" and n < PACK_FROM_ELEMENTS else BYTES[precision])
-    return total
+    return sum(linear.weight.numel() * linear.weight.element_size() for linear in linears)
 
 
 def step_time(model, precision: str, rows: int = 4, length: int = 20, repeats: int = 30) -> float:
     """Seconds per decoding step of `rows` rows (a sentence's beam), the output projection and
-    softmax included: the median over `repeats` runs of `length` steps from the first position.
-    `model`: an engine (decoding/engine.py) or a model (its own decode, for comparison)."""
-    restack(model)
+    softmax included: the median over `repeats` runs of `length` steps from the first position."""
     src = torch.randint(4, 100, (1, 16))
     src_mask = padding_mask(src, PAD_ID)
     tokens = torch.full((rows, 1), 5)
     times = []
-    with torch.inference_mode(), autocast(torch.device("cpu"), precision), prepared_linears(model, precision):
+    with torch.inference_mode(), autocast(torch.device("cpu"), precision):
         memory = model.encode(src, src_mask)
         for _ in range(repeats):
             cache = model.new_cache()
@@ -72,10 +60,10 @@ def steps(model, tokens, src_mask, cache, length: int) -> None:
 
 
 def step_bound(translator, repeats: int = 30) -> dict:
-    """The engine's step against reading its weights once at the host's memory bandwidth."""
-    precision = translator.runtime.precision
-    step = step_time(translator.search.engine, precision, repeats=repeats)
-    weight_bytes = step_weight_bytes(translator.model, precision)
+    """The search's step against reading its weights once at the host's memory bandwidth."""
+    model = translator.search.runnable()  # the model as the searches run it at this precision
+    step = step_time(model, translator.runtime.precision, repeats=repeats)
+    weight_bytes = step_weight_bytes(model)
     bound = weight_bytes / memory_bandwidth()
     return {"step_ms": 1000 * step, "weights_mb": weight_bytes / 1e6, "bound_ms": 1000 * bound, "x_bound": step / bound}
 
@@ -83,7 +71,7 @@ def step_bound(translator, repeats: int = 30) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "int8"], choices=["fp32", "int8", "bf16"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30, help="runs of 20 steps; the median counts")
     parser.add_argument("--json", help="also write the results here")

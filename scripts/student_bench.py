@@ -24,7 +24,6 @@ from measure import machine, machine_line, markdown_table, write_json  # noqa: E
 ENGINES = {
     "default": dict(precision="fp32"),
     "ours fp32": dict(engine="torch", precision="fp32"),
-    "ours int8": dict(engine="torch", precision="int8"),
     "CTranslate2 int8": dict(engine="ctranslate2", compute_type="int8"),
 }
 TASKS = {"single": "single_ms", "whole": "whole"}

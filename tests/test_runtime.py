@@ -8,7 +8,7 @@ import torch
 import mt_transformer as mt
 from conftest import run_cli, translator
 from mt_transformer.decoding.engines import open_translator
-from mt_transformer.decoding.runtime import torch_reason
+from mt_transformer.decoding.runtime import ours, torch_reason
 from mt_transformer.errors import UserError
 
 CPU = torch.device("cpu")
@@ -159,6 +159,16 @@ def test_the_runtime_holds_what_runs_and_decode_precision_what_was_asked(trained
     assert back.runtime.precision == decode_precision(CPU, "auto") and back(LINES)[0][0].text == t(LINES)[0][0].text
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.runtime.engine = "ctranslate2"
+
+
+def test_int8_on_our_engine_computes_in_fp32_and_says_so(trained_run):
+    ensemble = open_translator([trained_run, trained_run], "auto", "cpu", precision="int8")
+    assert ensemble.runtime.engine == "torch" and ensemble.runtime.precision == "fp32"
+    assert ensemble.runtime.why.endswith("decode.precision int8: fp32 on this cpu")
+    fp32 = open_translator([trained_run, trained_run], "auto", "cpu", precision="fp32")
+    assert ensemble(LINES)[0][0].text == fp32(LINES)[0][0].text
+    with pytest.raises(UserError, match="int8: for the CPU"):
+        ours(torch.device("cuda"), "int8")
 
 
 def test_an_export_runs_on_ctranslate2_only(trained_run, tmp_path):

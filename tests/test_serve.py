@@ -140,13 +140,13 @@ def test_the_page_translates_and_draws_every_kind_layer_and_head_in_a_real_brows
 # request of 1,000 lines runs for many seconds while one of a few lines stays quick.
 SLOW_BIG_BATCHES = """
 import time
-from mt_transformer.decoding.engine import Engine
-decode = Engine.decode
+from mt_transformer.model.transformer import Transformer
+decode = Transformer.decode
 def slow_decode(self, tokens, *args, **kwargs):
     if tokens.size(0) > 100:
         time.sleep(0.2)
     return decode(self, tokens, *args, **kwargs)
-Engine.decode = slow_decode
+Transformer.decode = slow_decode
 """
 
 

@@ -7,7 +7,6 @@ from conftest import tiny_model
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.data.special_tokens import PAD_ID
-from mt_transformer.decoding.weights import PACK_FROM_ELEMENTS, prepared_linears
 from mt_transformer.devices import autocast
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
@@ -60,29 +59,18 @@ def test_the_fp16_loss_scale_starts_low_and_bf16_has_none():
     assert not scaler.is_enabled()
 
 
-def test_decoding_after_an_update_computes_with_the_updated_weights():
-    # validation decodes in the training process: a weight form that decoding prepared before
-    # an update (oneDNN-packed, int8) must not outlive it, whichever Adam kernel ran
+def test_adam_is_fused_where_the_device_takes_it_and_an_update_moves_the_weights():
     torch.manual_seed(0)
-    d_ff = PACK_FROM_ELEMENTS // 16  # the feed-forward weights are large enough to be prepared
-    model = tiny_model(40, 40, d_model=16, n_heads=2, d_ff=d_ff, encoder_layers=1, decoder_layers=1, dropout=0.0)
+    model = tiny_model(40, 40, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0)
     train = TrainConfig(precision="fp32", device="cpu", warmup=1)  # a first update of lr 0.25
     device = torch.device("cpu")
     optimizer, scheduler, scaler = optimizer_for(model, train, 16, device)
     assert optimizer.param_groups[0]["fused"] == fused_adam(device)
     step = TrainingStep(model, optimizer, scheduler, scaler, train, TrainerState(), device)
-    layer, x, src = model.encoder[0].ffn.linear1, torch.randn(3, 16), torch.randint(4, 40, (3, 6))
-    for precision, tolerance in (("fp32", 1e-4), ("int8", 0.05)):
-        before = torch.nn.functional.linear(x, layer.weight, layer.bias).detach()
-        with torch.no_grad(), prepared_linears(model, precision):  # the form prepared, and kept
-            layer(x)
-        assert step([Batch(src, src, src)]) is not None
-        expected = torch.nn.functional.linear(x, layer.weight, layer.bias).detach()
-        bound = expected.abs().max().item()
-        assert not torch.allclose(before, expected, atol=0.1 * bound)  # the update moved the output
-        with torch.no_grad(), prepared_linears(model, precision):
-            after = layer(x)
-        assert torch.allclose(after, expected, atol=tolerance * bound), precision
+    before = model.encoder[0].ffn.linear1.weight.detach().clone()
+    src = torch.randint(4, 40, (3, 6))
+    assert step([Batch(src, src, src)]) is not None
+    assert not torch.allclose(before, model.encoder[0].ffn.linear1.weight, atol=0.01)
 
 
 def test_adamw_decays_matrices_by_lr_times_weight_decay_and_spares_biases_and_norms():

@@ -166,7 +166,7 @@ def runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
         choices=["auto", "fp32", "bf16", "fp16", "int8"],
-        help="fp32; int8 (CPU): weights in int8, the fastest on most CPUs (CTranslate2's int8, or ours); bf16 "
+        help="fp32; int8 (CPU): CTranslate2's int8 weights, the fastest on most CPUs (ours computes in fp32); bf16 "
         "or fp16: our engine's matrix products under autocast, for GPUs and CPUs with bf16/fp16 units; auto: "
         "bf16 where the device has bf16 units, else fp32 (default: the checkpoint's decode.precision, fp32 "
         "unless set)",

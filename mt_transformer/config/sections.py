@@ -270,8 +270,8 @@ class DecodeConfig:
     temperature: float = 1.0  # below 1 sharpens the distribution, above 1 flattens it
     seed: int = 1  # the same seed, input and batch settings draw the same samples
     # the PyTorch engine's matrix products: under autocast in bf16 or fp16 where the device has units
-    # for them; int8 (CPU): weights in int8 with per-channel scales (decoding/weights.py), or
-    # CTranslate2's int8; auto: CTranslate2's float32 where it runs the call (--engine auto), else
+    # for them; int8 (CPU): CTranslate2's int8 (calls that only ours runs compute in fp32);
+    # auto: CTranslate2's float32 where it runs the call (--engine auto), else
     # bf16 on a CPU with bf16 units, else fp32 (devices.decode_precision). fp32 by default, so that
     # outputs do not depend on the host
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = "fp32"

@@ -14,8 +14,9 @@ CTranslate2 conversion (made once, exchange/ctranslate2_cache.py); our engine ru
                   cannot be imported
 
 decode.precision is the setting as given (auto, fp32, bf16, fp16, int8); a Runtime's precision
-is what runs: ours bf16 or fp32 for auto (devices.decode_precision), CTranslate2's compute type
-(float32 for auto, which outruns our bf16 on CPUs: docs/benchmarks.md).
+is what runs: ours bf16 or fp32 for auto (devices.decode_precision) and fp32 for int8 (int8 is
+CTranslate2's), CTranslate2's compute type (float32 for auto, which outruns our bf16 on CPUs:
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ TORCH_ONLY = {
 class Runtime:
     engine: str  # "torch" (ours) or "ctranslate2"
     device: torch.device
-    precision: str  # ours: fp32, bf16, fp16 or int8; CTranslate2: its compute type ("default": the export's own)
+    precision: str  # ours: fp32, bf16 or fp16; CTranslate2: its compute type ("default": the export's own)
     threads: int = 0  # 0: as many as torch uses
     ensemble_mode: str = "logprob"  # how an ensemble's members combine (decoding/ensemble.py)
     why: str = ""  # why this engine and precision, for the line that says which engine runs
 
     def with_precision(self, setting: str) -> Runtime:
         """Our engine at another decode.precision setting (a call's own)."""
-        return dataclasses.replace(self, precision=decode_precision(self.device, setting))
+        return dataclasses.replace(self, precision=ours(self.device, setting))
 
 
 def is_export(path: str) -> bool:
@@ -103,12 +104,20 @@ def settle(
 def fallback(paths: list[str], device: torch.device, decode: dict, threads: int, mode: str, why: str) -> Runtime:
     """Our engine's runtime for `paths`, at decode.precision (given, else the checkpoint's)."""
     setting = decode.get("precision") or _checkpoint_precision(paths[0])
-    if setting == "int8" and device.type != "cpu":
-        raise UserError("--precision int8: for the CPU; on a GPU use bf16 or fp16")
-    precision = decode_precision(device, setting)
-    if setting == "auto":
-        why += f"; decode.precision auto: {precision} on this {device.type}"
+    precision = ours(device, setting)
+    if setting in ("auto", "int8"):
+        why += f"; decode.precision {setting}: {precision} on this {device.type}"
     return Runtime("torch", device, precision, threads, mode, why)
+
+
+def ours(device: torch.device, setting: str) -> str:
+    """The precision our engine computes a decode.precision setting in: int8 is CTranslate2's
+    (ours computes those calls in fp32, on the CPU only); auto as devices.decode_precision says."""
+    if setting != "int8":
+        return decode_precision(device, setting)
+    if device.type != "cpu":
+        raise UserError("--precision int8: for the CPU; on a GPU use bf16 or fp16")
+    return "fp32"
 
 
 def _compute_type(compute_type: str, decode: dict, paths: list[str]) -> str:

@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 
 from mt_transformer.data.batching import budget_batches
-from mt_transformer.decoding.weights import prepared_linears
 from mt_transformer.devices import autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import teacher_forced_log_probs
@@ -70,9 +69,8 @@ def score_ids(translator, src_ids: list[list[int]], tgt_ids: list[list[int]], pr
 def _scores_surviving_oom(translator, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
     """teacher_forced_log_probs of a batch, halved for as long as it does not fit in memory."""
     try:
-        precision = translator.runtime.precision
-        with autocast(translator.device, precision), prepared_linears(translator.model, precision):
-            return teacher_forced_log_probs(translator.model, sources, targets, translator.device)
+        with autocast(translator.device, translator.runtime.precision):
+            return teacher_forced_log_probs(translator.search.runnable(), sources, targets, translator.device)
     except RuntimeError as error:  # torch.OutOfMemoryError is one
         if not is_out_of_memory(error) or len(sources) == 1:
             raise

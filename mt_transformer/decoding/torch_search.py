@@ -1,9 +1,15 @@
 """The PyTorch engine of the translator: greedy, beam or sampling search over batches of subword
-sequences, lexical constraints met in a second search where the first misses them, and
-out-of-memory errors survived by halving the batch, then the input."""
+sequences on the model's own decoder, lexical constraints met in a second search where the first
+misses them, and out-of-memory errors survived by halving the batch, then the input.
+
+In bf16 or fp16 the searches run a copy of the model whose linear layers hold their weights in
+that precision, made once per TorchSearch: autocast inside inference_mode keeps no cast copies and
+would cast every weight again at every step (docs/benchmarks.md). A translator is made for the
+weights it is given: training's validation makes one each time it translates."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 
@@ -15,15 +21,13 @@ from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.constraints import Constraints, PieceIndex
-from mt_transformer.decoding.engine import engine_for, restack
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.lexical_beam import LexicalBeam
 from mt_transformer.decoding.long_inputs import cut_points, join_hypotheses, split_at
 from mt_transformer.decoding.runtime import Runtime
 from mt_transformer.decoding.sampling import Sampler, sample
 from mt_transformer.decoding.search import Hypothesis, output_limits
-from mt_transformer.decoding.weights import prepared_linears
-from mt_transformer.devices import autocast, is_out_of_memory, release_memory
+from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.model.masks import padding_mask
 
 log = logging.getLogger(__name__)
@@ -36,7 +40,7 @@ class TorchSearch:
 
     def __init__(self, model, tokenizer: Tokenizer, runtime: Runtime, decode: DecodeConfig, max_positions: int | None):
         self.model, self.tokenizer, self.runtime = model, tokenizer, runtime  # runtime.precision: what runs
-        self.engine = engine_for(model)  # the searches' decoder steps (decoding/engine.py)
+        self._copies: dict[torch.dtype, torch.nn.Module] = {}  # the model with half-precision linear weights
         self.decode, self.max_positions = decode, max_positions
         self._piece_index: PieceIndex | None = None  # built for the first phrases to avoid
         self.sampler = (
@@ -46,6 +50,16 @@ class TorchSearch:
     @property
     def device(self) -> torch.device:
         return self.runtime.device
+
+    def runnable(self) -> torch.nn.Module:
+        """The model as the searches run it at the runtime's precision: itself in fp32, else a copy
+        whose linear layers hold their weights (not the embeddings or norms) in bf16 or fp16."""
+        dtype = PRECISIONS[self.runtime.precision]
+        if dtype == torch.float32:
+            return self.model
+        if dtype not in self._copies:
+            self._copies[dtype] = linears_in(self.model, dtype)
+        return self._copies[dtype]
 
     def search(
         self,
@@ -95,10 +109,8 @@ class TorchSearch:
             prefix = pad([p or [-1] for p in prefixes], value=-1).to(self.device)
         d = self.decode
         common = dict(bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram=d.no_repeat_ngram, prefix=prefix)
-        model = self.engine
-        restack(model)
-        precision = self.runtime.precision  # the searches take log-probabilities in float32
-        with autocast(self.device, precision), prepared_linears(model, precision):
+        model = self.runnable()
+        with autocast(self.device, self.runtime.precision):  # the searches take log-probabilities in float32
             if self.sampler is not None:
                 return sample(model, src, src_mask, max_len, sampler=self.sampler, n=d.n_best, alpha=d.alpha, **common)
             if d.beam_size == 1 and constraints is None:
@@ -149,3 +161,16 @@ class TorchSearch:
         first = self([parts[0]], prefixes, constraints)[0]
         rest = None if not constraints else [dataclasses.replace(constraints[0], include=())]
         return [join_hypotheses([first] + [self([part], None, rest)[0] for part in parts[1:]])]
+
+
+def linears_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of `model` whose linear layers hold their weights and biases in `dtype`, for
+    autocast's products to find them cast; the rest of the copy stays float32 (a tied output
+    projection gets a weight of its own, the embedding keeps the float32 one)."""
+    model = copy.deepcopy(model)
+    for layer in model.modules():
+        if isinstance(layer, torch.nn.Linear):
+            layer.weight = torch.nn.Parameter(layer.weight.detach().to(dtype), requires_grad=False)
+            if layer.bias is not None:
+                layer.bias = torch.nn.Parameter(layer.bias.detach().to(dtype), requires_grad=False)
+    return model

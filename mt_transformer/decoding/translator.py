@@ -27,11 +27,10 @@ from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
 from mt_transformer.decoding.languages import language_heads
 from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
-from mt_transformer.decoding.runtime import Runtime
+from mt_transformer.decoding.runtime import Runtime, ours
 from mt_transformer.decoding.search import Hypothesis, output_limit
 from mt_transformer.decoding.torch_search import TorchSearch
 from mt_transformer.decoding.unknowns import unknown_fills
-from mt_transformer.devices import decode_precision
 from mt_transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -283,7 +282,7 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, runtime: Runti
     """A translator for a PyTorch model in memory (validation, the benchmark: on a device, at
     config.decode.precision), or loaded (decoding/engines.py: on its runtime)."""
     if isinstance(runtime, torch.device):
-        runtime = Runtime("torch", runtime, decode_precision(runtime, config.decode.precision), why="a model in memory")
+        runtime = Runtime("torch", runtime, ours(runtime, config.decode.precision), why="a model in memory")
     learned = config.model.positions == "learned"
     max_positions = config.model.max_positions if learned else None  # sinusoids extend to any length
     model.eval()

@@ -3,10 +3,11 @@
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-The fast path is `F.scaled_dot_product_attention`; `attention_with_weights` is the same
-equation written out, used when the weights are wanted (heatmaps, alignments) and on the CPU
-where it is faster: decoding's few queries, training with attention dropout, and bf16/fp16,
-whose products then run on the CPU's bf16 units (SDPA's CPU kernel is slower in bf16 than in fp32).
+`attend` chooses how the equation is computed (docs/benchmarks.md measures each choice):
+`F.scaled_dot_product_attention` for training's long sequences in fp32 and for the few
+(sentence, head, query) triples of a decoding step; on the CPU the equation written out
+(`attention_with_weights`) for the rest of decoding, for bf16/fp16 (whose products then run on
+the CPU's bf16 units) and with attention dropout; written out too wherever the weights are wanted.
 Shapes: batch, heads, q_len (queries), k_len (keys), head_dim = d_model / heads.
 """
 
@@ -45,7 +46,25 @@ def attention_with_weights(
     return output, weights
 
 
-SHORT_QUERIES = 8  # up to this many queries per row, CPU attention takes the written-out path
+SHORT_QUERIES = 8  # up to this many queries per row, CPU attention may take the written-out path
+# SDPA's CPU kernel works through the (sentence, head) pairs one query at a time: the fastest while
+# sentences x heads x queries^2 is at most this, slower than the written-out products beyond
+SDPA_WORK = 64
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool, dropout: float
+) -> torch.Tensor:
+    """Attention(Q, K, V) of q (batch, heads, q_len, head_dim) over k, v (batch, heads, k_len,
+    head_dim): (batch, heads, q_len, head_dim), by the path that is fastest for its shape."""
+    batch, heads, q_len, _ = q.shape
+    if q.device.type == "cpu":
+        few = q_len <= SHORT_QUERIES and not is_causal
+        if dropout == 0.0 and few and batch * heads * q_len * q_len <= SDPA_WORK:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if dropout > 0.0 or q.dtype != torch.float32 or few:
+            return attention_with_weights(q, k, v, mask, is_causal, dropout)[0]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
 
 
 class MultiHeadAttention(nn.Module):
@@ -109,15 +128,8 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
-        elif q.device.type == "cpu" and (
-            dropout > 0.0 or q.dtype != torch.float32 or (q.size(-2) <= SHORT_QUERIES and not is_causal)
-        ):
-            # on CPU the written-out equation beats SDPA's kernel for a few queries (decoding), in
-            # bf16/fp16, and with dropout, which SDPA computes only in its unfused fallback
-            # (docs/benchmarks.md)
-            out = attention_with_weights(q, k, v, mask, is_causal, dropout)[0]
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+            out = attend(q, k, v, mask, is_causal, dropout)
         if group > 1:  # back to (rows, heads, q_len, ...)
 
             def unfold(t):

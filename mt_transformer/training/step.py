@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 from packaging.version import Version
-from torch.autograd.graph import increment_version
 
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
@@ -51,7 +50,6 @@ def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, devi
         weight_decay=train.weight_decay,
         fused=fused_adam(device),
     )
-    optimizer.register_step_post_hook(_count_writes)
     scaler = torch.amp.GradScaler(device.type, init_scale=FP16_INITIAL_SCALE, enabled=train.precision == "fp16")
     return optimizer, scheduler_for(optimizer, train, d_model, elapsed), scaler
 
@@ -65,15 +63,6 @@ def parameter_groups(model: torch.nn.Module, train: TrainConfig) -> list[dict]:
         {"params": [p for p in params if p.dim() >= 2]},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-
-
-def _count_writes(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
-    """After each step: the fused kernel writes the weights without counting a change in their
-    versions, by which decoding keeps its prepared forms of them (validation decodes in the
-    training process). One weight at a time: torch 2.3 takes no list."""
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            increment_version(p)
 
 
 def training_loss(
