@@ -58,7 +58,7 @@ def test_exported_model_scores_like_ours(trained_run, corpus, tmp_path, norm, po
 def test_a_source_prefix_is_a_piece_the_model_adds_itself(trained_run, corpus, tmp_path):
     """source_prefix (for Argos, which cannot prefix a source): the model reads the tag before every
     source it is given, and scores as ours does after that tag, not after another."""
-    from mt_transformer.data.tokenizer import train_tokenizer
+    from mt_transformer.data.sentencepiece_training import train_tokenizer
 
     lines = open(f"{corpus}/valid.en", encoding="utf-8").read().splitlines()[:5]
     refs = open(f"{corpus}/valid.de", encoding="utf-8").read().splitlines()[:5]
@@ -226,7 +226,7 @@ def test_phrases_to_avoid_reach_ctranslate2_grouped_and_required_ones_are_refuse
 
 
 def test_a_byte_fallback_vocabulary_translates_the_same_through_ctranslate2(trained_run, corpus, tmp_path):
-    from mt_transformer.data.tokenizer import train_tokenizer
+    from mt_transformer.data.sentencepiece_training import train_tokenizer
     from mt_transformer.decoding.engines import open_translator
     from mt_transformer.decoding.translator import torch_translator
 

@@ -8,8 +8,9 @@ import pytest
 from conftest import read_split, tiny_config, write_config
 from mt_transformer.config import CorpusConfig, load_config
 from mt_transformer.data.from_text import VOCAB_RANGE
-from mt_transformer.data.prepare import cache_key, chosen_vocab_size, encode_split, prepare_data, split_source
-from mt_transformer.data.tokenizer import train_tokenizer
+from mt_transformer.data.prepare import cache_key, encode_split, prepare_data, split_source
+from mt_transformer.data.run_tokenizer import chosen_vocab_size
+from mt_transformer.data.sentencepiece_training import train_tokenizer
 from mt_transformer.errors import UserError
 
 
@@ -138,7 +139,7 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
     import sentencepiece
 
     from mt_transformer.data.prepare import SubwordEncoder
-    from mt_transformer.data.tokenizer import train_sentencepiece
+    from mt_transformer.data.sentencepiece_training import train_sentencepiece
 
     model = str(tmp_path / "spm.model")
     lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
@@ -161,7 +162,7 @@ def test_a_batch_draws_the_same_segmentations_and_changes_with_any_number_of_wor
     from mt_transformer.data.augment import PairAugmenter
     from mt_transformer.data.batching import batch_loader
     from mt_transformer.data.prepare import SubwordEncoder
-    from mt_transformer.data.tokenizer import train_sentencepiece
+    from mt_transformer.data.sentencepiece_training import train_sentencepiece
 
     model = str(tmp_path / "spm.model")
     lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()

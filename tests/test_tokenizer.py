@@ -1,13 +1,8 @@
 import pytest
 
-from mt_transformer.data.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    Tokenizer,
-    train_tokenizer,
-)
+from mt_transformer.data.sentencepiece_training import train_tokenizer
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 
 SRC = [f"das Haus Nummer {i} ist rot" for i in range(200)]

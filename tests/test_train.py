@@ -332,7 +332,7 @@ def test_the_budget_schedule_rises_then_decays_to_zero_at_max_steps(corpus, tmp_
 
 def test_a_vocabulary_sized_from_the_data_is_the_size_the_run_records(corpus, tmp_path):
     from mt_transformer.checkpoint import read_metadata
-    from mt_transformer.data.prepare import chosen_vocab_size
+    from mt_transformer.data.run_tokenizer import chosen_vocab_size
 
     out = tmp_path / "run"
     train = {"max_steps": 2, "valid_every": 2, "max_tokens": 256}

@@ -15,7 +15,7 @@ import shutil
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, ConfigError, config_from_dict
-from mt_transformer.data.prepare import TOKENIZER_SETTINGS
+from mt_transformer.data.run_tokenizer import TOKENIZER_SETTINGS
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text

@@ -19,7 +19,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, TrainConfig, check_data_files, to_yaml
-from mt_transformer.data.prepare import chosen_vocab_size, has_run_tokenizer, prepare_data
+from mt_transformer.data.prepare import prepare_data
+from mt_transformer.data.run_tokenizer import chosen_vocab_size, has_run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
 from mt_transformer.errors import UserError
