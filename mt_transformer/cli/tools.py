@@ -172,13 +172,14 @@ def import_main(argv=None):
     args = parser.parse_args(argv)
 
     from mt_transformer.exchange import huggingface_import
+    from mt_transformer.exchange.huggingface_source import Source
 
     if args.init_from and not args.add_language:
         raise UserError("--init-from: goes with --add-language")
     local = [args.source] if os.path.exists(args.source) else []
     check_output(args.output_dir, "mt-import", [*local, *args.keep_vocab], args.force)
     edits = huggingface_import.VocabularyEdits(tuple(args.keep_vocab), args.add_language, args.init_from)
-    source = huggingface_import.Source(args.source, args.revision, args.allow_pickle)
+    source = Source(args.source, args.revision, args.allow_pickle)
     imported = huggingface_import.import_directory(source, args.output_dir, args.src_lang, args.tgt_lang, edits)
     data = imported["config"].data
     into = ", ".join(data.target_languages) if data.target_tags else data.tgt_lang
