@@ -52,7 +52,13 @@ def test_translate_asks_for_the_target_language(two_way_run, tmp_path, capsys):
     run, _ = two_way_run
     for tgt_lang in ("de", "en"):
         translator = open_translator(run, "torch", "cpu", tgt_lang=tgt_lang)
-        assert translator.target_tag == f"<2{tgt_lang}>" and translator.target_language == tgt_lang
+        tag = translator.tokenizer.tags[f"<2{tgt_lang}>"]
+        assert translator.heads == ([tag], []) and translator.target_language == tgt_lang
+        # the tag as the source's head gives exactly the ids of the tagged text
+        assert translator.source_ids(["the red house", ""]) == [
+            *translator.tokenizer.encode_src([f"<2{tgt_lang}> the red house"]),
+            [],
+        ]
         [[translation]] = translator(["the red house"])
         assert translation.text is not None
     with pytest.raises(UserError, match=r"^--tgt-lang: required: this model translates into de, en$"):
@@ -71,9 +77,27 @@ def test_translate_asks_for_the_target_language(two_way_run, tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("error: --tgt-lang: required: this model translates into de, en")
 
 
+def test_alignments_of_a_tagged_model_attend_over_the_tagged_source_it_translated(two_way_run):
+    from mt_transformer.decoding.alignment import cross_attention
+
+    run, _ = two_way_run
+    translator = open_translator(run, "torch", "cpu", tgt_lang="de", beam_size=1)
+    [[best]] = translator(["the red house"])
+    src_ids = translator.source_ids(["the red house"])[0]  # the tag first
+    assert src_ids[0] == translator.heads[0][0]
+    (weights,) = cross_attention(translator.model, src_ids, [best.tokens], translator.device)
+    (seen,) = translator.cross_attention(src_ids, [best.tokens])
+    assert seen.shape == (len(best.tokens) + 1, len(src_ids) + 1)  # the EOS row and column added
+    assert torch.allclose(seen, weights[-1].mean(0))
+    aligned = run_cli("mt-translate", "--checkpoint", run, "--tgt-lang", "de", "--alignment", "--engine", "torch",
+                      input="the red house\n")  # fmt: skip
+    pairs = aligned.stdout.split("\t")[1].split()
+    assert aligned.returncode == 0 and all(int(p.split("-")[0]) < 3 for p in pairs)  # the tag is no source word
+
+
 def test_a_model_without_target_tags_ignores_the_flag(trained_run):
     translator = open_translator(trained_run, "torch", "cpu", tgt_lang="de")
-    assert translator.target_tag == "" and translator.target_language == "de"
+    assert translator.heads == ([], []) and translator.target_language == "de"
 
 
 def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, tmp_path):

@@ -11,7 +11,7 @@ import torch
 
 from mt_transformer import checkpoint
 from mt_transformer.config import config_from_dict
-from mt_transformer.decoding.languages import language_heads, target_tag
+from mt_transformer.decoding.languages import heads_for, language_heads
 from mt_transformer.decoding.runtime import Runtime, fallback, is_export, settle
 from mt_transformer.decoding.translator import Translator, input_limit, torch_translator, with_decode
 from mt_transformer.devices import limit_kernel_cache, slow_precision
@@ -61,11 +61,7 @@ def open_translator(
             else _torch(paths, runtime, decode)
         )
     if tagged:
-        config = translator.config
-        if config.data.language_tokens:
-            translator.heads = language_heads(config, translator.tokenizer, src_lang, tgt_lang)
-        else:
-            translator.target_tag = target_tag(config, tgt_lang)
+        translator.heads = heads_for(translator.config, translator.tokenizer, src_lang, tgt_lang)
     log.info("engine: %s (%s)", describe(translator), runtime.why)
     return translator
 

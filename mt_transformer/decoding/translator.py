@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from mt_transformer.config import Config, DecodeConfig, tag_language, validate
+from mt_transformer.config import Config, DecodeConfig, validate
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.text import normalize, with_case_of
@@ -25,7 +25,7 @@ from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
-from mt_transformer.decoding.languages import language_heads
+from mt_transformer.decoding.languages import Heads, head_language, language_heads
 from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
 from mt_transformer.decoding.runtime import Runtime, ours
 from mt_transformer.decoding.search import Hypothesis, output_limit
@@ -62,17 +62,16 @@ class Translator:
     model: torch.nn.Module | None = None  # the PyTorch engine's model (attention, alignments)
     runtime: Runtime | None = None  # the engine, device and precision it runs on (decoding/runtime.py)
     config: Config | None = None  # the model's config, with `decode` in effect
-    target_tag: str = ""  # a target-language tag put before every input line (multilingual models)
-    # data.language_tokens: the ids every source begins with and those every output is forced to begin with
-    heads: tuple[list[int], list[int]] = ([], [])
+    # the ids every source begins with (a target tag, a language token) and those every output is
+    # forced to begin with (a language token): decoding/languages.py
+    heads: Heads = ([], [])
 
     @property
     def target_language(self) -> str | None:
         """The language this translator writes, when it is known: BLEU tokenizes for it."""
-        if self.target_tag:
-            return tag_language(self.target_tag)
-        if self.heads[1]:  # sacreBLEU knows zh, ja, ko by their two-letter codes
-            return public_code(next(code for code, i in self.tokenizer.languages.items() if i == self.heads[1][0]))
+        asked = head_language(self.tokenizer, self.heads)
+        if asked is not None:  # sacreBLEU knows zh, ja, ko by their two-letter codes
+            return public_code(asked)
         return self.config.data.target_language if self.config else None
 
     @property
@@ -126,9 +125,9 @@ class Translator:
             sampler.generator.manual_seed(self.decode.seed + offset)
 
     def source_ids(self, lines: list[str]) -> list[list[int]]:
-        """The subword ids of lines as the model reads them: source_texts encoded, after the
-        source language's token of a model with language tokens (empty lines stay empty)."""
-        ids = self.tokenizer.encode_src(self.source_texts(lines))
+        """The subword ids of lines as the model reads them: normalized and encoded, after the
+        source head (a target tag, a language token; empty lines stay empty)."""
+        ids = self.tokenizer.encode_src([normalize(line) for line in lines])
         head = self.heads[0]
         return [head + line if line else line for line in ids] if head else ids
 
@@ -137,13 +136,6 @@ class Translator:
         language's token of a model with language tokens."""
         ids = self.tokenizer.tgt.encode([normalize(line) for line in lines])
         return [self.heads[1] + line for line in ids] if self.heads[1] else ids
-
-    def source_texts(self, lines: list[str]) -> list[str]:
-        """The lines as the model reads them: normalized, each after the target tag (empty lines stay empty)."""
-        texts = [normalize(line) for line in lines]
-        if self.target_tag:
-            texts = [f"{self.target_tag} {text}" if text else text for text in texts]
-        return texts
 
     def __call__(
         self,
@@ -158,7 +150,6 @@ class Translator:
         phrases every translation must contain and those none may contain. `progress`: a bar, or a
         function told how many inputs each batch finished. `first_line`: the 0-based number of
         the first line in a larger file, for messages."""
-        texts = self.source_texts(lines)
         ids = self.source_ids(lines)
         forced = self.target_ids(prefixes) if prefixes is not None else None
         if self.heads[1] and forced is None:  # every output begins with its language's token
@@ -198,7 +189,7 @@ class Translator:
             fills = unknown_fills(
                 self.cross_attention,
                 self.tokenizer,
-                texts[line],
+                normalize(lines[line]),
                 whole,
                 [h.tokens for h in hypotheses],
                 len(self.heads[0]),

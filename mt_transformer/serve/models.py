@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mt_transformer.config import language_tag
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.engines import describe
+from mt_transformer.decoding.languages import tag_heads
 from mt_transformer.decoding.translator import Translation, Translator
 from mt_transformer.errors import UserError
 
@@ -119,9 +119,7 @@ class Models:
         if pair not in self._torch:
             log.info("%s-%s: requests for constraints, alignments or attention run on our engine", *pair)
             served = self.translators[pair]
-            self._torch[pair] = dataclasses.replace(
-                self._load_torch[pair](), target_tag=served.target_tag, heads=served.heads
-            )
+            self._torch[pair] = dataclasses.replace(self._load_torch[pair](), heads=served.heads)
         return self._torch[pair]
 
 
@@ -212,8 +210,8 @@ def load_models(
 
 
 def _pairs(translator: Translator) -> dict[tuple[str, str], dict]:
-    """The language pairs a model serves, each with what its translator sets for it: the target
-    tag of a model trained with them, or the language tokens of an NLLB or M2M100 import."""
+    """The language pairs a model serves, each with the heads its translator sets for it: the
+    target tag of a model trained with them, or the language tokens of an NLLB or M2M100 import."""
     data = translator.config.data
     if data.language_tokens:
         codes = translator.tokenizer.languages
@@ -223,5 +221,7 @@ def _pairs(translator: Translator) -> dict[tuple[str, str], dict]:
             for b in codes
             if a != b
         }
-    tag = language_tag if data.target_tags else lambda _: ""
-    return {(c.src_lang, c.tgt_lang): {"target_tag": tag(c.tgt_lang)} for c in data.corpus_list()}
+    return {
+        (c.src_lang, c.tgt_lang): {"heads": tag_heads(translator.config, translator.tokenizer, c.tgt_lang)}
+        for c in data.corpus_list()
+    }

@@ -161,14 +161,13 @@ def _teacher_translator(corpus: CorpusConfig, nbest: int, device: torch.device, 
     """The teacher (an ensemble for several paths) on the engine auto picks, with its own decode
     settings and a beam of at least `nbest`."""
     own = teacher_config(corpus.teacher[0])
-    tagged, coded = own.data.target_tags, own.data.language_tokens  # coded: an NLLB or M2M100 import
     translator = open_translator(
         list(corpus.teacher),
         "auto",
         device,
         threads=threads,
-        tgt_lang=corpus.tgt_lang if tagged or coded else None,
-        src_lang=corpus.src_lang if coded else None,
+        tgt_lang=corpus.tgt_lang,  # for a teacher with target tags or language tokens (decoding/languages.py)
+        src_lang=corpus.src_lang,
         n_best=nbest,
         beam_size=max(own.decode.beam_size, nbest),
         sampling=False,
