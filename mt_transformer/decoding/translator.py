@@ -127,7 +127,9 @@ class Translator:
     def source_ids(self, lines: list[str]) -> list[list[int]]:
         """The subword ids of lines as the model reads them: normalized and encoded, after the
         source head (a target tag, a language token; empty lines stay empty)."""
-        ids = self.tokenizer.encode_src([normalize(line) for line in lines])
+        return self._after_source_head(self.tokenizer.encode_src([normalize(line) for line in lines]))
+
+    def _after_source_head(self, ids: list[list[int]]) -> list[list[int]]:
         head = self.heads[0]
         return [head + line if line else line for line in ids] if head else ids
 
@@ -150,7 +152,8 @@ class Translator:
         phrases every translation must contain and those none may contain. `progress`: a bar, or a
         function told how many inputs each batch finished. `first_line`: the 0-based number of
         the first line in a larger file, for messages."""
-        ids = self.source_ids(lines)
+        texts = [normalize(line) for line in lines]
+        ids = self._after_source_head(self.tokenizer.encode_src(texts))  # source_ids(lines), normalized once
         forced = self.target_ids(prefixes) if prefixes is not None else None
         if self.heads[1] and forced is None:  # every output begins with its language's token
             forced = [list(self.heads[1]) for _ in lines]
@@ -189,7 +192,7 @@ class Translator:
             fills = unknown_fills(
                 self.cross_attention,
                 self.tokenizer,
-                normalize(lines[line]),
+                texts[line],
                 whole,
                 [h.tokens for h in hypotheses],
                 len(self.heads[0]),
