@@ -2,11 +2,9 @@ import numpy as np
 import pytest
 
 from mt_transformer.data.batching import (
-    BatchedDataset,
     collate,
     corpus_rows,
     corpus_shares,
-    drawn_batch_tokens,
     token_batches,
 )
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -107,56 +105,3 @@ def test_corpus_rows_follow_the_temperature():
     assert not np.array_equal(rows, corpus_rows(sizes, 5.0, seed=1, epoch=1))
     assert np.allclose(corpus_shares([10, 10, 0], 2.0), [0.5, 0.5, 0.0])
     assert len(corpus_rows([10, 0, 30], 2.0)) == 40  # an empty corpus (everything cleaned away) gives nothing
-
-
-def pairs_and_twice_the_pieces(n=300):
-    """Encoded pairs whose text has one character per usual piece, and a sampler that draws
-    segmentations of twice the usual pieces."""
-    from datasets import Dataset
-
-    src, tgt = lengths(n)
-    rows = Dataset.from_dict(
-        {
-            "src_ids": [[5] * n for n in src.tolist()],
-            "tgt_ids": [[6] * n for n in tgt.tolist()],
-            "src": ["a" * n for n in src.tolist()],
-            "tgt": ["b" * n for n in tgt.tolist()],
-            "src_len": src.tolist(),
-            "tgt_len": tgt.tolist(),
-        }
-    )
-
-    def twice_the_pieces(texts, seed=None, indices=None):
-        return {
-            "src_ids": [[7] * (2 * len(x)) for x in texts["src"]],
-            "tgt_ids": [[8] * (2 * len(x)) for x in texts["tgt"]],
-        }
-
-    return src, tgt, rows, twice_the_pieces
-
-
-def test_segmentations_drawn_longer_keep_each_batch_within_the_token_budget():
-    src, tgt, rows, twice_the_pieces = pairs_and_twice_the_pieces()
-    batches = token_batches(src, tgt, max_tokens=400, seed=1)
-    unbounded = BatchedDataset(rows, batches, twice_the_pieces, max_len=200)
-    bounded = BatchedDataset(rows, batches, twice_the_pieces, max_len=200, max_tokens=400)
-    assert max(unbounded[i].src.numel() for i in range(len(batches))) > 400
-    drawn_kept = 0
-    for i in range(len(batches)):
-        batch = bounded[i]
-        assert batch.src.numel() <= 400 and batch.tgt_in.numel() <= 400
-        drawn_kept += int((batch.src == 7).any(dim=1).sum())
-    assert drawn_kept > 0  # the budget reverts only what it must
-
-
-def test_batches_for_drawn_segmentations_are_formed_at_the_budget_over_the_inflation():
-    src, tgt, rows, twice_the_pieces = pairs_and_twice_the_pieces()
-    batch_tokens, inflation = drawn_batch_tokens(rows, twice_the_pieces, 400, seed=1)
-    assert 1.9 < inflation < 2.0  # twice the pieces, plus the EOS each side keeps once
-    assert batch_tokens == int(400 / inflation)
-    batches = token_batches(src, tgt, batch_tokens, seed=1)
-    bounded = BatchedDataset(rows, batches, twice_the_pieces, max_len=200, max_tokens=400)
-    drawn = sum(int((bounded[i].src == 7).any(dim=1).sum()) for i in range(len(batches)))
-    assert drawn > 0.8 * len(src)  # most pairs keep their drawn segmentation
-    longest = max(src.max(), tgt.max()) + 1
-    assert drawn_batch_tokens(rows, twice_the_pieces, 70, seed=1)[0] == longest  # the longest pair fits

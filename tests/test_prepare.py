@@ -155,48 +155,18 @@ def test_subword_regularization_draws_segmentations_of_the_same_text(corpus, tmp
     assert {processor.decode(d["tgt_ids"][0]) for d in drawn} == {text["tgt"][0]}  # of the same text
 
 
-def test_a_batch_draws_the_same_segmentations_and_changes_with_any_number_of_workers(corpus, tmp_path):
-    from datasets import Dataset
-
-    from mt_transformer.config import AugmentConfig
-    from mt_transformer.data.augment import PairAugmenter
-    from mt_transformer.data.batching import batch_loader
-    from mt_transformer.data.prepare import SubwordEncoder
-    from mt_transformer.data.sentencepiece_training import train_sentencepiece
-
-    model = str(tmp_path / "spm.model")
-    lines = open(f"{corpus}/train.en", encoding="utf-8").read().splitlines()
-    train_sentencepiece(lines, model, 150, "unigram", 1.0, 10_000, seed=1, byte_fallback=False)
-    usual = SubwordEncoder(str(tmp_path))({"src": lines[:40], "tgt": lines[:40]})
-    rows = Dataset.from_dict({"src": lines[:40], "tgt": lines[:40], **usual})
-    batches = [np.arange(i, i + 4) for i in range(0, 40, 4)]
-    changes = AugmentConfig(upper_case=0.3, typos=0.5, remove_end_punct=0.5)
-    for alpha, augment in ((0.3, AugmentConfig()), (0.0, changes), (0.3, changes)):
-        resample = PairAugmenter(SubwordEncoder(str(tmp_path), alpha=alpha), [augment], [40])
-
-        def drawn(workers, epoch, order=slice(None), resample=resample):
-            loader = batch_loader(rows, batches[order], workers, resample=resample, max_len=500, draw_seed=(1, epoch))
-            return [batch.tgt_out.tolist() for batch in loader]
-
-        in_process = drawn(0, epoch=0)
-        assert drawn(2, epoch=0) == in_process  # two workers, each from its own generator state
-        assert drawn(0, epoch=0, order=slice(None, None, -1)) == in_process[::-1]  # whatever came before
-        assert drawn(0, epoch=1) != in_process  # another epoch draws anew
-
-
-def test_subword_regularization_segments_every_batch_anew_within_max_tokens(corpus, tmp_path, monkeypatch):
+def test_subword_regularization_fills_batches_within_max_tokens_by_the_drawn_lengths(corpus, tmp_path, monkeypatch):
     from mt_transformer.data import batching, prepare
     from mt_transformer.training import train as train_module
 
     real_call, real_collate = prepare.SubwordEncoder.__call__, batching.collate
     drawn, sizes = [], []
 
-    def drawing_longer(self, batch, seed=None):  # the real draw; after the one that sizes the batches, twice as long
+    def drawing_longer(self, batch, seed=None):  # the real draw, its targets twice as long
         result = real_call(self, batch, seed)
         if self.alpha > 0:
-            if drawn:
-                result["tgt_ids"] = [ids * 2 for ids in result["tgt_ids"]]
-            drawn.append(sum(map(len, result["tgt_ids"])))
+            result["tgt_ids"] = [ids * 2 for ids in result["tgt_ids"]]
+            drawn.append(seed)
         return result
 
     def measured_collate(src_ids, tgt_ids):
@@ -207,12 +177,13 @@ def test_subword_regularization_segments_every_batch_anew_within_max_tokens(corp
     monkeypatch.setattr(prepare.SubwordEncoder, "__call__", drawing_longer)
     monkeypatch.setattr(batching, "collate", measured_collate)
     out = tmp_path / "run"
-    config = tiny_config(corpus, str(out), train={"max_steps": 8, "valid_every": 8, "max_tokens": 256})
+    config = tiny_config(corpus, str(out), train={"max_steps": 30, "valid_every": 30, "max_tokens": 2048})
     config["data"].update(spm_alpha=0.2, max_len=200)  # max_len would take back the doubled targets
     train_module.train(load_config(write_config(tmp_path / "c.yaml", config)))
-    assert len(drawn) >= 1 + 8  # the draw that sizes the batches, then one per training batch
-    assert len(sizes) >= 8 and max(sizes) <= 256  # train.max_tokens holds for the drawn segmentations
-    assert (out / "checkpoints" / "step_00000008" / "model.safetensors").exists()
+    assert drawn  # the epoch's pairs, drawn before its batches were cut
+    assert len(sizes) >= 30 and max(sizes) <= 2048  # train.max_tokens holds for the drawn segmentations
+    assert np.median(sizes) > 0.9 * 2048  # and batches are cut by the drawn lengths: full
+    assert (out / "checkpoints" / "step_00000030" / "model.safetensors").exists()
 
 
 def test_a_vocabulary_sized_from_the_data_is_recorded_and_kept(corpus, tmp_path, caplog):

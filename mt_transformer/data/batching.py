@@ -145,74 +145,18 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
 
 class BatchedDataset(torch.utils.data.Dataset):
     """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers.
+    `dataset[rows]` gives the rows' src_ids and tgt_ids: an encoded split, or an epoch's drawn
+    pairs (epoch_draw.DrawnPairs)."""
 
-    With `resample` (resample(rows, seed=, indices=): the batch's rows, their texts included, to
-    {"src_ids", "tgt_ids"}; augment.PairAugmenter) each batch is changed and segmented anew from
-    its text (data.augment, subword regularization); a new pair longer than `max_len` keeps the
-    one of the encoded data, and so do the pairs made longest while the batch would hold more
-    than `max_tokens` padded tokens (as token_batches counts them).
-    A batch's draws come from a seed of `draw_seed` (the run's seed and epoch, say) and its first
-    row, so they are the same with any number of loader workers and when a run resumes.
-    """
-
-    def __init__(
-        self,
-        dataset,
-        batches: list[np.ndarray],
-        resample=None,
-        max_len: int = 0,
-        max_tokens: int = 0,
-        draw_seed: tuple[int, ...] = (),
-    ):
-        self.dataset, self.batches, self.resample = dataset, batches, resample
-        self.max_len, self.max_tokens, self.draw_seed = max_len, max_tokens, draw_seed
+    def __init__(self, dataset, batches: list[np.ndarray]):
+        self.dataset, self.batches = dataset, batches
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
         rows = self.dataset[self.batches[i].tolist()]
-        if self.resample is None:
-            return collate(rows["src_ids"], rows["tgt_ids"])
-        seed = np.random.SeedSequence([*self.draw_seed, int(self.batches[i][0])]).generate_state(1)[0]
-        drawn = self.resample(rows, seed=int(seed), indices=self.batches[i])
-        src, tgt = (
-            [new if len(new) <= self.max_len else old for new, old in zip(drawn[key], rows[key])]
-            for key in ("src_ids", "tgt_ids")
-        )
-        if self.max_tokens:
-            self._within_budget(src, tgt, rows)
-        return collate(src, tgt)
-
-    def _within_budget(self, src: list, tgt: list, rows: dict) -> None:
-        """Put the usual segmentation back in place of the longest drawn pairs until the batch
-        holds at most max_tokens padded tokens; the usual batch does, so this ends."""
-        sizes = [max(len(s), len(t)) + 1 for s, t in zip(src, tgt)]  # +1: the EOS or BOS collation adds
-        restored_longest = 0
-        for j in sorted(range(len(src)), key=lambda j: -sizes[j]):
-            if len(src) * max(restored_longest, sizes[j]) <= self.max_tokens:
-                return
-            src[j], tgt[j] = rows["src_ids"][j], rows["tgt_ids"][j]
-            restored_longest = max(restored_longest, len(src[j]) + 1, len(tgt[j]) + 1)
-
-
-def drawn_batch_tokens(dataset, resample, max_tokens: int, seed: int, sample: int = 2000) -> tuple[int, float]:
-    """(tokens of the usual segmentation to form batches at, how much bigger `resample` makes a
-    batch) for subword regularization. The factor is measured on `sample` pairs spread through
-    `dataset` (columns src_ids, tgt_ids, src, tgt): batched by their usual lengths as training
-    batches are, each batch's padded size with drawn segmentations over its usual one, averaged.
-    Batches formed at max_tokens over it hold drawn segmentations mostly within max_tokens, and
-    BatchedDataset's budget takes care of the rest; the result is never below the longest pair."""
-    rows = dataset[np.linspace(0, len(dataset) - 1, min(sample, len(dataset))).astype(np.int64).tolist()]
-    drawn = resample({"src": rows["src"], "tgt": rows["tgt"]}, seed=seed)
-    usual = [np.array([len(x) for x in rows[key]]) for key in ("src_ids", "tgt_ids")]
-    longer = np.array([max(len(s), len(t)) + 1 for s, t in zip(drawn["src_ids"], drawn["tgt_ids"])])
-    sizes = np.maximum(*usual) + 1
-    groups = token_batches(*usual, max_tokens)
-    inflation = max(1.0, float(np.mean([longer[g].max() / sizes[g].max() for g in groups])))
-    src_lens, tgt_lens = lengths(dataset)
-    longest = int(max(src_lens.max(initial=0), tgt_lens.max(initial=0))) + 1
-    return max(int(max_tokens / inflation), min(longest, max_tokens)), inflation
+        return collate(rows["src_ids"], rows["tgt_ids"])
 
 
 def batch_loader(
@@ -220,15 +164,11 @@ def batch_loader(
     batches: list[np.ndarray],
     num_workers: int = 0,
     pin_memory: bool = False,
-    resample=None,
-    max_len: int = 0,
-    max_tokens: int = 0,
-    draw_seed: tuple[int, ...] = (),
 ):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches, resample, max_len, max_tokens, draw_seed),
+        BatchedDataset(dataset, batches),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

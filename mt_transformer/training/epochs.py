@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from mt_transformer.config import Config
 from mt_transformer.data.augment import PairAugmenter
-from mt_transformer.data.batching import batch_loader, corpus_rows, drawn_batch_tokens, lengths, token_batches
+from mt_transformer.data.batching import batch_loader, corpus_rows, lengths, token_batches
+from mt_transformer.data.epoch_draw import draw_epoch
 from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
@@ -31,64 +34,51 @@ class TrainingBatches:
         self.data, self.train, self.processes = config.data, config.train, processes
         self.corpus_sizes = list(corpus_sizes)
         self.src_lens, self.tgt_lens = lengths(dataset)
-        self.pairs, self.resample, self.batch_tokens = self._segmentation(dataset, tokenizer_dir)
-        self._last_epoch = (None, [])  # (epoch, its batches): asked for again at a run's start
+        self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
+        self._last_epoch = (None, [], self.pairs)  # (epoch, its batches, the pairs they index)
 
     def _segmentation(self, dataset, tokenizer_dir: str):
-        """The columns the loader reads, what changes and encodes each batch anew under
-        data.augment or data.spm_alpha (None without them), and the tokens of the usual
-        segmentation per batch."""
-        alpha, train, data = self.data.spm_alpha, self.train, self.data
+        """The columns the loader reads, and what changes and encodes the pairs of each epoch anew
+        under data.augment or data.spm_alpha (None without them)."""
+        data = self.data
         augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
-        if not alpha and not any(a.active for a in augment):
-            return dataset.select_columns(["src_ids", "tgt_ids"]), None, train.max_tokens
-        encoder = SubwordEncoder(tokenizer_dir, alpha)
-        resample = PairAugmenter(encoder, augment, self.corpus_sizes, data.tags)
-        columns = dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"])
-        if not alpha:  # changed pairs are a few: batches hold them within train.max_tokens (batching.py)
-            return columns, resample, train.max_tokens
-        batch_tokens, inflation = drawn_batch_tokens(dataset, encoder, train.max_tokens, train.seed)
-        if self.processes.is_main:
-            log.info(
-                "data.spm_alpha: drawn segmentations are %.2fx as long; batches are formed at %d tokens of the "
-                "usual segmentation so that drawn ones hold at most train.max_tokens=%d",
-                inflation,
-                batch_tokens,
-                train.max_tokens,
-            )
-        return columns, resample, batch_tokens
+        if not data.spm_alpha and not any(a.active for a in augment):
+            return dataset.select_columns(["src_ids", "tgt_ids"]), None
+        resample = PairAugmenter(SubwordEncoder(tokenizer_dir, data.spm_alpha), augment, self.corpus_sizes, data.tags)
+        return dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"]), resample
 
     def epoch(self, epoch: int) -> list:
         """This rank's batches (arrays of row indices) of `epoch`."""
         if self._last_epoch[0] != epoch:
-            self._last_epoch = (epoch, self._draw_epoch(epoch))
+            self._last_epoch = (None, [], self.pairs)  # the last epoch's drawn pairs go before new ones come
+            self._last_epoch = (epoch, *self._draw_epoch(epoch))
         return self._last_epoch[1]
 
-    def _draw_epoch(self, epoch: int) -> list:
-        seed = self.train.seed
+    def _draw_epoch(self, epoch: int) -> tuple[list, object]:
+        """This rank's batches of `epoch` and the pairs they index: the encoded data, or the
+        epoch's drawn pairs (data/epoch_draw.py), batched by their own lengths."""
+        seed, train = self.train.seed, self.train
         rows = corpus_rows(self.corpus_sizes, self.data.sampling_temperature, seed, epoch)
-        if rows is None:
-            batches = token_batches(self.src_lens, self.tgt_lens, self.batch_tokens, seed, epoch)
+        if self.resample is not None:
+            rows = np.arange(len(self.src_lens)) if rows is None else rows
+            longest = min(self.data.max_len or train.max_tokens, train.max_tokens - 1)
+            pairs, seconds = draw_epoch(self.pairs, rows, self.resample, longest, (seed, epoch), train.num_workers)
+            if self.processes.is_main:
+                log.info("epoch %d: %d pairs drawn anew in %.1f s", epoch, len(pairs), seconds)
+            batches = token_batches(pairs.src_lens, pairs.tgt_lens, train.max_tokens, seed, epoch)
+        elif rows is None:
+            pairs, batches = self.pairs, token_batches(self.src_lens, self.tgt_lens, train.max_tokens, seed, epoch)
         else:
-            found = token_batches(self.src_lens[rows], self.tgt_lens[rows], self.batch_tokens, seed, epoch)
-            batches = [rows[b] for b in found]
+            found = token_batches(self.src_lens[rows], self.tgt_lens[rows], train.max_tokens, seed, epoch)
+            pairs, batches = self.pairs, [rows[b] for b in found]
         if len(batches) < self.processes.world_size:
             raise UserError(
                 f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "
                 f"{self.processes.world_size} processes; use fewer processes or a smaller train.max_tokens"
             )
-        return distributed.shard(batches, self.processes)
+        return distributed.shard(batches, self.processes), pairs
 
     def loader(self, batches: list, epoch: int, cuda: bool):
-        """The padded batches of `batches` (the rest of an epoch), loaded by train.num_workers."""
-        train = self.train
-        return batch_loader(
-            self.pairs,
-            batches,
-            train.num_workers,
-            cuda,
-            self.resample,
-            self.data.max_len,
-            train.max_tokens,
-            draw_seed=(train.seed, epoch),
-        )
+        """The padded batches of `batches` (the rest of `epoch`'s), loaded by train.num_workers."""
+        self.epoch(epoch)  # the pairs the batches index
+        return batch_loader(self._last_epoch[2], batches, self.train.num_workers, cuda)
