@@ -116,6 +116,9 @@ class DataConfig(CorpusConfig):
     # (docs/techniques.md, "Characters the training data never had")
     byte_fallback: bool = False
     spm_max_sentences: int = 2_000_000
+    # sources read case-folded by their sentencepiece model (nmt_nfkc_cf), in training and in every
+    # export: capitals and Title Case read as the usual text (docs/techniques.md#input-as-people-type-it)
+    fold_source_case: bool = False
     # cleaning (training data only), in subword tokens
     max_len: int = 256
     max_ratio: float = 3.0
@@ -153,7 +156,7 @@ class DataConfig(CorpusConfig):
         names = ("src_lang", "tgt_lang", "vocab_size", "joint_vocab", "spm_type", "character_coverage")
         if self.language_tokens:  # one tokenizer for all of its languages: the pair is the run's choice
             names = tuple(name for name in names if name not in ("src_lang", "tgt_lang")) + ("language_tokens",)
-        return {name: getattr(self, name) for name in names + ("byte_fallback", "tags")}
+        return {name: getattr(self, name) for name in names + ("byte_fallback", "fold_source_case", "tags")}
 
     def tokenizer_conflict(self, saved: dict) -> tuple[str, object, object] | None:
         """The first tokenizer setting in which this config differs from `saved` (the
@@ -162,7 +165,8 @@ class DataConfig(CorpusConfig):
         for name, value in self.tokenizer_settings().items():
             if name in ("character_coverage", "vocab_size") and value == 0:  # chosen from the text
                 continue
-            before = saved.get(name, False if name == "byte_fallback" else None)  # absent: no byte pieces
+            # absent: no byte pieces, no folding
+            before = saved.get(name, False if name in ("byte_fallback", "fold_source_case") else None)
             if before != value:
                 key = "data.target_tags/tag (source tags)" if name == "tags" else f"data.{name}"
                 return key, value, before

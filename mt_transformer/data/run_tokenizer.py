@@ -86,6 +86,7 @@ def run_tokenizer(
         data.byte_fallback,
         data.tags,
         exact_size=bool(data.vocab_size),
+        fold_source=data.fold_source_case,
     )
     write_text(settings_path, json.dumps({**settings, "vocab_size": size}, indent=2))
     return tokenizer

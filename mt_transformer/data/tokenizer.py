@@ -106,6 +106,9 @@ class Tokenizer:
             self.files, self.joint = [JOINT_FILE], True
             self.src = self.tgt = _load(self.path(JOINT_FILE))
             self.tags = user_symbols(self.path(JOINT_FILE))  # source tag -> id
+            if os.path.isfile(self.path(SRC_FILE)):  # the joint pieces read case-folded (data.fold_source_case)
+                self.files.append(SRC_FILE)
+                self.src = _load(self.path(SRC_FILE))
             return
         self.files = [SRC_FILE, TGT_FILE]
         self.src, self.tgt = _load(self.path(SRC_FILE)), _load(self.path(TGT_FILE))
@@ -135,8 +138,11 @@ class Tokenizer:
 
     @property
     def model_files(self) -> list[str]:
-        """The sentencepiece model files among `files`: the joint one, or the source's and the target's."""
-        return self.files[:1] if self.files[0] == JOINT_FILE else self.files[:2]
+        """The sentencepiece model files among `files`, the source's first: the joint one (with the
+        source's case-folding copy of it, if any), or the source's and the target's."""
+        if self.files[0] == JOINT_FILE:
+            return [SRC_FILE, JOINT_FILE] if SRC_FILE in self.files else [JOINT_FILE]
+        return self.files[:2]
 
     def paths(self) -> list[str]:
         return [self.path(name) for name in self.files]

@@ -31,6 +31,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mt_transformer.data.tokenizer import JOINT_FILE
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, check_output, write_text
 
@@ -61,7 +62,7 @@ def argos_version() -> str:
 
 def refuse_what_argos_cannot_carry(loaded) -> None:
     tokenizer = loaded.tokenizer
-    if not tokenizer.joint or len(tokenizer.model_files) != 1:
+    if not tokenizer.joint or tokenizer.files[0] != JOINT_FILE:  # a joint model (with its folding copy)
         raise UserError(
             "--format argos: a package holds one sentencepiece model for both languages, and this "
             "checkpoint has two (data.joint_vocab: false)"
@@ -135,6 +136,8 @@ def build(loaded, directory: str, meta: dict, quantization: str | None, prefix: 
     model = os.path.join(directory, "model")
     ctranslate2_export.export(loaded, model, quantization, source_prefix=prefix, model_only=True)
     tokenizer = loaded.tokenizer
+    # the source's model: it encodes the source (case-folded under data.fold_source_case) and its
+    # pieces, the joint ones, decode the target
     shutil.copyfile(tokenizer.path(tokenizer.model_files[0]), os.path.join(directory, "sentencepiece.model"))
     spacy_pipeline(meta["from_code"], os.path.join(directory, "spacy"))
     write_text(os.path.join(directory, "metadata.json"), json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
