@@ -246,3 +246,18 @@ def test_a_byte_fallback_vocabulary_exports_with_the_same_ids_texts_and_translat
         limit = output_limit(inputs.input_ids.size(1) - 1, config.decode, hf_model.config.max_position_embeddings)
         output = hf_model.generate(**inputs, num_beams=1, max_new_tokens=limit + 1)[0].tolist()
         assert [i for i in output[1:] if i not in (PAD_ID, EOS_ID)] == result[0].tokens  # after the start token
+
+
+def test_a_folded_source_exports_as_a_source_model_that_folds(trained_run, corpus, tmp_path):
+    src, tgt = lines(f"{corpus}/train.en", 2000), lines(f"{corpus}/train.de", 2000)
+    tokenizer = train_tokenizer(
+        str(tmp_path / "tok"), src, tgt, True, 150, "unigram", 1.0, 10_000, 1, False, fold_source=True
+    )
+    loaded = random_model(checkpoint.load(trained_run, CPU), tokenizer)
+    huggingface_export.export(loaded, str(tmp_path / "hf"))
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    (ids,) = tokenizer.encode_src(["the red house"])
+    for line in ("the red house", "THE RED HOUSE", "The Red House"):
+        assert hf_tokenizer(line).input_ids == ids + [EOS_ID]
+    (target,) = tokenizer.encode_tgt(["Das rote Haus"])
+    assert hf_tokenizer.decode(target, skip_special_tokens=True) == "Das rote Haus"

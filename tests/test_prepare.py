@@ -124,11 +124,13 @@ def test_a_run_keeps_its_tokenizer_settings(corpus, tmp_path):
         prepare_data(data(target_tags=True), run, seed=1)
     with pytest.raises(UserError, match=r"data.byte_fallback: True differs from the tokenizer already in .*\(False\)"):
         prepare_data(data(byte_fallback=True), run, seed=1)
-    # a tokenizer whose settings predate byte pieces has none
+    with pytest.raises(UserError, match=r"data.fold_source_case: True differs from the tokenizer already in .*"):
+        prepare_data(data(fold_source_case=True), run, seed=1)
+    # a tokenizer whose settings predate byte pieces and folding has neither
     settings = os.path.join(run, "tokenizer.json")
     with open(settings, encoding="utf-8") as f:
         saved = json.load(f)
-    del saved["byte_fallback"]
+    del saved["byte_fallback"], saved["fold_source_case"]
     with open(settings, "w", encoding="utf-8") as f:
         json.dump(saved, f)
     assert prepare_data(data(), run, seed=1)[0].src_vocab_size == 200

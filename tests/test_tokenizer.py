@@ -96,3 +96,26 @@ def test_unknowns_are_filled_or_left_out_never_printed(tmp_path):
     assert tokenizer.detokenize(ids, ["😀", "中"]) == ("the house 😀 is red 中", 2)
     assert tokenizer.detokenize(ids, ["😀"]) == ("the house 😀 is red", 2)
     assert tokenizer.detokenize(ids, []) == ("the house is red", 2)
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_a_folded_source_reads_capitals_and_title_case_as_the_usual_text(tmp_path, joint):
+    src = [line.replace("das Haus", "das Haus" if i % 2 else "Das Haus") for i, line in enumerate(SRC)]
+    tgt = [line.capitalize() for line in TGT]
+    train_tokenizer(
+        str(tmp_path), src, tgt, joint, 40, "unigram", 1.0, 1000, seed=1, byte_fallback=False, fold_source=True
+    )
+    reloaded = Tokenizer(str(tmp_path))
+    usual, upper, title = reloaded.encode_src(
+        ["das haus nummer 7 ist rot", "DAS HAUS NUMMER 7 IST ROT", "Das Haus Nummer 7 Ist Rot"]
+    )
+    assert usual == upper == title and UNK_ID not in usual
+    assert reloaded.decode_tgt(reloaded.encode_tgt(["The house number 7 is red"])) == ["The house number 7 is red"]
+    if joint:  # the source's copy: the joint pieces under the same ids
+        assert reloaded.model_files == ["spm.src.model", "spm.model"] and reloaded.joint
+        assert all(reloaded.src.id_to_piece(i) == reloaded.tgt.id_to_piece(i) for i in range(reloaded.tgt_vocab_size))
+        assert reloaded.files == ["spm.model", "spm.src.model"]  # checkpoints, averages and exports carry both
+    unfolded = train_tokenizer(
+        str(tmp_path / "u"), src, tgt, joint, 40, "unigram", 1.0, 1000, seed=1, byte_fallback=False
+    )
+    assert unfolded.encode_src(["DAS HAUS"]) != unfolded.encode_src(["das haus"])
