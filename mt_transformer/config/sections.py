@@ -23,7 +23,7 @@ def tag_language(token: str) -> str | None:
 
 @dataclass(frozen=True)
 class AugmentConfig:
-    """data.augment: per modifier, the share of training pairs it changes as batches are made
+    """data.augment: per modifier, the share of training pairs it changes, drawn anew each epoch
     (data/augment.py says what each does); all 0, the default: the pairs as they are."""
 
     upper_case: float = 0.0
@@ -122,7 +122,7 @@ class DataConfig(CorpusConfig):
     # cleaning (training data only), in subword tokens
     max_len: int = 256
     max_ratio: float = 3.0
-    # subword regularization of the training data (0: off): a segmentation drawn per batch, with
+    # subword regularization of the training data (0: off): a segmentation drawn per epoch, with
     # smoothing alpha for unigram models or as the BPE-dropout probability; never at validation
     spm_alpha: float = 0.0
     num_proc: int = 1

@@ -12,8 +12,8 @@ its probability, in this order, on the text before subword encoding:
                       sides: the model learns to pass through what it cannot translate
 
 A source tag at the start of a line (<2de>, <bt>) is kept as it is. The draws come from a seed
-the caller gives per batch (the run's seed, the epoch and the batch), so a resumed run and any
-number of loader workers change the same pairs the same way (data/batching.py).
+the caller gives (the run's seed, the epoch and the window of rows: data/epoch_draw.py), so a
+resumed run and any number of loader workers change the same pairs the same way.
 """
 
 from __future__ import annotations
@@ -108,10 +108,10 @@ def augment_pair(
 
 
 class PairAugmenter:
-    """A picklable batch function for the training loader: each pair of a batch changed as its
-    corpus's data.augment says (pairs laid end to end, `corpus_sizes` each), then the changed
-    pairs encoded by `encoder` (a prepare.SubwordEncoder); under data.spm_alpha every pair is,
-    each with a drawn segmentation. Returns the batch's src_ids and tgt_ids."""
+    """A picklable function of training rows (a window of data/epoch_draw.py): each pair changed
+    as its corpus's data.augment says (pairs laid end to end, `corpus_sizes` each), then the
+    changed pairs encoded by `encoder` (a prepare.SubwordEncoder); under data.spm_alpha every pair
+    is, each with a drawn segmentation. Returns the rows' src_ids and tgt_ids."""
 
     def __init__(self, encoder, settings: list[AugmentConfig], corpus_sizes: list[int], tags=()):
         self.encoder, self.settings, self.tags = encoder, list(settings), frozenset(tags)
