@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from mt_transformer.config import Config, ConfigError, config_from_dict
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_dir, read_json, write_text
+from mt_transformer.files import WRITE_ERRORS, atomic_dir, read_json, write_error_reason, write_text
 from mt_transformer.model.transformer import Transformer
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
@@ -42,17 +42,6 @@ STEP_DIR = re.compile(r"^step_(\d+)$")
 # model keys a checkpoint's weights fit whatever their value: how fresh weights are drawn (the
 # checkpoint's replace them) and dropout, which a resumed or fine-tuned run may change
 TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout", "word_dropout")
-
-
-# how a full disk shows while weights are written: torch.save raises a RuntimeError, safetensors its own
-WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
-
-
-def write_error_reason(error: Exception) -> str:
-    """One line saying why a write failed (No space left on device, ...)."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return (str(error).splitlines() or [type(error).__name__])[0][:200]
 
 
 class SaveError(UserError):

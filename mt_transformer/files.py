@@ -15,9 +15,21 @@ import shutil
 import tempfile
 import uuid
 
+from safetensors import SafetensorError
+
 from mt_transformer.errors import UserError
 
 OUTPUT_MARKER = ".mt_transformer"  # {"written_by": COMMAND} in a directory a command wrote for the user
+
+# how a full disk shows while weights are written: torch.save raises a RuntimeError, safetensors its own
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
+
+
+def write_error_reason(error: Exception) -> str:
+    """One line saying why a write failed (No space left on device, ...)."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return (str(error).splitlines() or [type(error).__name__])[0][:200]
 
 
 def fsync_dir(directory: str) -> None:

@@ -14,7 +14,7 @@ import torch
 from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_dir
+from mt_transformer.files import WRITE_ERRORS, atomic_dir, write_error_reason
 
 
 def last_checkpoints(run_dir: str, count: int) -> list[str]:
@@ -67,8 +67,8 @@ def average_checkpoints(inputs: list[str], output: str) -> dict:
     try:
         with atomic_dir(output, written_by="mt-average") as tmp:
             checkpoint.write_model_dir(tmp, averaged, metadata, inputs[-1], Tokenizer(inputs[-1]).files)
-    except checkpoint.WRITE_ERRORS as error:
+    except WRITE_ERRORS as error:
         raise UserError(
-            f"{output}: the averaged checkpoint could not be written ({checkpoint.write_error_reason(error)})"
+            f"{output}: the averaged checkpoint could not be written ({write_error_reason(error)})"
         ) from None
     return metadata

@@ -20,10 +20,10 @@ import shutil
 import numpy as np
 import torch
 
-from mt_transformer.checkpoint import WRITE_ERRORS, write_error_reason, write_export_settings
+from mt_transformer.checkpoint import write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_dir
+from mt_transformer.files import WRITE_ERRORS, atomic_dir, write_error_reason
 from mt_transformer.model.transformer import teacher_forced_log_probs
 
 CHECK_TOLERANCE = 1e-4  # the largest log-probability difference an export may have from ours

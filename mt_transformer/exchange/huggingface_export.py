@@ -41,7 +41,7 @@ from mt_transformer.config import tag_language
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, log_prob_gap, to_transformers
-from mt_transformer.files import atomic_dir
+from mt_transformer.files import WRITE_ERRORS, atomic_dir, write_error_reason
 
 # our special ids, for the model config (padding rows of the embeddings) and for generate();
 # decoding starts from BOS, and EOS is forced at the length limit as ours does
@@ -217,8 +217,6 @@ def save(loaded, hf_model, gap: float, out_dir: str, tokenizer_files) -> dict:
             tokenizer_files(tmp, work)
             shutil.rmtree(work)
             checkpoint.write_export_settings(tmp, settings)
-    except checkpoint.WRITE_ERRORS as error:
-        raise UserError(
-            f"{out_dir}: the export could not be written ({checkpoint.write_error_reason(error)})"
-        ) from None
+    except WRITE_ERRORS as error:
+        raise UserError(f"{out_dir}: the export could not be written ({write_error_reason(error)})") from None
     return settings

@@ -61,7 +61,7 @@ from mt_transformer.exchange.huggingface_layout import (
 from mt_transformer.exchange.huggingface_source import Source, local_directory, read_model
 from mt_transformer.exchange.m2m100_tokenizer import read_m2m100_tokenizer
 from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, read_marian_tokenizer, spm_settings
-from mt_transformer.files import atomic_dir, read_json, write_text
+from mt_transformer.files import WRITE_ERRORS, atomic_dir, read_json, write_error_reason, write_text
 from mt_transformer.model.transformer import NEVER_WRITTEN, Transformer
 
 FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written beside it
@@ -199,10 +199,8 @@ def write_checkpoint(out_dir: str, model, config: Config, vocabularies: Imported
             checkpoint.write_model_dir(tmp, checkpoint.model_tensors(model)[0], metadata, tmp, [])
             finetuned = os.path.join("runs", os.path.basename(os.path.normpath(out_dir)) + "_finetuned")
             write_text(os.path.join(tmp, FINETUNE_FILE), finetune_yaml(config, out_dir, finetuned))
-    except checkpoint.WRITE_ERRORS as error:
-        raise UserError(
-            f"{out_dir}: the import could not be written ({checkpoint.write_error_reason(error)})"
-        ) from None
+    except WRITE_ERRORS as error:
+        raise UserError(f"{out_dir}: the import could not be written ({write_error_reason(error)})") from None
 
 
 @dataclasses.dataclass(frozen=True)
