@@ -10,7 +10,7 @@ import os
 
 import datasets
 
-from mt_transformer.config import AugmentConfig, CorpusConfig, DataConfig, corpus_keys
+from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.augment import CaseSample
 from mt_transformer.data.corpus import ColumnLines, drop_empty, load_pairs
 from mt_transformer.data.from_text import vocabulary_size_for
@@ -61,8 +61,9 @@ def run_tokenizer(
     upper, title = max(a.upper_case for a in augment), max(a.title_case for a in augment)
     if (upper or title) and not data.fold_source_case:
         src = CaseSample(src, upper, title, seed, data.tags)
-    cased = [a for a in augment if a.case_target] or [AugmentConfig()]  # corpora whose targets get capitals too
-    tgt_upper, tgt_title = max(a.upper_case for a in cased), max(a.title_case for a in cased)
+    cased = [a for a in augment if a.case_target]  # the corpora whose targets get capitals too
+    tgt_upper = max((a.upper_case for a in cased), default=0.0)
+    tgt_title = max((a.title_case for a in cased), default=0.0)
     if tgt_upper or tgt_title:
         tgt = CaseSample(tgt, tgt_upper, tgt_title, seed + 1)
     log.info(

@@ -48,7 +48,8 @@ class TrainingBatches:
         return dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"]), resample
 
     def epoch(self, epoch: int) -> list:
-        """This rank's batches (arrays of row indices) of `epoch`."""
+        """This rank's batches of `epoch`: arrays of rows of the pairs the epoch reads (the encoded
+        data, or its drawn pairs)."""
         if self._last_epoch[0] != epoch:
             self._last_epoch = (None, [], self.pairs)  # the last epoch's drawn pairs go before new ones come
             self._last_epoch = (epoch, *self._draw_epoch(epoch))
@@ -57,7 +58,8 @@ class TrainingBatches:
     def _draw_epoch(self, epoch: int) -> tuple[list, object]:
         """This rank's batches of `epoch` and the pairs they index: the encoded data, or the
         epoch's drawn pairs (data/epoch_draw.py), batched by their own lengths."""
-        seed, train = self.train.seed, self.train
+        train = self.train
+        seed = train.seed
         rows = corpus_rows(self.corpus_sizes, self.data.sampling_temperature, seed, epoch)
         if self.resample is not None:
             rows = np.arange(len(self.src_lens)) if rows is None else rows
