@@ -16,7 +16,6 @@ previous checkpoints intact.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -39,9 +38,6 @@ MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.
 # what an export (mt-export: CTranslate2, transformers) records of the checkpoint it came from
 EXPORT_SETTINGS_FILE = "mt_transformer.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
-# model keys a checkpoint's weights fit whatever their value: how fresh weights are drawn (the
-# checkpoint's replace them) and dropout, which a resumed or fine-tuned run may change
-TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout", "word_dropout")
 
 
 class SaveError(UserError):
@@ -195,22 +191,6 @@ def load_weights(model: torch.nn.Module, directory: str) -> None:
         raise UserError(f"{path}: weights do not match the model ({what})")
 
 
-def trainer_state(optimizer, scheduler, scaler, counters: dict, rng_ranks: list, all_ranks: bool) -> dict:
-    """What a checkpoint's trainer file holds, for a resumed run to continue exactly: the optimizer,
-    schedule and gradient scaler, the run's counters (TrainerState), rank 0's random generators,
-    and under torchrun (`all_ranks`) every rank's."""
-    state = {
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
-        "rng": rng_ranks[0],
-        **counters,
-    }
-    if all_ranks:
-        state["rng_ranks"] = rng_ranks
-    return state
-
-
 def load_trainer_state(directory: str) -> dict:
     path = os.path.join(directory, TRAINER_FILE)
     try:
@@ -315,19 +295,3 @@ def load(path: str, device: torch.device) -> LoadedModel:
     model = Transformer(config.model, *vocab_sizes, share_vocab=joint)
     load_weights(model, directory)
     return LoadedModel(model.to(device).eval(), tokenizer, config, directory, metadata.get("step"))
-
-
-def check_compatible(
-    directory: str, config: Config, hint: str = "use a new train.output_dir or restore the setting"
-) -> None:
-    """Refuse to resume (or fine-tune) when the model or tokenizer settings differ from the
-    checkpoint's; `hint` ends the message."""
-    saved = read_config(directory)  # a key added since the checkpoint takes its default
-    for name, new in dataclasses.asdict(config.model).items():
-        old = getattr(saved.model, name)
-        if name not in TRAINING_ONLY_MODEL_KEYS and old != new:
-            raise UserError(f"model.{name}: {new!r} in the config but {old!r} in {directory}; {hint}")
-    conflict = config.data.tokenizer_conflict(saved.data.tokenizer_settings())
-    if conflict:
-        key, new, old = conflict
-        raise UserError(f"{key}: {new!r} in the config but {old!r} in {directory}; {hint}")

@@ -114,10 +114,11 @@ def test_resume_takes_a_changed_initialisation_or_dropout(trained_run, corpus, t
     dropout only training: neither changes what the checkpoint's weights are."""
     from mt_transformer import checkpoint
     from mt_transformer.config import load_config
+    from mt_transformer.training import finetune
 
     config = write_config(tmp_path / "c.yaml", tiny_config(corpus, trained_run, model=change))
     last = checkpoint.list_checkpoints(trained_run)[-1][1]
-    checkpoint.check_compatible(last, load_config(config, []))  # no error
+    finetune.check_compatible(last, load_config(config, []))  # no error
 
 
 def test_resume_fills_a_key_the_checkpoint_predates(trained_run, corpus, tmp_path):
@@ -128,16 +129,17 @@ def test_resume_fills_a_key_the_checkpoint_predates(trained_run, corpus, tmp_pat
     from mt_transformer import checkpoint
     from mt_transformer.config import load_config
     from mt_transformer.errors import UserError
+    from mt_transformer.training import finetune
 
     older = shutil.copytree(checkpoint.list_checkpoints(trained_run)[-1][1], tmp_path / "older")
     metadata = json.loads((older / checkpoint.CONFIG_FILE).read_text())
     del metadata["config"]["model"]["output_bias"]
     (older / checkpoint.CONFIG_FILE).write_text(json.dumps(metadata))
     plain = write_config(tmp_path / "c.yaml", tiny_config(corpus, "x"))
-    checkpoint.check_compatible(str(older), load_config(plain, []))  # no error
+    finetune.check_compatible(str(older), load_config(plain, []))  # no error
     biased = write_config(tmp_path / "b.yaml", tiny_config(corpus, "x", model={"output_bias": True}))
     with pytest.raises(UserError, match="model.output_bias: True in the config but False"):
-        checkpoint.check_compatible(str(older), load_config(biased, []))
+        finetune.check_compatible(str(older), load_config(biased, []))
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ run has checkpoints of its own, running it again resumes it, not the parent.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,10 @@ from mt_transformer.files import write_text
 
 log = logging.getLogger(__name__)
 
+# model keys a checkpoint's weights fit whatever their value: how fresh weights are drawn (the
+# checkpoint's replace them) and dropout, which a resumed or fine-tuned run may change
+TRAINING_ONLY_MODEL_KEYS = ("init", "dropout", "attention_dropout", "word_dropout")
+
 
 def parent_checkpoint(config: Config) -> str | None:
     """The checkpoint directory train.init_from names (a run's best, else its newest), checked
@@ -33,7 +38,7 @@ def parent_checkpoint(config: Config) -> str | None:
         parent = checkpoint.resolve(train.init_from)
     except UserError as error:
         raise ConfigError(f"train.init_from: {error}") from None
-    checkpoint.check_compatible(parent, config, "fine-tuning keeps the model and tokenizer of train.init_from")
+    check_compatible(parent, config, "fine-tuning keeps the model and tokenizer of train.init_from")
     if not train.init_from_reset and not os.path.isfile(os.path.join(parent, checkpoint.TRAINER_FILE)):
         raise ConfigError(
             f"train.init_from_reset: false needs the optimizer state of {parent}, which has none "
@@ -62,3 +67,19 @@ def start_from(step, parent: str, reset: bool) -> None:
         parent,
         "a fresh optimizer" if reset else "its optimizer state",
     )
+
+
+def check_compatible(
+    directory: str, config: Config, hint: str = "use a new train.output_dir or restore the setting"
+) -> None:
+    """Refuse to resume (or fine-tune) when the model or tokenizer settings differ from the
+    checkpoint's; `hint` ends the message."""
+    saved = checkpoint.read_config(directory)  # a key added since the checkpoint takes its default
+    for name, new in dataclasses.asdict(config.model).items():
+        old = getattr(saved.model, name)
+        if name not in TRAINING_ONLY_MODEL_KEYS and old != new:
+            raise UserError(f"model.{name}: {new!r} in the config but {old!r} in {directory}; {hint}")
+    conflict = config.data.tokenizer_conflict(saved.data.tokenizer_settings())
+    if conflict:
+        key, new, old = conflict
+        raise UserError(f"{key}: {new!r} in the config but {old!r} in {directory}; {hint}")

@@ -247,8 +247,8 @@ class TrainingLoop:
         directory = checkpoint.step_dir(self.run_dir, self.state.step)
         if self.processes.is_main:
             step = self.step
-            trainer_state = checkpoint.trainer_state(
-                step.optimizer, step.scheduler, step.scaler, self.state.to_dict(), rng_ranks, self.processes.enabled
+            trainer_state = self.state.saved_with(
+                step.optimizer, step.scheduler, step.scaler, rng_ranks, self.processes.enabled
             )
             directory = checkpoint.save_checkpoint(
                 self.run_dir,

@@ -145,7 +145,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
 
     found = checkpoint.list_checkpoints(run_dir)
     if found:
-        checkpoint.check_compatible(found[-1][1], config)
+        finetune.check_compatible(found[-1][1], config)
     if parent and processes.is_main:
         finetune.adopt_tokenizer(parent, run_dir)
     tokenizer, data, corpus_sizes = prepare_for_all_ranks(
