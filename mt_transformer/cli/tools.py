@@ -12,8 +12,7 @@ from mt_transformer.files import check_output
 FORCE_HELP = "replace the output even where it is a file or a non-empty directory this command did not write"
 
 
-@entry_point
-def export_main(argv=None):
+def _export_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mt-export", description="Convert a trained checkpoint for deployment with another inference engine."
     )
@@ -42,7 +41,12 @@ def export_main(argv=None):
         help="the directory to write (an earlier mt-export output there is replaced); argos: the .argosmodel",
     )
     parser.add_argument("--force", action="store_true", help=FORCE_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+@entry_point
+def export_main(argv=None):
+    args = _export_parser().parse_args(argv)
     if args.quantization and args.format == "huggingface":
         raise UserError("--quantization: only for --format ctranslate2 or argos, not huggingface")
     quantization = None if args.quantization == "float32" else args.quantization
@@ -117,8 +121,7 @@ def export_argos(args, quantization: str | None) -> None:
     )
 
 
-@entry_point
-def import_main(argv=None):
+def _import_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mt-import",
         description="Import a pretrained model as a checkpoint directory like those mt-train writes, for "
@@ -169,7 +172,12 @@ def import_main(argv=None):
         "output_dir", metavar="OUT", help="the checkpoint directory to write (an earlier mt-import output is replaced)"
     )
     parser.add_argument("--force", action="store_true", help=FORCE_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+@entry_point
+def import_main(argv=None):
+    args = _import_parser().parse_args(argv)
 
     from mt_transformer.exchange import huggingface_import
     from mt_transformer.exchange.huggingface_source import Source

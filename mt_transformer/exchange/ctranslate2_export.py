@@ -91,6 +91,30 @@ def build_spec(loaded, source_prefix: str | None = None):
         activation=getattr(common_spec.Activation, activation),
         alignment_heads=settings.n_heads,  # its attention for alignments: the last layer, mean of all heads, as ours
     )
+    _set_weights(spec, model, pre_norm, max_positions)
+
+    src_pieces = [tokenizer.src.id_to_piece(i) for i in range(tokenizer.src_vocab_size)]
+    tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in range(tokenizer.tgt_vocab_size)]
+    if source_prefix is not None:
+        tag = tokenizer.tags[source_prefix]
+        src_pieces[tag], src_pieces[BOS_ID] = src_pieces[BOS_ID], src_pieces[tag]
+        spec.config.add_source_bos = True
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    spec.config.layer_norm_epsilon = model.encoder[0].norms[0].eps
+    spec.config.add_source_eos = True  # our encoder reads the source followed by EOS
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        tgt_pieces[UNK_ID],
+        tgt_pieces[BOS_ID],
+        tgt_pieces[EOS_ID],
+    )
+    start = spec.config.eos_token if settings.decoder_start == "eos" else spec.config.bos_token
+    spec.config.decoder_start_token = start
+    return spec
+
+
+def _set_weights(spec, model, pre_norm: bool, max_positions: int) -> None:
+    """Every weight of `model` into the TransformerSpec's slot for it."""
     for side, embed, positions in (
         (spec.encoder, model.src_embed, model.src_positions),
         (spec.decoder, model.tgt_embed, model.tgt_positions),
@@ -123,25 +147,6 @@ def build_spec(loaded, source_prefix: str | None = None):
     _set_linear(spec.decoder.projection, model.output)
     if model.output_bias() is not None:  # the start's mask too (model.decoder_start: eos)
         spec.decoder.projection.bias = _array(model.output_bias())
-
-    src_pieces = [tokenizer.src.id_to_piece(i) for i in range(tokenizer.src_vocab_size)]
-    tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in range(tokenizer.tgt_vocab_size)]
-    if source_prefix is not None:
-        tag = tokenizer.tags[source_prefix]
-        src_pieces[tag], src_pieces[BOS_ID] = src_pieces[BOS_ID], src_pieces[tag]
-        spec.config.add_source_bos = True
-    spec.register_source_vocabulary(src_pieces)
-    spec.register_target_vocabulary(tgt_pieces)
-    spec.config.layer_norm_epsilon = model.encoder[0].norms[0].eps
-    spec.config.add_source_eos = True  # our encoder reads the source followed by EOS
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
-        tgt_pieces[UNK_ID],
-        tgt_pieces[BOS_ID],
-        tgt_pieces[EOS_ID],
-    )
-    start = spec.config.eos_token if settings.decoder_start == "eos" else spec.config.bos_token
-    spec.config.decoder_start_token = start
-    return spec
 
 
 def log_prob_gap(loaded, directory: str, source_prefix: str | None = None) -> float:
