@@ -113,6 +113,24 @@ def test_what_a_package_cannot_carry_is_named(corpus, tmp_path):
     assert not os.path.exists(tmp_path / "x")
 
 
+@pytest.mark.slow  # about 15 s: a short training run, the export and its argostranslate check
+def test_a_folded_source_is_a_package_whose_sentencepiece_model_folds(corpus, tmp_path):
+    import sentencepiece as spm
+
+    config = tiny_config(corpus, str(tmp_path / "run"), train={"max_steps": 10, "valid_every": 10})
+    config["data"]["fold_source_case"] = True
+    assert run_cli("mt-train", "--config", write_config(tmp_path / "config.yaml", config)).returncode == 0
+    path = str(tmp_path / "folded.argosmodel")
+    result = run_cli("mt-export", "--checkpoint", str(tmp_path / "run"), "--format", "argos", path)
+    assert result.returncode == 0, result.stderr
+    with zipfile.ZipFile(path) as archive:
+        proto = archive.read("translate-en_de-1_0/sentencepiece.model")
+    pieces = spm.SentencePieceProcessor(model_proto=proto)
+    usual = pieces.encode("the red house")
+    assert pieces.encode("THE RED HOUSE") == usual and pieces.encode("The Red House") == usual
+    assert usual == checkpoint.load(str(tmp_path / "run"), "cpu").tokenizer.encode_src(["the red house"])[0]
+
+
 @pytest.mark.apps  # about 30 s: a two-way model, two packages, argostranslate twice (make test-apps)
 def test_a_model_with_target_tags_is_a_package_per_pair_whose_model_adds_its_tag(corpus, tmp_path):
     corpora = [
