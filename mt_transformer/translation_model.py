@@ -91,7 +91,7 @@ class TranslationModel:
             raise UserError("attention: needs one model, not an ensemble")
         src_ids = t.source_ids([src])[0]
         tgt_ids = t([src])[0][0].tokens if tgt is None else t.target_ids([tgt])[0]
-        maps = attention_maps(t.model, src_ids, tgt_ids)
+        maps = attention_maps(t.model, src_ids, tgt_ids, t.config.model.source_tag_after_eos)
         return {
             "encoder_attention": tuple(maps.encoder),
             "decoder_attention": tuple(maps.decoder),

@@ -4,6 +4,7 @@ import torch
 from PIL import Image
 
 from conftest import FP32_TOLERANCE, run_cli, tiny_model
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.decoding.alignment import (
     attention_heatmap,
     cross_attention,
@@ -12,6 +13,7 @@ from mt_transformer.decoding.alignment import (
     word_alignment,
     word_index,
 )
+from mt_transformer.model.masks import padding_mask
 
 
 def test_word_index_follows_sentencepiece_word_starts():
@@ -50,6 +52,20 @@ def test_hypotheses_of_different_lengths_get_the_weights_each_gets_alone():
         assert weights.shape == alone.shape == (2, 2, len(ids) + 1, len(src) + 1)
         torch.testing.assert_close(weights, alone, **FP32_TOLERANCE)
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, len(ids) + 1))
+
+
+def test_a_legacy_layout_sources_weights_come_in_the_order_of_its_ids():
+    torch.manual_seed(0)
+    model = tiny_model(20, 20, d_model=16, n_heads=2, d_ff=32, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    tag, text, output = 19, [5, 6, 7], [9, 10, 11]
+    (legacy,) = cross_attention(model, [tag, *text], [output], torch.device("cpu"), tag_after_eos=True)
+    src = torch.tensor([[*text, EOS_ID, tag]])  # (1, 5): what the encoder reads
+    mask = padding_mask(src, PAD_ID)
+    with torch.no_grad():
+        _, weights = model.decode(torch.tensor([[BOS_ID, *output]]), model.encode(src, mask), mask, need_weights=True)
+    read = torch.stack(weights, 1)[0]  # (layers, heads, 4, 5), columns in the order read
+    torch.testing.assert_close(legacy[..., 0], read[..., 4], **FP32_TOLERANCE)  # the tag's column first
+    torch.testing.assert_close(legacy[..., 1:], read[..., :4], **FP32_TOLERANCE)  # then text and EOS
 
 
 def test_translate_alignment_has_one_pair_per_target_word_and_heatmaps_are_written(trained_run, tmp_path):

@@ -5,6 +5,7 @@ from mt_transformer.data.batching import (
     collate,
     corpus_rows,
     corpus_shares,
+    encoder_input,
     token_batches,
 )
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -105,3 +106,10 @@ def test_corpus_rows_follow_the_temperature():
     assert not np.array_equal(rows, corpus_rows(sizes, 5.0, seed=1, epoch=1))
     assert np.allclose(corpus_shares([10, 10, 0], 2.0), [0.5, 0.5, 0.0])
     assert len(corpus_rows([10, 0, 30], 2.0)) == 40  # an empty corpus (everything cleaned away) gives nothing
+
+
+def test_a_legacy_layout_source_reads_its_language_token_after_eos():
+    assert encoder_input([9, 5, 6]) == [9, 5, 6, EOS_ID]
+    assert encoder_input([9, 5, 6], tag_after_eos=True) == [5, 6, EOS_ID, 9]
+    batch = collate([[9, 5, 6], [8, 7]], [[4], [4]], tag_after_eos=True)
+    assert batch.src.tolist() == [[5, 6, EOS_ID, 9], [7, EOS_ID, 8, PAD_ID]]

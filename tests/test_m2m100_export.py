@@ -13,7 +13,8 @@ from conftest import run_cli
 
 transformers = pytest.importorskip("transformers")
 from mt_transformer import checkpoint  # noqa: E402
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID  # noqa: E402
+from mt_transformer.data.batching import encoder_input  # noqa: E402
+from mt_transformer.data.special_tokens import BOS_ID  # noqa: E402
 from mt_transformer.decoding.engines import open_translator  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -41,8 +42,8 @@ def _export_matches_ours(ours: str, exported: str, src: str, tgt: str, lines: li
     forced = hf_tokenizer.convert_tokens_to_ids(pieces[languages[tgt]])
     for line, found in zip(lines, translator(lines)):
         inputs = hf_tokenizer(line, return_tensors="pt")
-        ids = [languages[src], *loaded.tokenizer.encode_src([line])[0], EOS_ID]
-        ids = ids[1:] + ids[:1] if loaded.config.model.source_tag_after_eos else ids  # "text </s> code"
+        legacy = loaded.config.model.source_tag_after_eos  # "text </s> code"
+        ids = encoder_input([languages[src], *loaded.tokenizer.encode_src([line])[0]], legacy)
         assert hf_tokenizer.convert_ids_to_tokens(inputs.input_ids[0]) == [
             "<s>" if p == "<unused0>" else p for p in [pieces[i] for i in ids]
         ]

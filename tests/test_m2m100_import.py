@@ -15,6 +15,7 @@ from conftest import run_cli
 
 transformers = pytest.importorskip("transformers")
 from mt_transformer import checkpoint  # noqa: E402
+from mt_transformer.data.batching import encoder_input  # noqa: E402
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID  # noqa: E402
 from mt_transformer.decoding.engines import open_translator  # noqa: E402
 from mt_transformer.errors import UserError  # noqa: E402
@@ -136,7 +137,7 @@ def test_an_import_reads_and_writes_sources_and_targets_as_the_tokenizer_does(im
     legacy = loaded.config.model.source_tag_after_eos  # their sources "text </s> code", as our model reads ours
     assert legacy == getattr(hf_tokenizer, "legacy_behaviour", False)
     for ours, their_ids in zip(src_ids, theirs["input_ids"]):
-        ours = ours[1:] + [EOS_ID] + ours[:1] if legacy else ours + [EOS_ID]
+        ours = encoder_input(ours, legacy)
         assert [vocab[i] for i in ours] == hf_tokenizer.convert_ids_to_tokens(their_ids)
     for ours, their_ids in zip(tgt_ids, theirs["labels"]) if not legacy else ():  # legacy targets: unlike generate()'s
         assert [vocab[i] for i in ours + [EOS_ID]] == hf_tokenizer.convert_ids_to_tokens(their_ids)
@@ -155,7 +156,7 @@ def test_an_import_computes_the_originals_log_probabilities_on_sentences(importe
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(source, src_lang=codes["de"], tgt_lang=codes["en"])
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(source).eval()
     loaded = checkpoint.load(out, torch.device("cpu"))
-    model, legacy = loaded.model.eval(), loaded.config.model.source_tag_after_eos
+    model = loaded.model.eval()
     order, inverse = _ids(out, hf_tokenizer)
     batch = hf_tokenizer(LINES[:2], padding=True, return_tensors="pt")
     forced = [loaded.tokenizer.languages[codes["en"]]]
@@ -167,7 +168,6 @@ def test_an_import_computes_the_originals_log_probabilities_on_sentences(importe
         theirs = hf_model(**batch, decoder_input_ids=decoder_in).logits.log_softmax(-1)  # (batch, tgt_len, vocab)
     for row in range(2):
         src = [inverse[int(i)] for i in batch["input_ids"][row][batch["attention_mask"][row].bool()]]
-        src = src[-1:] + src[:-1] if legacy else src  # ours begin with the code the legacy layout puts last
         with torch.inference_mode():
             tgt_in = torch.tensor([[BOS_ID] + labels[row][:-1]])
             ours = model.logits(model(torch.tensor([src]), tgt_in)).log_softmax(-1)

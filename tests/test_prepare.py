@@ -171,8 +171,8 @@ def test_subword_regularization_fills_batches_within_max_tokens_by_the_drawn_len
             drawn.append(seed)
         return result
 
-    def measured_collate(src_ids, tgt_ids):
-        batch = real_collate(src_ids, tgt_ids)
+    def measured_collate(src_ids, tgt_ids, tag_after_eos=False):
+        batch = real_collate(src_ids, tgt_ids, tag_after_eos)
         sizes.append(max(batch.src.numel(), batch.tgt_in.numel()))
         return batch
 

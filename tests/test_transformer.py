@@ -190,19 +190,3 @@ def test_a_decoder_starting_from_eos_reads_eos_where_the_input_has_bos():
     incremental, _ = decode_incrementally(fairseq, src, torch.tensor([[BOS_ID, *after]]))
     assert torch.allclose(states, incremental, **FP32_TOLERANCE)
     assert not torch.allclose(ours(src, torch.tensor([[BOS_ID, *after]])), ours(src, torch.tensor([[EOS_ID, *after]])))
-
-
-def test_a_source_tag_read_after_eos_gives_the_memory_of_that_order_in_the_inputs_order():
-    from mt_transformer.model.transformer import tag_after_eos
-
-    src = torch.tensor([[9, 5, 6, EOS_ID], [8, 7, EOS_ID, PAD_ID]])
-    assert src.gather(1, tag_after_eos(src)).tolist() == [[5, 6, EOS_ID, 9], [7, EOS_ID, 8, PAD_ID]]
-    legacy, ours = tiny(source_tag_after_eos=True), tiny()
-    mask = padding_mask(src, PAD_ID)
-    moved = src.gather(1, tag_after_eos(src))
-    memory = legacy.encode(src, mask)  # rows in the input's order: row 0 is the tag's
-    expected = ours.encode(moved, mask)  # the same weights reading the legacy layout itself
-    assert torch.allclose(memory[0, 0], expected[0, 3], **FP32_TOLERANCE)
-    assert torch.allclose(memory[1, :3], expected[1, [2, 0, 1]], **FP32_TOLERANCE)
-    tgt = torch.tensor([[BOS_ID, 11], [BOS_ID, 12]])
-    assert torch.allclose(legacy(src, tgt), ours(moved, tgt), **FP32_TOLERANCE)

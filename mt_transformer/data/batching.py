@@ -137,9 +137,24 @@ def pad(
     return out
 
 
-def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
+def encoder_input(ids: list[int], tag_after_eos: bool = False) -> list[int]:
+    """A source's ids as the encoder reads them: EOS appended; with `tag_after_eos` (NLLB's legacy
+    layout, model.source_tag_after_eos) the language token the ids begin with goes after the EOS."""
+    if tag_after_eos and ids:
+        return ids[1:] + [EOS_ID, ids[0]]
+    return ids + [EOS_ID]
+
+
+def pad_sources(sources: list[list[int]], tag_after_eos: bool = False) -> torch.Tensor:
+    """The encoder's input of `sources` (encoder_input of each), right-padded: (batch, longest + 1)."""
+    return pad([encoder_input(ids, tag_after_eos) for ids in sources])
+
+
+def collate(src_ids: list[list[int]], tgt_ids: list[list[int]], tag_after_eos: bool = False) -> Batch:
     return Batch(
-        src=pad(src_ids, suffix=[EOS_ID]), tgt_in=pad(tgt_ids, prefix=[BOS_ID]), tgt_out=pad(tgt_ids, suffix=[EOS_ID])
+        src=pad_sources(src_ids, tag_after_eos),
+        tgt_in=pad(tgt_ids, prefix=[BOS_ID]),
+        tgt_out=pad(tgt_ids, suffix=[EOS_ID]),
     )
 
 
@@ -148,15 +163,15 @@ class BatchedDataset(torch.utils.data.Dataset):
     `dataset[rows]` gives the rows' src_ids and tgt_ids: an encoded split, or an epoch's drawn
     pairs (epoch_draw.DrawnPairs)."""
 
-    def __init__(self, dataset, batches: list[np.ndarray]):
-        self.dataset, self.batches = dataset, batches
+    def __init__(self, dataset, batches: list[np.ndarray], tag_after_eos: bool = False):
+        self.dataset, self.batches, self.tag_after_eos = dataset, batches, tag_after_eos
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
         rows = self.dataset[self.batches[i].tolist()]
-        return collate(rows["src_ids"], rows["tgt_ids"])
+        return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos)
 
 
 def batch_loader(
@@ -164,11 +179,12 @@ def batch_loader(
     batches: list[np.ndarray],
     num_workers: int = 0,
     pin_memory: bool = False,
+    tag_after_eos: bool = False,
 ):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches),
+        BatchedDataset(dataset, batches, tag_after_eos),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

@@ -18,6 +18,7 @@ import datasets
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.batching import corpus_shares
 from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
+from mt_transformer.data.languages import language_scheme
 from mt_transformer.data.run_tokenizer import run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.files import atomic_dir, write_text
@@ -194,9 +195,10 @@ def encode_corpus_split(
 ):
     training = split == "train"
     tags = corpus.source_tags(data.target_tags)
-    heads = ([], [])  # NLLB's and M2M100's layout: each side begins with its language's token
-    if data.language_tokens:
-        heads = tokenizer.language_heads(corpus.src_lang, corpus.tgt_lang, ("data.src_lang", "data.tgt_lang"))
+    # NLLB's and M2M100's layout: each side begins with its language's token (data/languages.py)
+    heads = language_scheme(data, tokenizer).token_heads(
+        corpus.src_lang, corpus.tgt_lang, ("data.src_lang", "data.tgt_lang")
+    )
     source = {**split_source(corpus, split), "tags": tags, "heads": heads}
     # subword regularization draws from the text, and data.augment changes it
     keep_text = training and (data.spm_alpha > 0 or data.augment_of(corpus).active)

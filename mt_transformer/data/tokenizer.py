@@ -184,15 +184,6 @@ class Tokenizer:
             raise UserError(f"{key}: {code!r} is not among the model's {len(self.languages)} languages")
         return self.languages[found]
 
-    def language_heads(
-        self, src_lang: str, tgt_lang: str, keys=("--src-lang", "--tgt-lang")
-    ) -> tuple[list[int], list[int]]:
-        """What a source in `src_lang` and its translation into `tgt_lang` begin with under
-        data.language_tokens: each language's token; `keys` name the languages in messages."""
-        if not self.languages:
-            raise UserError(f"data.language_tokens: the tokenizer in {self.directory} has no language tokens")
-        return [self.language_id(src_lang, keys[0])], [self.language_id(tgt_lang, keys[1])]
-
     def src_pieces(self, ids: list[int]) -> list[str]:
         return [self.src.id_to_piece(i) for i in ids]
 

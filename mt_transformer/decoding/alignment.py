@@ -13,18 +13,22 @@ import os
 
 import torch
 
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.batching import encoder_input
+from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import WORD_START
 from mt_transformer.files import save_png
 from mt_transformer.model.masks import padding_mask
 
 
 @torch.no_grad()
-def cross_attention(model, src_ids: list[int], hypotheses: list[list[int]], device: torch.device) -> list[torch.Tensor]:
+def cross_attention(
+    model, src_ids: list[int], hypotheses: list[list[int]], device: torch.device, tag_after_eos: bool = False
+) -> list[torch.Tensor]:
     """Weights (layers, heads, tgt_len + 1, src_len + 1) of each hypothesis for one source sentence
-    (+1: the EOS of each side); the source is encoded once for all of them."""
+    (+1: the EOS of each side), the columns in the order of src_ids then EOS whatever the order the
+    encoder read them in (`tag_after_eos`: batching.encoder_input's); the source is encoded once."""
     model.eval()
-    src = torch.tensor([src_ids + [EOS_ID]], device=device)  # (1, src_len + 1)
+    src = torch.tensor([encoder_input(src_ids, tag_after_eos)], device=device)  # (1, src_len + 1)
     src_mask = padding_mask(src, PAD_ID)  # (1, 1, 1, src_len + 1)
     memory = model.encode(src, src_mask)  # (1, src_len + 1, d_model)
     longest = max(len(ids) for ids in hypotheses)
@@ -35,6 +39,8 @@ def cross_attention(model, src_ids: list[int], hypotheses: list[list[int]], devi
     n = len(hypotheses)
     _, weights = model.decode(tgt_in, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1), need_weights=True)
     stacked = torch.stack(weights, 1).float().cpu()  # (hyps, layers, heads, longest+1, src+1)
+    if tag_after_eos:  # the language token read last: its column back to the front
+        stacked = stacked.roll(1, dims=-1)
     return [stacked[i, :, :, : len(ids) + 1] for i, ids in enumerate(hypotheses)]
 
 
@@ -139,3 +145,19 @@ def attention_heatmap(matrix, src_pieces: list[str], tgt_pieces: list[str], path
 
 def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def aligned_words(translator, src_ids: list[int], outputs: list[list[int]]) -> list[list[tuple[int, int]]]:
+    """Per output of one source (`src_ids` as translator.source_ids gives them), its word alignment
+    (word_alignment's pairs) by the translator's attention, the language tokens of both sides left
+    out; [] for an empty side."""
+    source, output = (len(head) for head in translator.heads)
+    found: list[list[tuple[int, int]]] = [[] for _ in outputs]
+    kept = [k for k, ids in enumerate(outputs) if src_ids[source:] and ids[output:]]
+    if not kept:
+        return found
+    src_pieces = translator.tokenizer.src_pieces(src_ids)[source:]
+    for k, matrix in zip(kept, translator.cross_attention(src_ids, [outputs[k] for k in kept])):
+        tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
+        found[k] = word_alignment(matrix[output:, source:], src_pieces, tgt_pieces)
+    return found

@@ -133,11 +133,12 @@ class Progress:
 
 
 def encode_constraints(
-    tokenizer, include: list[list[str]], avoid: list[list[str]], first_line: int = 0
-) -> list[Constraints]:
-    """Each line's constraints: phrases to include as target subwords (one with characters the
-    target vocabulary cannot spell is a one-line error naming its line, counted from first_line
-    + 1), phrases to avoid as text."""
+    tokenizer, decode, include: list[list[str]], avoid: list[list[str]], first_line: int = 0
+) -> list[Constraints] | None:
+    """Each line's constraints, or None when no line has any: phrases to include as target
+    subwords (one with characters the target vocabulary cannot spell is a one-line error naming
+    its line, counted from first_line + 1), phrases to avoid as text. The decode settings must
+    search a beam for them (one-line errors)."""
     from mt_transformer.data.special_tokens import UNK_ID
     from mt_transformer.data.text import normalize
 
@@ -152,13 +153,27 @@ def encode_constraints(
     def spell(phrases: list[str]) -> tuple[str, ...]:  # "red apple" -> "▁red▁apple"
         return tuple(WORD_START + WORD_START.join(normalize(p).split()) for p in phrases if normalize(p))
 
-    return [Constraints(encode(i, n), spell(a)) for n, (i, a) in enumerate(zip(include, avoid), start=first_line + 1)]
+    lines = enumerate(zip(include, avoid), start=first_line + 1)
+    lexical = [Constraints(encode(i, n), spell(a)) for n, (i, a) in lines]
+    if not any(lexical):
+        return None
+    if decode.sampling:
+        raise UserError("--constraints and --avoid: for beam search, not with --sampling")
+    if decode.beam_size == 1 and any(c.include for c in lexical):
+        raise UserError("--constraints: needs beam search (--beam 2 or more); greedy search cannot plan for them")
+    return lexical
 
 
-def split_constraints(c: Constraints, capacities: list[int]) -> list[Constraints]:
+def split_constraints(c: Constraints, capacities: list[int], line: int = 0) -> list[Constraints]:
     """One input's constraints over the parts it is translated in (`capacities`: the most
     subwords each part's translation may have): each phrase to include goes to the first part
-    that still has room for it, and the phrases to avoid go to every part."""
+    that still has room for it, and the phrases to avoid go to every part. Phrases that more than
+    the translation may hold are a one-line error naming `line` (0-based)."""
+    if c.subwords > sum(capacities):
+        raise UserError(
+            f"--constraints: line {line + 1}: its phrases take {c.subwords} subwords, more than the "
+            f"{sum(capacities)} its translation may have (decode.max_len_a, decode.max_len_b)"
+        )
     room, parts = list(capacities), [[] for _ in capacities]
     for phrase in c.include:
         part = next((k for k, free in enumerate(room) if free >= len(phrase)), len(room) - 1)

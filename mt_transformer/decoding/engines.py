@@ -11,7 +11,6 @@ import torch
 
 from mt_transformer import checkpoint
 from mt_transformer.config import config_from_dict
-from mt_transformer.decoding.languages import heads_for, language_heads
 from mt_transformer.decoding.runtime import Runtime, fallback, is_export, settle
 from mt_transformer.decoding.translator import Translator, input_limit, torch_translator, with_decode
 from mt_transformer.devices import limit_kernel_cache, slow_precision
@@ -61,7 +60,7 @@ def open_translator(
             else _torch(paths, runtime, decode)
         )
     if tagged:
-        translator.heads = heads_for(translator.config, translator.tokenizer, src_lang, tgt_lang)
+        translator.heads = translator.languages.heads(src_lang, tgt_lang)
     log.info("engine: %s (%s)", describe(translator), runtime.why)
     return translator
 
@@ -77,7 +76,7 @@ def _ctranslate2(directory: str, runtime: Runtime, decode: dict) -> Translator:
     found = Translator(
         search, tokenizer, config.decode, input_limit(config, max_positions), runtime=runtime, config=config
     )
-    found.heads = language_heads(config, tokenizer)
+    found.heads = found.languages.token_heads()
     return found
 
 

@@ -70,7 +70,8 @@ def _scores_surviving_oom(translator, sources: list[list[int]], targets: list[li
     """teacher_forced_log_probs of a batch, halved for as long as it does not fit in memory."""
     try:
         with autocast(translator.device, translator.runtime.precision):
-            return teacher_forced_log_probs(translator.search.runnable(), sources, targets, translator.device)
+            model, legacy = translator.search.runnable(), translator.config.model.source_tag_after_eos
+            return teacher_forced_log_probs(model, sources, targets, translator.device, legacy)
     except RuntimeError as error:  # torch.OutOfMemoryError is one
         if not is_out_of_memory(error) or len(sources) == 1:
             raise

@@ -16,7 +16,7 @@ import logging
 import torch
 
 from mt_transformer.config import DecodeConfig
-from mt_transformer.data.batching import pad
+from mt_transformer.data.batching import pad, pad_sources
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
@@ -38,8 +38,17 @@ class TorchSearch:
     out-of-memory errors: a batch that does not fit is halved, and a single input that does not
     fit is translated in two parts."""
 
-    def __init__(self, model, tokenizer: Tokenizer, runtime: Runtime, decode: DecodeConfig, max_positions: int | None):
+    def __init__(
+        self,
+        model,
+        tokenizer: Tokenizer,
+        runtime: Runtime,
+        decode: DecodeConfig,
+        max_positions: int | None,
+        tag_after_eos: bool = False,
+    ):
         self.model, self.tokenizer, self.runtime = model, tokenizer, runtime  # runtime.precision: what runs
+        self.tag_after_eos = tag_after_eos  # where the sources' language token goes (batching.encoder_input)
         self._copies: dict[torch.dtype, torch.nn.Module] = {}  # the model with half-precision linear weights
         self.decode, self.max_positions = decode, max_positions
         self._piece_index: PieceIndex | None = None  # built for the first phrases to avoid
@@ -101,7 +110,7 @@ class TorchSearch:
         prefixes: list[list[int]] | None,
         constraints: list[Constraints] | None = None,
     ) -> list[list[Hypothesis]]:
-        src = pad(sources, suffix=[EOS_ID]).to(self.device)  # (batch, src_len)
+        src = pad_sources(sources, self.tag_after_eos).to(self.device)  # (batch, src_len)
         src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
         max_len = torch.tensor(output_limits(sources, self.decode, self.max_positions, prefixes))  # (batch,)
         prefix = None

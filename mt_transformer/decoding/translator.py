@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,12 +21,12 @@ from tqdm import tqdm
 from mt_transformer.config import Config, DecodeConfig, validate
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.language_codes import public_code
+from mt_transformer.data.languages import Heads, LanguageScheme, language_scheme
 from mt_transformer.data.text import normalize, with_case_of
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
-from mt_transformer.decoding.languages import Heads, head_language, language_heads
 from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
 from mt_transformer.decoding.runtime import Runtime, ours
 from mt_transformer.decoding.search import Hypothesis, output_limit
@@ -63,16 +64,23 @@ class Translator:
     runtime: Runtime | None = None  # the engine, device and precision it runs on (decoding/runtime.py)
     config: Config | None = None  # the model's config, with `decode` in effect
     # the ids every source begins with (a target tag, a language token) and those every output is
-    # forced to begin with (a language token): decoding/languages.py
+    # forced to begin with (a language token): data/languages.py
     heads: Heads = ([], [])
 
     @property
     def target_language(self) -> str | None:
         """The language this translator writes, when it is known: BLEU tokenizes for it."""
-        asked = head_language(self.tokenizer, self.heads)
+        asked = self.languages.language(self.heads)
         if asked is not None:  # sacreBLEU knows zh, ja, ko by their two-letter codes
             return public_code(asked)
         return self.config.data.target_language if self.config else None
+
+    @functools.cached_property
+    def languages(self) -> LanguageScheme:
+        """How the model is told its languages (data/languages.py)."""
+        if self.config is None:
+            return LanguageScheme(())
+        return language_scheme(self.config.data, self.tokenizer, self.config.model.source_tag_after_eos)
 
     @property
     def device(self) -> torch.device:
@@ -106,7 +114,8 @@ class Translator:
                 raise UserError("attention of one layer or head: needs --engine torch or auto")
             return self.search.cross_attention(src_ids, outputs)
         model = getattr(self.model, "members", [self.model])[0]
-        return [select(weights, layer, head) for weights in cross_attention(model, src_ids, outputs, self.device)]
+        legacy = self.languages.tag_after_eos
+        return [select(w, layer, head) for w in cross_attention(model, src_ids, outputs, self.device, legacy)]
 
     def with_exact_scores(self) -> Translator:
         """The same translator, its hypotheses' log-probabilities the model's own to the last digit
@@ -157,25 +166,11 @@ class Translator:
         forced = self.target_ids(prefixes) if prefixes is not None else None
         if self.heads[1] and forced is None:  # every output begins with its language's token
             forced = [list(self.heads[1]) for _ in lines]
-        lexical = self._encode_constraints(*constraints, first_line) if constraints is not None else None
+        lexical = encode_constraints(self.tokenizer, self.decode, *constraints, first_line) if constraints else None
         segments, owners, segment_prefixes, segment_constraints = self._segments(ids, forced, lexical, first_line)
-        found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
-        batches = source_batches([len(s) for s in segments], self.decode.max_tokens)
-        advance = progress if callable(progress) else None
-        shown = progress is True
-        with tqdm(total=sum(map(len, batches)), unit="sent", disable=not shown, leave=False) as bar:
-            for batch in batches:
-                stopping.check()
-                batch_prefixes = [segment_prefixes[i] for i in batch] if forced else None
-                batch_constraints = [segment_constraints[i] for i in batch] if lexical else None
-                for i, hypotheses in zip(
-                    batch, self.search([segments[i] for i in batch], batch_prefixes, batch_constraints)
-                ):
-                    found[i] = hypotheses
-                bar.update(len(batch))
-                if advance:
-                    advance(len(batch))
-
+        found = self._search_segments(
+            segments, segment_prefixes if forced else None, segment_constraints if lexical else None, progress
+        )
         per_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
         for line, hypotheses in zip(owners, found):
             per_line[line].append(hypotheses)
@@ -206,6 +201,31 @@ class Translator:
             results.append(translations)
         return results
 
+    def _search_segments(
+        self,
+        segments: list[list[int]],
+        prefixes: list[list[int]] | None,
+        constraints: list[Constraints] | None,
+        progress: bool | Callable[[int], None],
+    ) -> list[list[Hypothesis]]:
+        """Each segment's hypotheses, searched in batches of decode.max_tokens, longest first."""
+        found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]  # empty inputs stay empty
+        batches = source_batches([len(s) for s in segments], self.decode.max_tokens)
+        advance = progress if callable(progress) else None
+        with tqdm(total=sum(map(len, batches)), unit="sent", disable=progress is not True, leave=False) as bar:
+            for batch in batches:
+                stopping.check()
+                batch_prefixes = [prefixes[i] for i in batch] if prefixes is not None else None
+                batch_constraints = [constraints[i] for i in batch] if constraints is not None else None
+                for i, hypotheses in zip(
+                    batch, self.search([segments[i] for i in batch], batch_prefixes, batch_constraints)
+                ):
+                    found[i] = hypotheses
+                bar.update(len(batch))
+                if advance:
+                    advance(len(batch))
+        return found
+
     def _segments(
         self, ids: list[list[int]], forced: list[list[int]] | None, lexical: list[Constraints] | None, first_line: int
     ) -> tuple[list[list[int]], list[int], list[list[int]], list[Constraints]]:
@@ -231,29 +251,9 @@ class Translator:
                 segment_constraints += self._constraints_of_parts(first_line + line, lexical[line], parts)
         return segments, owners, segment_prefixes, segment_constraints
 
-    def _encode_constraints(
-        self, include: list[list[str]], avoid: list[list[str]], first_line: int
-    ) -> list[Constraints] | None:
-        """Each line's Constraints, or None when no line has any."""
-        lexical = encode_constraints(self.tokenizer, include, avoid, first_line)
-        if not any(lexical):
-            return None
-        if self.decode.sampling:
-            raise UserError("--constraints and --avoid: for beam search, not with --sampling")
-        if self.decode.beam_size == 1 and any(c.include for c in lexical):
-            raise UserError("--constraints: needs beam search (--beam 2 or more); greedy search cannot plan for them")
-        return lexical
-
     def _constraints_of_parts(self, line: int, c: Constraints, parts: list[list[int]]) -> list[Constraints]:
-        """The line's constraints spread over the parts it is translated in; phrases to include
-        that more than its translation may hold are a one-line error."""
         capacities = [output_limit(len(part), self.decode, self.max_positions) for part in parts]
-        if c.subwords > sum(capacities):
-            raise UserError(
-                f"--constraints: line {line + 1}: its phrases take {c.subwords} subwords, more than the "
-                f"{sum(capacities)} its translation may have (decode.max_len_a, decode.max_len_b)"
-            )
-        return split_constraints(c, capacities)
+        return split_constraints(c, capacities, line)
 
 
 def input_limit(config: Config, max_positions: int | None) -> int:
@@ -280,8 +280,9 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, runtime: Runti
     learned = config.model.positions == "learned"
     max_positions = config.model.max_positions if learned else None  # sinusoids extend to any length
     model.eval()
-    search = TorchSearch(model, tokenizer, runtime, config.decode, max_positions)
+    languages = language_scheme(config.data, tokenizer, config.model.source_tag_after_eos)
+    search = TorchSearch(model, tokenizer, runtime, config.decode, max_positions, languages.tag_after_eos)
     limit = input_limit(config, max_positions)
     translator = Translator(search, tokenizer, config.decode, limit, model, runtime, config)
-    translator.heads = language_heads(config, tokenizer)
+    translator.heads = languages.token_heads()
     return translator

@@ -138,7 +138,7 @@ def import_model(
     settings = model_config(hf_config)
     muted = settings.decoder_start == "bos" and bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
     config = dataclasses.replace(settings, output_bias=bool(bias.any()) or muted, source_tag_after_eos=tag_after_eos)
-    theirs = their_log_probs(hf_model, src_order, tgt_order, tag_after_eos)  # before their weights are freed
+    theirs = their_log_probs(hf_model, src_order, tgt_order)  # before their weights are freed
     model = Transformer.unfilled(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
     reorder = config.positions == "sinusoidal"
     from_transformers(hf_model, model, config.norm == "pre", reorder, rows=(src_order, tgt_order), consume=consume)

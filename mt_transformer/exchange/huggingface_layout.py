@@ -21,7 +21,6 @@ from collections.abc import Iterator
 import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from mt_transformer.model.transformer import tag_after_eos as after_eos
 
 # The largest difference in log-probability allowed between our model and a transformers one on
 # log_prob_gap's batch, for the export and the import: float32 rounding of two implementations
@@ -166,15 +165,10 @@ def check_batch(src_vocab: int, tgt_vocab: int) -> tuple[torch.Tensor, torch.Ten
     return src, tgt_in
 
 
-def their_log_probs(
-    hf_model, src_order: torch.Tensor, tgt_order: torch.Tensor, tag_after_eos: bool = False
-) -> torch.Tensor:
+def their_log_probs(hf_model, src_order: torch.Tensor, tgt_order: torch.Tensor) -> torch.Tensor:
     """A transformers model's teacher-forced log-probabilities on check_batch, in our ids (the
-    orders give the id in theirs of each of ours; `tag_after_eos`: its sources as a model of
-    ours with model.source_tag_after_eos reads them): (2, 7, our target vocabulary)."""
+    orders give the id in theirs of each of ours): (2, 7, our target vocabulary)."""
     src, tgt_in = check_batch(len(src_order), len(tgt_order))
-    if tag_after_eos:
-        src = src.gather(1, after_eos(src))
     with torch.inference_mode():
         inputs = dict(input_ids=src_order[src], attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_order[tgt_in])
         return hf_model(**inputs).logits.log_softmax(-1)[..., tgt_order]
@@ -197,4 +191,4 @@ def log_prob_gap(model, hf_model, src_order=None, tgt_order=None) -> float:
     src_vocab, tgt_vocab = model.src_embed.weight.size(0), model.output.weight.size(0)
     src_order = torch.arange(src_vocab) if src_order is None else src_order
     tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
-    return gap_to(model, their_log_probs(hf_model, src_order, tgt_order, model.source_tag_after_eos))
+    return gap_to(model, their_log_probs(hf_model, src_order, tgt_order))

@@ -26,6 +26,7 @@ import shutil
 
 import torch
 
+from mt_transformer.data.batching import encoder_input
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.huggingface_export import generation_defaults, import_transformers, save
@@ -163,9 +164,7 @@ def check_tokenizer(loaded, order: list[int], directory: str) -> None:
     for line, ids in zip(lines, tokenizer.encode_src(lines)):
         if UNK_ID in ids or not line:
             continue
-        expected = [theirs[i] for i in [source, *ids, EOS_ID]]
-        if loaded.config.model.source_tag_after_eos:
-            expected = expected[1:] + expected[:1]
+        expected = [theirs[i] for i in encoder_input([source, *ids], loaded.config.model.source_tag_after_eos)]
         if hf_tokenizer(line).input_ids != expected:
             raise UserError(f"the exported tokenizer splits {line!r} otherwise than ours; nothing was written")
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.batching import encoder_input
+from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.model.attention import MultiHeadAttention
 from mt_transformer.model.masks import padding_mask
 
@@ -47,12 +48,13 @@ def _recorded(modules: list[MultiHeadAttention], into: list[torch.Tensor]):
 
 
 @torch.no_grad()
-def attention_maps(model, src_ids: list[int], tgt_ids: list[int]) -> AttentionMaps:
+def attention_maps(model, src_ids: list[int], tgt_ids: list[int], tag_after_eos: bool = False) -> AttentionMaps:
     """The weights of one sentence (src_ids, EOS appended) and its translation (tgt_ids, fed
-    after BOS), teacher-forced on the model's device."""
+    after BOS), teacher-forced on the model's device; source positions in the order of src_ids
+    then EOS, whatever the order the encoder read them in (`tag_after_eos`: batching.encoder_input's)."""
     model.eval()
     device = next(model.parameters()).device
-    src = torch.tensor([src_ids + [EOS_ID]], device=device)  # (1, src_len + 1)
+    src = torch.tensor([encoder_input(src_ids, tag_after_eos)], device=device)  # (1, src_len + 1)
     tgt_in = torch.tensor([[BOS_ID] + tgt_ids], device=device)  # (1, tgt_len + 1)
     src_mask = padding_mask(src, PAD_ID)  # (1, 1, 1, src_len + 1)
     encoder, decoder, cross = [], [], []
@@ -63,4 +65,7 @@ def attention_maps(model, src_ids: list[int], tgt_ids: list[int]) -> AttentionMa
         _recorded([layer.cross_attn for layer in model.decoder], cross),
     ):
         model.decode(tgt_in, memory, src_mask)
+    if tag_after_eos:  # the language token read last: back to the front
+        encoder = [weights.roll((1, 1), dims=(-2, -1)) for weights in encoder]
+        cross = [weights.roll(1, dims=-1) for weights in cross]
     return AttentionMaps(encoder, decoder, cross)

@@ -72,7 +72,6 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.start_from_eos = c.decoder_start == "eos"  # the decoder reads EOS's embedding for BOS
-        self.source_tag_after_eos = c.source_tag_after_eos
         self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=c.output_bias)
         # starting from EOS, BOS is no token of the model: never an output
         self.register_buffer(
@@ -106,16 +105,10 @@ class Transformer(nn.Module):
         """src: (batch, src_len) token ids; src_mask: (batch, 1, 1, src_len).
 
         Returns memory (batch, src_len, d_model)."""
-        order = tag_after_eos(src) if self.source_tag_after_eos else None  # (batch, src_len)
-        if order is not None:
-            src = src.gather(1, order)
         x = self.dropout(self.word_dropout(self.src_embed(src)) + self.src_positions(src.size(1)))
         for layer in self.encoder:
             x = layer(x, src_mask)
-        memory = self.encoder_norm(x)
-        if order is None:
-            return memory
-        return memory.gather(1, order.argsort(1)[..., None].expand_as(memory))  # back in the input's order
+        return self.encoder_norm(x)
 
     def new_cache(self) -> DecoderCache:
         return DecoderCache([LayerCache() for _ in self.decoder])
@@ -167,15 +160,6 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask)[0]
 
 
-def tag_after_eos(src: torch.Tensor) -> torch.Tensor:
-    """For each right-padded row of src (batch, src_len), the order that moves its first token
-    after its last (the EOS): an index (batch, src_len) for src.gather(1, ...); padding stays."""
-    length = src.ne(PAD_ID).sum(1, keepdim=True)  # (batch, 1)
-    position = torch.arange(src.size(1), device=src.device)[None]  # (1, src_len)
-    moved = torch.where(position == length - 1, 0, position + 1)
-    return torch.where(position < length, moved, position)
-
-
 def start_mask(vocab_size: int) -> torch.Tensor:
     """What logits() adds under model.decoder_start eos: -NEVER_WRITTEN at BOS, 0 elsewhere: (vocab,)."""
     return torch.zeros(vocab_size).index_fill_(0, torch.tensor([BOS_ID]), -NEVER_WRITTEN)
@@ -188,12 +172,12 @@ def count_parameters(model: nn.Module) -> int:
 
 @torch.inference_mode()
 def teacher_forced_log_probs(
-    model, sources: list[list[int]], targets: list[list[int]], device: torch.device
+    model, sources: list[list[int]], targets: list[list[int]], device: torch.device, tag_after_eos: bool = False
 ) -> list[list[float]]:
     """log P(y_t | y_<t, x) of every target subword and of the EOS after it, per pair, in one
     batched pass (a model, or an Ensemble: its combined distribution, normalised as the searches
-    normalise it)."""
-    batch = collate(sources, targets)
+    normalise it); `tag_after_eos`: batching.encoder_input's."""
+    batch = collate(sources, targets, tag_after_eos)
     src, tgt_in, tgt_out = batch.src.to(device), batch.tgt_in.to(device), batch.tgt_out.to(device)
     src_mask = padding_mask(src, PAD_ID)  # (batch, 1, 1, src_len)
     states, _ = model.decode(tgt_in, model.encode(src, src_mask), src_mask)  # (batch, tgt_len, d_model)

@@ -32,6 +32,7 @@ class TrainingBatches:
         """`dataset`: the encoded training pairs, the corpora laid end to end with `corpus_sizes`
         pairs each; `tokenizer_dir`: where the run's tokenizer is, for drawing segmentations."""
         self.data, self.train, self.processes = config.data, config.train, processes
+        self.tag_after_eos = config.model.source_tag_after_eos  # where the sources' language token goes
         self.corpus_sizes = list(corpus_sizes)
         self.src_lens, self.tgt_lens = lengths(dataset)
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
@@ -83,4 +84,4 @@ class TrainingBatches:
     def loader(self, batches: list, epoch: int, cuda: bool):
         """The padded batches of `batches` (the rest of `epoch`'s), loaded by train.num_workers."""
         self.epoch(epoch)  # the pairs the batches index
-        return batch_loader(self._last_epoch[2], batches, self.train.num_workers, cuda)
+        return batch_loader(self._last_epoch[2], batches, self.train.num_workers, cuda, self.tag_after_eos)

@@ -166,7 +166,7 @@ def _teacher_translator(corpus: CorpusConfig, nbest: int, device: torch.device, 
         "auto",
         device,
         threads=threads,
-        tgt_lang=corpus.tgt_lang,  # for a teacher with target tags or language tokens (decoding/languages.py)
+        tgt_lang=corpus.tgt_lang,  # for a teacher with target tags or language tokens (data/languages.py)
         src_lang=corpus.src_lang,
         n_best=nbest,
         beam_size=max(own.decode.beam_size, nbest),

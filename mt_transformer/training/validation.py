@@ -11,6 +11,7 @@ import torch
 from mt_transformer.config import Config, language_tag
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.data.language_codes import public_code
+from mt_transformer.data.languages import LanguageScheme
 from mt_transformer.decoding.translator import torch_translator, with_decode
 from mt_transformer.devices import PRECISIONS, autocast
 from mt_transformer.evaluation.scores import score
@@ -23,7 +24,14 @@ def validate(model, tokenizer, dataset, config: Config, device) -> dict:
     """Valid loss, perplexity and greedy BLEU; the model is left in training mode."""
     train = config.train
     metrics = validation_loss(
-        model, dataset, train.max_tokens, config.data.max_len, train.label_smoothing, device, train.precision
+        model,
+        dataset,
+        train.max_tokens,
+        config.data.max_len,
+        train.label_smoothing,
+        device,
+        train.precision,
+        config.model.source_tag_after_eos,
     )
     metrics |= validation_bleu(model, tokenizer, dataset, config, device)
     model.train()
@@ -43,15 +51,18 @@ def log_validation(step: int, metrics: dict) -> None:
 
 
 @torch.no_grad()
-def validation_loss(model, dataset, max_tokens: int, max_len: int, smoothing: float, device, precision: str) -> dict:
-    """Label-smoothed loss and NLL per target token over valid pairs within max_len subwords."""
+def validation_loss(
+    model, dataset, max_tokens: int, max_len: int, smoothing: float, device, precision: str, tag_after_eos=False
+) -> dict:
+    """Label-smoothed loss and NLL per target token over valid pairs within max_len subwords
+    (`tag_after_eos`: batching.encoder_input's)."""
     model.eval()
     src_lens, tgt_lens = lengths(dataset)
     keep = np.nonzero((src_lens <= max_len) & (tgt_lens <= max_len))[0]
     batches = [keep[b] for b in token_batches(src_lens[keep], tgt_lens[keep], max_tokens, shuffle=False)]
     total_loss = total_nll = 0.0
     tokens = 0
-    for batch in batch_loader(dataset.select_columns(["src_ids", "tgt_ids"]), batches):
+    for batch in batch_loader(dataset.select_columns(["src_ids", "tgt_ids"]), batches, tag_after_eos=tag_after_eos):
         batch = batch.to(device)
         with autocast(device, precision):
             states = model(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
@@ -75,11 +86,11 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[s
     language tokens for several pairs that of each (valid_bleu_xx-yy, each pair's rows found by
     the tokens they begin with), and valid_bleu is their mean. train.valid_max_sentences N > 0
     takes the first N pairs (of each language or pair)."""
-    groups = _groups(tokenizer, dataset, config)
-    limit = config.train.valid_max_sentences or None
-    groups = {name: (rows[:limit], heads) for name, (rows, heads) in groups.items() if rows}
     decode = with_decode(config, beam_size=1, n_best=1, sampling=False)
     translate = torch_translator(model, tokenizer, decode, device)
+    limit = config.train.valid_max_sentences or None
+    groups = _groups(translate.languages, dataset, config)
+    groups = {name: (rows[:limit], heads) for name, (rows, heads) in groups.items() if rows}
     scores = {}
     for name, (rows, heads) in groups.items():
         pairs = dataset.select(rows)
@@ -93,18 +104,16 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[s
     return {"valid_bleu": sum(scores.values()) / len(scores)} | {f"valid_bleu_{lang}": b for lang, b in scores.items()}
 
 
-def _groups(tokenizer, dataset, config: Config) -> dict[str | None, tuple[list[int], tuple | None]]:
+def _groups(languages: LanguageScheme, dataset, config: Config) -> dict[str | None, tuple[list[int], tuple | None]]:
     """The valid rows to score apart, by name (the target language, or xx-yy), each with the
     language tokens to translate them with (None: the translator's own)."""
-    data = config.data
-    if data.language_tokens:
-        codes = {i: public_code(code) for code, i in tokenizer.languages.items()}
+    if languages.tokens:
+        codes = {i: public_code(code) for code, i in languages.tokens.items()}
         found: dict[tuple[int, int], list[int]] = {}
         for i, (src, tgt) in enumerate(zip(dataset["src_ids"][:], dataset["tgt_ids"][:])):
             found.setdefault((src[0], tgt[0]), []).append(i)
         return {f"{codes[s]}-{codes[t]}": (rows, ([s], [t])) for (s, t), rows in found.items()}
-    languages = data.target_languages if data.target_tags else []
-    if len(languages) < 2:
-        return {data.target_language: (list(range(len(dataset))), None)}
+    if len(languages.tags) < 2:
+        return {config.data.target_language: (list(range(len(dataset))), None)}
     heads = [source.split(" ", 1)[0] for source in dataset["src"][:]]
-    return {lang: ([i for i, head in enumerate(heads) if head == language_tag(lang)], None) for lang in languages}
+    return {lang: ([i for i, head in enumerate(heads) if head == language_tag(lang)], None) for lang in languages.tags}
