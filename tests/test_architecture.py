@@ -23,6 +23,7 @@ LAYERS = [
     {"evaluation"},
     {"exchange"},
     {"decoding", "jobs"},
+    {"markup"},
     {"training", "serve", "translation_model"},
     {"cli"},
 ]

@@ -72,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--attention-head", type=int, metavar="H", help="one attention head, from 1 (default: the mean of all heads)"
     )
+    parser.add_argument(
+        "--format",
+        choices=["text", "html"],
+        default="text",
+        help="html: each line an HTML fragment, translated sentence by sentence with its inline elements put "
+        "back around the words aligned to theirs (a line without markup: as text)",
+    )
     corpus_options(parser)
     return parser
 
@@ -93,6 +100,11 @@ def translate_main(argv=None):
         raise UserError("--attention and --alignment need one --checkpoint, not an ensemble")
     source = args.input or "-"
     side_files = [(flag, path) for flag, path in _side_files(args) if path]
+    if args.format == "html" and (args.nbest > 1 or args.scores or inspect or side_files):
+        raise UserError(
+            "--format html: one translation per line, without --nbest, --scores, --alignment, --attention, "
+            "--prefix, --constraints or --avoid"
+        )
     if source == "-" and args.output in (None, "-") and sys.stdin.isatty():
         if side_files:
             raise UserError(f"{side_files[0][0]}: needs the input from -i FILE or a pipe, one line per input line")
@@ -133,6 +145,12 @@ def _translate_window(args, translator, window, advance) -> list[str]:
             [line.split("\t") for line in given.get(flag, [""] * len(lines))] for flag in ("--constraints", "--avoid")
         )
     translator.reseed(window.index)
+    if args.format == "html":
+        from mt_transformer.markup.translation import translate_html
+
+        translated = translate_html(translator, lines)
+        advance(len(lines))
+        return [line + "\n" for line in translated]
     results = translator(
         lines, advance, prefixes=given.get("--prefix"), constraints=constraints, first_line=window.first_line
     )
@@ -172,6 +190,11 @@ def _translate_interactively(args) -> None:
     print("type a sentence and press Enter; Ctrl-D ends", file=sys.stderr, flush=True)
     for index, line in enumerate(sys.stdin):
         lines = [line.removesuffix("\n").removesuffix("\r")]
+        if args.format == "html":
+            from mt_transformer.markup.translation import translate_html
+
+            print(translate_html(translator, lines)[0], flush=True)
+            continue
         results = translator(lines)
         alignments = _inspect(args, translator, lines, results, index) if args.attention or args.alignment else None
         sys.stdout.write("".join(_format_translations(results, args, alignments, index)))

@@ -24,10 +24,11 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException
 
 from mt_transformer.errors import UserError
+from mt_transformer.markup.html import HtmlFragment
+from mt_transformer.markup.translation import has_markup
 from mt_transformer.serve.api import ApiError, Limits, api_key, check_size, languages, parse_translate
 from mt_transformer.serve.batcher import Busy, DynamicBatcher
 from mt_transformer.serve.bodies import read_payload
-from mt_transformer.serve.html_text import HtmlFragment
 from mt_transformer.serve.middleware import AccessLog, BodyLimit
 from mt_transformer.serve.models import Item, Models, Options, Result
 from mt_transformer.serve.quotas import RequestQuota
@@ -230,21 +231,15 @@ def _libretranslate(app: FastAPI, server: _Server) -> None:
         asked = parse_translate(payload, server.pairs, settings.limits)
         if asked.format == "html" and asked.alternatives:
             raise ApiError(400, "Invalid request: alternatives are for format text")
-        fragments = [HtmlFragment(line) for line in asked.lines] if asked.format == "html" else None
-        texts = [t for f in fragments for t in f.texts] if fragments else asked.lines
-        if fragments:
-            check_size(texts, settings.limits, "runs of text in the HTML of q")
-        request.state.lines = len(texts)
-        options = Options(asked.source, asked.target, n_best=1 + asked.alternatives)
-        results = await server.translate(options, [Item(text) for text in texts], request) if texts else []
-        if fragments:
-            translated, start = [], 0
-            for fragment in fragments:
-                end = start + len(fragment.texts)
-                translated.append(fragment.rebuild([r.hypotheses[0].text for r in results[start:end]]))
-                start = end
-        else:
-            translated = [r.hypotheses[0].text for r in results]
+        html = asked.format == "html"
+        if html:  # each fragment's sentences are translated apart, its inline elements put back
+            sentences = [s for line in asked.lines if has_markup(line) for s in HtmlFragment(line).sentences]
+            pieces = [s.text for s in sentences] + [span.start for s in sentences for span in s.spans]
+            check_size(pieces, settings.limits, "sentences and inline elements in the HTML of q")
+        request.state.lines = len(asked.lines)
+        options = Options(asked.source, asked.target, n_best=1 + asked.alternatives, html=html)
+        results = await server.translate(options, [Item(text) for text in asked.lines], request)
+        translated = [r.hypotheses[0].text for r in results]
         answer = {"translatedText": translated if asked.as_list else translated[0]}
         if asked.alternatives:
             others = [[h.text for h in r.hypotheses[1:]] for r in results]

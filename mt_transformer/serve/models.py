@@ -11,12 +11,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mt_transformer.data.language_codes import public_code
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.engines import describe
-from mt_transformer.decoding.languages import tag_heads
 from mt_transformer.decoding.translator import Translation, Translator
 from mt_transformer.errors import UserError
+from mt_transformer.markup.translation import translate_html
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +34,7 @@ class Options:
     alpha: float | None = None
     n_best: int = 1
     attention: bool = False  # word alignments and the attention of the best translation (PyTorch engine)
+    html: bool = False  # each line an HTML fragment (markup/translation.py)
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,9 @@ class Models:
         needs_torch = options.attention or any(item.include for item in items)
         translator = self._translator(options, needs_torch)
         texts = [item.text for item in items]
+        if options.html:
+            with stopping.stop_when(given_up):
+                return [Result([Translation(text, [], 0.0, 0.0)]) for text in translate_html(translator, texts)]
         prefixes = [item.prefix for item in items] if any(item.prefix for item in items) else None
         if prefixes and translator.max_positions:
             longest = max(map(len, translator.target_ids(prefixes)))
@@ -174,7 +177,7 @@ def _every_layer(translator: Translator, src_ids: list[int], tgt_ids: list[int])
     """{"encoder": ..., "decoder": ..., "cross": ...}: per layer, per head, the (queries, keys) weights."""
     from mt_transformer.model.attention_maps import attention_maps
 
-    maps = attention_maps(translator.model, src_ids, tgt_ids)
+    maps = attention_maps(translator.model, src_ids, tgt_ids, translator.config.model.source_tag_after_eos)
     kinds = {"encoder": maps.encoder, "decoder": maps.decoder, "cross": maps.cross}
     return {kind: [[_rounded(head) for head in layer[0]] for layer in layers] for kind, layers in kinds.items()}
 
@@ -212,16 +215,4 @@ def load_models(
 def _pairs(translator: Translator) -> dict[tuple[str, str], dict]:
     """The language pairs a model serves, each with the heads its translator sets for it: the
     target tag of a model trained with them, or the language tokens of an NLLB or M2M100 import."""
-    data = translator.config.data
-    if data.language_tokens:
-        codes = translator.tokenizer.languages
-        return {
-            (public_code(a), public_code(b)): {"heads": ([codes[a]], [codes[b]])}
-            for a in codes
-            for b in codes
-            if a != b
-        }
-    return {
-        (c.src_lang, c.tgt_lang): {"heads": tag_heads(translator.config, translator.tokenizer, c.tgt_lang)}
-        for c in data.corpus_list()
-    }
+    return {pair: {"heads": heads} for pair, heads in translator.languages.served().items()}

@@ -1,0 +1,217 @@
+"""An HTML fragment as sentences to translate, and its rebuilding around their translations.
+
+Block elements (p, div, li, td, h1-h6, br, ...) and sentence ends cut the text into sentences;
+inline elements (b, i, a, span, ...) are taken out of a sentence as spans over its words, to be
+put back around the words of the translation aligned to them (markup/projection.py). What is not
+prose passes through as written: script, style, pre, and any element with translate="no" (an
+inline one, such as code, as one piece that sits between two words), comments and declarations.
+The fragment is read with the standard library's lenient HTMLParser: broken markup still yields
+text to translate, never an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from mt_transformer.markup.projection import Span, project, render
+
+BLOCK = set(
+    "address article aside blockquote br caption dd details dialog div dl dt fieldset figcaption figure footer "
+    "form h1 h2 h3 h4 h5 h6 header hr li main nav ol option p section summary table tbody td tfoot th thead title "
+    "tr ul".split()
+)
+VERBATIM = {"script", "style", "pre", "code", "kbd", "samp", "textarea"}  # their contents are not prose
+VOID = set("area base br col embed hr img input link meta source track wbr".split())
+SENTENCE_END = re.compile(r"[.!?…][\"'”’»)\]]*$")
+
+
+@dataclass
+class Sentence:
+    words: list[str]
+    spans: list[Span] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+@dataclass
+class _Run:
+    """The prose between two pieces of block markup: its text and its inline elements, each as
+    [start tag, end tag, first character, one past the last, parent]."""
+
+    text: str = ""
+    elements: list[list] = field(default_factory=list)
+    open: list[int] = field(default_factory=list)  # the elements not yet closed, innermost last
+
+
+class _Reader(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str | list[Sentence]] = []  # markup as written, or a run's sentences
+        self.run = _Run()
+        self.verbatim: list[str] = []  # the tags of the verbatim element being read, outermost first
+        self.held = ""  # its text so far
+
+    def handle_starttag(self, tag, attrs):
+        written = self.get_starttag_text() or f"<{tag}>"
+        if self.verbatim or tag in VERBATIM or ("translate", "no") in attrs:
+            return self._hold(written, tag, tag not in VOID)
+        if tag in BLOCK:
+            return self._markup(written)
+        parent = self.run.open[-1] if self.run.open else None
+        self.run.elements.append([written, "", len(self.run.text), len(self.run.text), parent])
+        if tag not in VOID:
+            self.run.open.append(len(self.run.elements) - 1)
+
+    def handle_startendtag(self, tag, attrs):
+        written = self.get_starttag_text() or f"<{tag}/>"
+        if self.verbatim:
+            return self._hold(written, tag, False)
+        if tag in BLOCK:
+            return self._markup(written)
+        parent = self.run.open[-1] if self.run.open else None
+        self.run.elements.append([written, "", len(self.run.text), len(self.run.text), parent])
+
+    def handle_endtag(self, tag):
+        if self.verbatim:
+            self.held += f"</{tag}>"
+            if tag == self.verbatim[-1]:
+                self.verbatim.pop()
+                if not self.verbatim:
+                    self._piece(self.held, tag)
+            return
+        names = [self.run.elements[k][0][1:].split(">")[0].split()[0].lower() for k in self.run.open]
+        if tag in BLOCK or tag not in names:  # a block's end, or an end tag with no start in this run
+            return self._markup(f"</{tag}>")
+        while self.run.open:  # an element closed with those opened inside it
+            k = self.run.open.pop()
+            self.run.elements[k][1], self.run.elements[k][3] = f"</{names.pop()}>", len(self.run.text)
+            if self.run.elements[k][1] == f"</{tag}>":
+                break
+
+    def handle_data(self, data):
+        if self.verbatim:
+            self.held += data if self.cdata_elem else html.escape(data, False)
+        else:
+            self.run.text += data
+
+    def handle_comment(self, data):
+        self._aside(f"<!--{data}-->")
+
+    def handle_decl(self, decl):
+        self._aside(f"<!{decl}>")
+
+    def handle_pi(self, data):
+        self._aside(f"<?{data}>")
+
+    def _aside(self, written: str) -> None:
+        if self.verbatim:
+            self.held += written
+        else:
+            self._piece(written, "")
+
+    def _hold(self, written: str, tag: str, has_end: bool) -> None:
+        if not self.verbatim and not has_end:  # a void element: one piece at once
+            return self._piece(written, tag)
+        if not self.verbatim:
+            self.held = ""
+        self.held += written
+        if has_end:
+            self.verbatim.append(tag)
+
+    def _piece(self, written: str, tag: str) -> None:
+        """Something kept as written: between a run's words if it is inline, else between runs."""
+        if tag in BLOCK or tag in ("script", "style", "pre", "textarea") or not tag and not self.run.text.strip():
+            return self._markup(written)
+        parent = self.run.open[-1] if self.run.open else None
+        self.run.elements.append([written, "", len(self.run.text), len(self.run.text), parent])
+
+    def _markup(self, written: str) -> None:
+        self.flush()
+        self.parts.append(written)
+
+    def flush(self) -> None:
+        """The run so far as its sentences; an element still open there keeps its start tag alone."""
+        run, self.run = self.run, _Run()
+        if run.elements or run.text.strip():
+            self.parts.append(run.text[: len(run.text) - len(run.text.lstrip())])
+            self.parts.append(sentences(run))
+            self.parts.append(run.text[len(run.text.rstrip()) :] if run.text.strip() else "")
+        else:  # whitespace between blocks
+            self.parts.append(run.text)
+        if self.verbatim:  # an element never closed: what was read of it, as written
+            self.verbatim, held, self.held = [], self.held, ""
+            self.parts.append(held)
+
+
+def sentences(run: _Run) -> list[Sentence]:
+    """A run's words cut into sentences after a word that ends one, where no element is open."""
+    found = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", run.text)]
+    spans = []
+    for start, end, first, stop, parent in run.elements:
+        first_word = sum(1 for _, e, _ in found if e <= first)
+        stop_word = max(sum(1 for s, _, _ in found if s < stop) if stop > first else first_word, first_word)
+        gap = " " if run.text[stop : stop + 1].isspace() and first_word == stop_word else ""
+        last = found[stop_word - 1] if stop_word > first_word else None
+        tail = last is not None and stop < last[1] and not re.search(r"[\w\s]", run.text[stop : last[1]])
+        spans.append(Span(start, end, first_word, stop_word, parent, gap, tail))
+    if not found:
+        return [Sentence([], spans)]
+    cuts = [0]
+    for i, (_, _, word) in enumerate(found[:-1]):
+        if SENTENCE_END.search(word) and not any(s.first <= i < s.stop - 1 for s in spans):
+            cuts.append(i + 1)
+    cuts.append(len(found))
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        owned = [k for k, s in enumerate(spans) if a <= s.first < b or (s.first == b == len(found) and b > a)]
+        index = {k: n for n, k in enumerate(owned)}
+        shifted = [
+            dataclasses.replace(
+                spans[k], first=spans[k].first - a, stop=spans[k].stop - a, parent=index.get(spans[k].parent)
+            )
+            for k in owned
+        ]
+        out.append(Sentence([w for _, _, w in found[a:b]], shifted))
+    return out
+
+
+class HtmlFragment:
+    """`sentences`: what to translate, in order; `rebuild(translations, alignments)` writes the
+    fragment with each translation in place of its sentence and the markup around it."""
+
+    def __init__(self, fragment: str):
+        reader = _Reader()
+        reader.feed(fragment)
+        reader.close()
+        reader.flush()
+        self._parts = reader.parts
+        self.sentences = [s for part in self._parts if isinstance(part, list) for s in part]
+
+    def rebuild(self, translations: list[str], alignments: list[list[tuple[int, int]] | None]) -> str:
+        """`alignments`: per sentence, (source word, target word) pairs; None for one without spans."""
+        if len(translations) != len(self.sentences):
+            raise ValueError("one translation per sentence")
+        done = iter(zip(self.sentences, translations, alignments))
+        out = []
+        for part in self._parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            written = [_sentence(*next(done)) for _ in part]
+            out.append(" ".join(w for w in written if w))
+        return "".join(out)
+
+
+def _sentence(sentence: Sentence, translation: str, alignment) -> str:
+    words = [html.escape(w, False) for w in translation.split()]
+    if not sentence.spans:
+        return " ".join(words)
+    ranges = project(sentence.spans, alignment or [], len(sentence.words), len(words))
+    spaces = [""] + [" "] * max(len(words) - 1, 0) + [""]
+    return render(words, spaces, sentence.spans, ranges)

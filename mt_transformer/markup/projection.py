@@ -1,0 +1,134 @@
+"""Inline elements carried from a source sentence onto its translation through word alignments.
+
+Each element of the source covers a range of its words (or none: an empty or void element sits
+between two words). On the translation it covers the target words aligned to the words it
+covered, spread to one unbroken range: the first to the last of them. Ranges are then made to
+nest as the source's elements do (a child inside its parent, siblings apart), so the output is
+well-formed with exactly the source's elements; an element left with no words sits where the
+target word of the source word after it (or before it) is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TRAILING = re.compile(r"(.*?\w.*?)([^\w\s]+)")  # a word and the punctuation it ends with
+
+
+@dataclass(frozen=True)
+class Span:
+    """An inline element of a sentence: its tags as written, the words it covers, first to one past
+    the last (first == stop: none; it sits before word `first`), and the element it is inside
+    (an index into the sentence's spans, which list parents before their children) or None."""
+
+    start: str  # the start tag, verbatim
+    end: str  # the end tag, verbatim ("" for a void element)
+    first: int
+    stop: int
+    parent: int | None = None
+    gap: str = ""  # with no words: what comes between it and the word after it
+    tail: bool = False  # the punctuation its last word ends with is outside it ("<b>word</b>.")
+
+
+def project(
+    spans: list[Span], alignment: list[tuple[int, int]], source_words: int, target_words: int
+) -> list[tuple[int, int]]:
+    """Per span, the (first, stop) range of target words it covers. `alignment`: (source word,
+    target word) pairs, 0-based."""
+    targets: dict[int, list[int]] = {}
+    for s, t in alignment:
+        if 0 <= t < target_words:
+            targets.setdefault(s, []).append(t)
+    placed: list[tuple[int, int]] = []
+    for k, span in enumerate(spans):
+        lo, hi = (0, target_words) if span.parent is None else placed[span.parent]
+        taken = [placed[j] for j in range(k) if spans[j].parent == span.parent and placed[j][0] < placed[j][1]]
+        covered = sorted(t for w in range(span.first, span.stop) for t in targets.get(w, ()) if lo <= t < hi)
+        found = _largest_free(covered, taken) if covered else None
+        if found is None and covered:  # its words went to an earlier sibling: right after that one
+            found = (max(b for a, b in taken if a <= covered[-1] < b),) * 2
+        if found is None:
+            at = min(max(_anchor(span.first, targets, source_words, target_words), lo), hi)
+            found = (_outside(at, taken),) * 2
+        placed.append(found)
+    return placed
+
+
+def _largest_free(covered: list[int], taken: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The stretch of [min(covered), max(covered) + 1) outside the `taken` ranges that holds the most
+    covered words (the first of equals), or None where every covered word is taken."""
+    best, best_count, run = None, 0, []
+    for t in range(covered[0], covered[-1] + 2):
+        if t <= covered[-1] and not any(a <= t < b for a, b in taken):
+            run.append(t)
+            continue
+        count = sum(1 for c in covered if run and run[0] <= c <= run[-1])
+        if count > best_count:
+            best, best_count = (run[0], run[-1] + 1), count
+        run = []
+    if best is None:
+        return None
+    inside = [c for c in covered if best[0] <= c < best[1]]
+    return inside[0], inside[-1] + 1  # the stretch trimmed to its first and last covered word
+
+
+def _anchor(position: int, targets: dict[int, list[int]], source_words: int, target_words: int) -> int:
+    """Where something before source word `position` goes among the target words: before the
+    first target word of the next aligned source word, else after the last of the one before,
+    else at the same share of the sentence."""
+    for s in range(position, source_words):
+        if s in targets:
+            return min(targets[s])
+    for s in range(position - 1, -1, -1):
+        if s in targets:
+            return max(targets[s]) + 1
+    return round(position * target_words / source_words) if source_words else 0
+
+
+def _outside(at: int, taken: list[tuple[int, int]]) -> int:
+    """`at`, or the nearer edge of a taken range it falls inside."""
+    for a, b in taken:
+        if a < at < b:
+            return a if at - a <= b - at else b
+    return at
+
+
+def render(words: list[str], spaces: list[str], spans: list[Span], ranges: list[tuple[int, int]]) -> str:
+    """The target words with each span's tags around its range; `spaces[i]`: what goes before word
+    i (outside a tag that begins there), `spaces[len(words)]` after the last word; a tag of no
+    words goes right before the word it sits before (at the end: right after the last)."""
+    words = list(words)  # the punctuation a tail-outside span leaves out is taken off its last word
+    children: dict[int | None, list[int]] = {}
+    for k in sorted(range(len(spans)), key=lambda k: (ranges[k][0], ranges[k][0] != ranges[k][1], k)):
+        children.setdefault(spans[k].parent, []).append(k)
+
+    out: list[str] = []
+    # frames of the elements being written, outermost first: [span, one past its last word, the
+    # next word, whether the space before it is owed, its children not yet written (the next
+    # last), what closes it]; a loop, not recursion, for any depth of nesting
+    stack = [[None, len(words), 0, False, children.get(None, [])[::-1], ""]]
+    while stack:
+        frame = stack[-1]
+        _, hi, i, owed, kids, closing = frame
+        if kids and ranges[kids[-1]][0] <= i:
+            k = kids.pop()
+            a, b = ranges[k]
+            if owed and i < hi:
+                out.append(spaces[i])
+                frame[3] = False
+            after = ""
+            if b > a and spans[k].tail and (found := TRAILING.fullmatch(words[b - 1])):
+                words[b - 1], after = found.groups()
+            if b > a:
+                frame[2], frame[3] = b, True
+            gap = spans[k].gap if b == a and i < hi else ""
+            out.append(spans[k].start)
+            stack.append([k, b, a, False, children.get(k, [])[::-1], spans[k].end + after + gap])
+        elif i < hi:
+            out.append(spaces[i] + words[i] if owed else words[i])
+            frame[2], frame[3] = i + 1, True
+        else:
+            out.append(closing)
+            stack.pop()
+    return spaces[0] + "".join(out) + spaces[len(words)]
