@@ -76,7 +76,7 @@ def tagged(line: str, kind: str) -> tuple[str, list[tuple[str, list[str]]]] | No
             spans.append((adjective + 1, adjective + 2, "i"))
             wanted.append([nn])
     out = list(words)
-    for first, last, tag in spans:
+    for first, last, tag in reversed(spans):  # the inner element first: its end tag goes inside the outer's
         out[first] = (LINK if tag == "a" else f"<{tag}>") + out[first]
         out[last - 1] = out[last - 1] + f"</{tag}>"
     return " ".join(out) + ".", [(tag, w) for (_, _, tag), w in zip(spans, wanted)]
@@ -122,7 +122,8 @@ def main() -> None:
     right = total = formed = 0
     for (_, _, given, wanted), out in zip(cases, html):
         found, source = Contents(out), Contents(given)
-        formed += found.nested and [e[0] for e in found.elements] == [e[0] for e in source.elements]
+        same = [e[0] for e in found.elements] == [e[0] for e in source.elements] and (LINK in out) == (LINK in given)
+        formed += found.nested and same
         for (tag, words), (out_tag, inside) in zip(wanted, found.elements):
             total += 1
             right += out_tag == tag and right_words(inside, words)

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from test_markup_html import Tags
 
 from conftest import ROOT, run_cli, translator
 from mt_transformer.decoding.engines import open_translator
@@ -70,6 +71,10 @@ def test_a_real_server_answers_drains_on_sigterm_and_exits_0(trained_run, tmp_pa
         for body in readme_requests():  # the README's curl commands, as a user pastes them
             status, answer = post(server.url + "/translate", body)
             assert status == 200 and list(answer) == ["translatedText"] and answer["translatedText"]
+        fragment = 'the <b>dog</b> <a href="/x?a=1&amp;b=2">a red house</a>'  # inline elements come back
+        html = {"q": fragment, "source": "en", "target": "de", "format": "html"}
+        status, answer = post(server.url + "/translate", html)
+        assert status == 200 and Tags(answer["translatedText"]).tags == Tags(fragment).tags
         answers = []
         sender = threading.Thread(
             target=lambda: answers.append(post(server.url + "/translate", {"q": lines, "source": "en", "target": "de"}))
@@ -84,7 +89,7 @@ def test_a_real_server_answers_drains_on_sigterm_and_exits_0(trained_run, tmp_pa
     assert stopped_in < 30
     logged = [line for line in server.stderr.splitlines() if line.startswith("{")]
     paths = [json.loads(line)["path"] for line in logged]  # /ready as often as the start-up asked
-    translations = ["/translate"] * (len(readme_requests()) + 1)
+    translations = ["/translate"] * (len(readme_requests()) + 2)  # and the html fragment
     assert paths[-len(translations) - 1 :] == ["/health"] + translations
     assert set(paths[: -len(translations) - 1]) == {"/ready"}
     assert "Traceback" not in server.stderr

@@ -147,17 +147,16 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def aligned_words(translator, src_ids: list[int], outputs: list[list[int]]) -> list[list[tuple[int, int]]]:
-    """Per output of one source (`src_ids` as translator.source_ids gives them), its word alignment
+def aligned_words(translator, sources: list[list[int]], outputs: list[list[int]]) -> list[list[tuple[int, int]]]:
+    """Per (source, output) pair (sources as translator.source_ids gives them), its word alignment
     (word_alignment's pairs) by the translator's attention, the language tokens of both sides left
-    out; [] for an empty side."""
+    out; [] for an empty side. One engine call for all of them where CTranslate2 runs."""
     source, output = (len(head) for head in translator.heads)
     found: list[list[tuple[int, int]]] = [[] for _ in outputs]
-    kept = [k for k, ids in enumerate(outputs) if src_ids[source:] and ids[output:]]
-    if not kept:
-        return found
-    src_pieces = translator.tokenizer.src_pieces(src_ids)[source:]
-    for k, matrix in zip(kept, translator.cross_attention(src_ids, [outputs[k] for k in kept])):
+    kept = [k for k, (src, out) in enumerate(zip(sources, outputs)) if src[source:] and out[output:]]
+    matrices = translator.attention_of([sources[k] for k in kept], [outputs[k] for k in kept]) if kept else []
+    for k, matrix in zip(kept, matrices):
+        src_pieces = translator.tokenizer.src_pieces(sources[k])[source:]
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
         found[k] = word_alignment(matrix[output:, source:], src_pieces, tgt_pieces)
     return found

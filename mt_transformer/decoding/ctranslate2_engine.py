@@ -155,12 +155,15 @@ class Ct2Search:
         return found
 
     def cross_attention(self, src_ids: list[int], outputs: list[list[int]]) -> list[torch.Tensor]:
-        """Per output, (target, source) cross-attention weights of the last decoder layer, mean of
-        its heads, as the export's alignment heads give them: each output forced as a target prefix
-        through one more step (no EOS row or column)."""
-        pieces = self.tokenizer.src_pieces(src_ids)
+        """Per output of one source, its attention_of."""
+        return self.attention_of([src_ids] * len(outputs), outputs)
+
+    def attention_of(self, sources: list[list[int]], outputs: list[list[int]]) -> list[torch.Tensor]:
+        """Per (source, output) pair, the (target, source) cross-attention weights of the last
+        decoder layer, mean of its heads, as the export's alignment heads give them: each output
+        forced as a target prefix through one more step (no EOS row or column), in one call."""
         results = self.translator.translate_batch(
-            [pieces] * len(outputs),
+            [self.tokenizer.src_pieces(ids) for ids in sources],
             target_prefix=[self.tokenizer.tgt_pieces(ids) for ids in outputs],
             beam_size=1,
             max_decoding_length=max(map(len, outputs)) + 1,

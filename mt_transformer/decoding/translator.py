@@ -117,6 +117,13 @@ class Translator:
         legacy = self.languages.tag_after_eos
         return [select(w, layer, head) for w in cross_attention(model, src_ids, outputs, self.device, legacy)]
 
+    def attention_of(self, sources: list[list[int]], outputs: list[list[int]]) -> list[torch.Tensor]:
+        """Per (source, output) pair, cross_attention's default weights; one call where
+        CTranslate2 runs."""
+        if self.model is None:
+            return self.search.attention_of(sources, outputs)
+        return [self.cross_attention(src, [out])[0] for src, out in zip(sources, outputs)]
+
     def with_exact_scores(self) -> Translator:
         """The same translator, its hypotheses' log-probabilities the model's own to the last digit
         (CTranslate2 scores each output again; ours computes them so)."""

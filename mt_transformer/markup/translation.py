@@ -18,19 +18,26 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     parsed = [HtmlFragment(f) if has_markup(f) else None for f in fragments]
     texts = [[s.text for s in p.sentences] if p else [f] for p, f in zip(parsed, fragments)]
     results = translator([t for ts in texts for t in ts], progress=progress)
-    out, start = [], 0
-    for fragment, lines in zip(parsed, texts):
-        found, start = results[start : start + len(lines)], start + len(lines)
+    per_line, start = [], 0
+    for lines in texts:
+        per_line.append(results[start : start + len(lines)])
+        start += len(lines)
+    # the best translation of each sentence with inline elements, aligned to it in one call
+    wanted = [
+        (i, k)
+        for i, fragment in enumerate(parsed)
+        if fragment is not None
+        for k, sentence in enumerate(fragment.sentences)
+        if sentence.spans and sentence.words and per_line[i][k][0].tokens
+    ]
+    sources = translator.source_ids([parsed[i].sentences[k].text for i, k in wanted])
+    aligned = aligned_words(translator, sources, [per_line[i][k][0].tokens for i, k in wanted])
+    alignments = dict(zip(wanted, aligned))
+    out = []
+    for i, (fragment, found) in enumerate(zip(parsed, per_line)):
         if fragment is None:
             out.append(found[0][0].text)
             continue
-        alignments = []
-        for sentence, hypotheses in zip(fragment.sentences, found):
-            best = hypotheses[0]
-            if sentence.spans and sentence.words and best.tokens:
-                src_ids = translator.source_ids([sentence.text])[0]
-                alignments.append(aligned_words(translator, src_ids, [best.tokens])[0])
-            else:
-                alignments.append(None)
-        out.append(fragment.rebuild([h[0].text for h in found], alignments))
+        aligned_here = [alignments.get((i, k)) for k in range(len(found))]
+        out.append(fragment.rebuild([hypotheses[0].text for hypotheses in found], aligned_here))
     return out
