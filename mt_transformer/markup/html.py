@@ -46,7 +46,15 @@ class _Run:
 
     text: str = ""
     elements: list[list] = field(default_factory=list)
-    open: list[int] = field(default_factory=list)  # the elements not yet closed, innermost last
+    open: list[tuple[int, str]] = field(default_factory=list)  # (element, its tag) not yet closed, innermost last
+
+    def add(self, written: str, tag: str, closes_later: bool) -> None:
+        """An element that starts here, inside the innermost open one; `closes_later`: its end tag
+        is still to come (else it holds no text: void, self-closing, or kept as one piece)."""
+        parent = self.open[-1][0] if self.open else None
+        self.elements.append([written, "", len(self.text), len(self.text), parent])
+        if closes_later:
+            self.open.append((len(self.elements) - 1, tag))
 
 
 class _Reader(HTMLParser):
@@ -63,10 +71,7 @@ class _Reader(HTMLParser):
             return self._hold(written, tag, tag not in VOID)
         if tag in BLOCK:
             return self._markup(written)
-        parent = self.run.open[-1] if self.run.open else None
-        self.run.elements.append([written, "", len(self.run.text), len(self.run.text), parent])
-        if tag not in VOID:
-            self.run.open.append(len(self.run.elements) - 1)
+        self.run.add(written, tag, tag not in VOID)
 
     def handle_startendtag(self, tag, attrs):
         written = self.get_starttag_text() or f"<{tag}/>"
@@ -74,8 +79,7 @@ class _Reader(HTMLParser):
             return self._hold(written, tag, False)
         if tag in BLOCK:
             return self._markup(written)
-        parent = self.run.open[-1] if self.run.open else None
-        self.run.elements.append([written, "", len(self.run.text), len(self.run.text), parent])
+        self.run.add(written, tag, False)
 
     def handle_endtag(self, tag):
         if self.verbatim:
@@ -85,13 +89,12 @@ class _Reader(HTMLParser):
                 if not self.verbatim:
                     self._piece(self.held, tag)
             return
-        names = [self.run.elements[k][0][1:].split(">")[0].split()[0].lower() for k in self.run.open]
-        if tag in BLOCK or tag not in names:  # a block's end, or an end tag with no start in this run
+        if tag in BLOCK or tag not in [name for _, name in self.run.open]:  # no start in this run
             return self._markup(f"</{tag}>")
         while self.run.open:  # an element closed with those opened inside it
-            k = self.run.open.pop()
-            self.run.elements[k][1], self.run.elements[k][3] = f"</{names.pop()}>", len(self.run.text)
-            if self.run.elements[k][1] == f"</{tag}>":
+            k, name = self.run.open.pop()
+            self.run.elements[k][1], self.run.elements[k][3] = f"</{name}>", len(self.run.text)
+            if name == tag:
                 break
 
     def handle_data(self, data):
@@ -128,8 +131,7 @@ class _Reader(HTMLParser):
         """Something kept as written: between a run's words if it is inline, else between runs."""
         if tag in BLOCK or tag in ("script", "style", "pre", "textarea") or not tag and not self.run.text.strip():
             return self._markup(written)
-        parent = self.run.open[-1] if self.run.open else None
-        self.run.elements.append([written, "", len(self.run.text), len(self.run.text), parent])
+        self.run.add(written, tag, False)
 
     def _markup(self, written: str) -> None:
         self.flush()
