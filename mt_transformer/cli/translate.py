@@ -4,7 +4,6 @@ attention heatmaps."""
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 
 from mt_transformer.cli.common import decode_options, entry_point, translator_from_args
@@ -174,11 +173,8 @@ def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
             raise UserError(f"{name}: {value} is not between 1 and {count}")
     layer = args.attention_layer - 1 if args.attention_layer else None
     head = args.attention_head - 1 if args.attention_head else None
-    attend = functools.partial(translator.cross_attention, layer=layer, head=head)  # CTranslate2: the defaults
     which = f"layer {args.attention_layer or layers}, " + ("mean of all heads" if head is None else f"head {head + 1}")
-    alignments = inspect_translations(
-        attend, translator.tokenizer, lines, results, args.attention, which, first_index, translator.heads
-    )
+    alignments = inspect_translations(translator, lines, results, args.attention, which, first_index, layer, head)
     return alignments if args.alignment else None
 
 

@@ -83,43 +83,34 @@ def format_alignment(pairs: list[tuple[int, int]]) -> str:
 
 
 def inspect_translations(
-    attend,
-    tokenizer,
+    translator,
     lines: list[str],
     results,
     heatmap_dir: str | None = None,
     which: str = "",
     first_index: int = 0,
-    heads: tuple[list[int], list[int]] = ([], []),
+    layer: int | None = None,
+    head: int | None = None,
 ) -> list[list[str]]:
-    """For `mt-translate`: each hypothesis's word alignment (Pharaoh format), and with `heatmap_dir`
-    a heatmap of each line's best translation, written to heatmap_dir/NNNN.png. `attend(src_ids,
-    outputs)`: each output's (target, source) attention matrix; `which`: the layer and heads it is;
-    `heads`: the language tokens the model's sources and outputs begin with (left out of both)."""
-    from mt_transformer.data.text import normalize
-
+    """For `mt-translate`: each hypothesis's word alignment (Pharaoh format) by decoder `layer`'s
+    `head` (translator.cross_attention's), and with `heatmap_dir` a heatmap of each line's best
+    translation, written to heatmap_dir/NNNN.png; `which`: the layer and heads it is."""
     if heatmap_dir:
         os.makedirs(heatmap_dir, exist_ok=True)
+    source, output = (len(h) for h in translator.heads)
     alignments = []
-    for index, (line, translations) in enumerate(zip(lines, results)):
-        src_ids = tokenizer.encode_src([normalize(line)])[0]
-        src_pieces, found = tokenizer.src_pieces(src_ids), [""] * len(translations)
-        source, output = (len(head) for head in heads)
-        kept = [k for k, t in enumerate(translations) if src_ids and t.tokens[output:]]  # not for an empty one
-        matrices = attend(heads[0] + src_ids, [translations[k].tokens for k in kept]) if kept else []
-        for k, matrix in zip(kept, matrices):
-            matrix = matrix[output:, source:]  # (target, source) without the language tokens
-            tgt_pieces = tokenizer.tgt_pieces(translations[k].tokens[output:])
-            found[k] = format_alignment(word_alignment(matrix, src_pieces, tgt_pieces))
-            if heatmap_dir and k == 0:
-                attention_heatmap(
-                    matrix,
-                    src_pieces,
-                    tgt_pieces,
-                    os.path.join(heatmap_dir, f"{first_index + index:04d}.png"),
-                    f"cross-attention, {which}\n{shorten(line, 90)}",
-                )
-        alignments.append(found)
+    for index, (line, src_ids, translations) in enumerate(zip(lines, translator.source_ids(lines), results)):
+        outputs = [t.tokens for t in translations]
+        found = aligned_words(translator, [src_ids] * len(outputs), outputs, one_source(translator, layer, head))
+        alignments.append([format_alignment(pairs) for pairs, _ in found])
+        if heatmap_dir and found and found[0][1] is not None:
+            attention_heatmap(
+                found[0][1][output:, source:],  # (target, source) without the language tokens
+                translator.tokenizer.src_pieces(src_ids)[source:],
+                translator.tokenizer.tgt_pieces(outputs[0])[output:],
+                os.path.join(heatmap_dir, f"{first_index + index:04d}.png"),
+                f"cross-attention, {which}\n{shorten(line, 90)}",
+            )
     return alignments
 
 
@@ -147,16 +138,27 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def aligned_words(translator, sources: list[list[int]], outputs: list[list[int]]) -> list[list[tuple[int, int]]]:
-    """Per (source, output) pair (sources as translator.source_ids gives them), its word alignment
-    (word_alignment's pairs) by the translator's attention, the language tokens of both sides left
-    out; [] for an empty side. One engine call for all of them where CTranslate2 runs."""
+def one_source(translator, layer: int | None = None, head: int | None = None):
+    """aligned_words' `attend` where every pair has the same source (the hypotheses of one line):
+    the source encoded once, decoder `layer`'s `head` (translator.cross_attention's)."""
+    return lambda sources, outputs: translator.cross_attention(sources[0], outputs, layer, head)
+
+
+def aligned_words(
+    translator, sources: list[list[int]], outputs: list[list[int]], attend=None
+) -> list[tuple[list[tuple[int, int]], torch.Tensor | None]]:
+    """Per (source, output) pair (sources as translator.source_ids gives them, outputs as the search
+    wrote them): its word alignment (word_alignment's pairs, the language tokens of both sides left
+    out) and the (target + 1, source + 1) attention it comes from; ([], None) for an empty side.
+    `attend(sources, outputs)`: those matrices, by default translator.attention_of (one engine call
+    for all of them where CTranslate2 runs)."""
     source, output = (len(head) for head in translator.heads)
-    found: list[list[tuple[int, int]]] = [[] for _ in outputs]
+    found: list = [([], None) for _ in outputs]
     kept = [k for k, (src, out) in enumerate(zip(sources, outputs)) if src[source:] and out[output:]]
-    matrices = translator.attention_of([sources[k] for k in kept], [outputs[k] for k in kept]) if kept else []
+    attend = attend or translator.attention_of
+    matrices = attend([sources[k] for k in kept], [outputs[k] for k in kept]) if kept else []
     for k, matrix in zip(kept, matrices):
         src_pieces = translator.tokenizer.src_pieces(sources[k])[source:]
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
-        found[k] = word_alignment(matrix[output:, source:], src_pieces, tgt_pieces)
+        found[k] = (word_alignment(matrix[output:, source:], src_pieces, tgt_pieces), matrix)
     return found

@@ -32,7 +32,7 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     ]
     sources = translator.source_ids([parsed[i].sentences[k].text for i, k in wanted])
     aligned = aligned_words(translator, sources, [per_line[i][k][0].tokens for i, k in wanted])
-    alignments = dict(zip(wanted, aligned))
+    alignments = {key: pairs for key, (pairs, _) in zip(wanted, aligned)}
     out = []
     for i, (fragment, found) in enumerate(zip(parsed, per_line)):
         if fragment is None:

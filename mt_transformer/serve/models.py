@@ -147,30 +147,22 @@ def _with_attention(translator: Translator, src_ids: list[int], hypotheses: list
     `weights`, the cross-attention of the last decoder layer averaged over its heads (as
     mt-translate --alignment and --attention take it), and `layers`, each kind's weights per
     layer and head (model/attention_maps.py)."""
-    from mt_transformer.decoding.alignment import format_alignment, word_alignment
+    from mt_transformer.decoding.alignment import aligned_words, format_alignment, one_source
 
-    tokenizer = translator.tokenizer
-    src_pieces = tokenizer.src_pieces(src_ids)
-    kept = [k for k, h in enumerate(hypotheses) if src_ids and h.tokens]  # nothing to align for empty ones
-    if not kept:
-        return Result(hypotheses, [""] * len(hypotheses))
     stopping.check()
-    matrices = translator.cross_attention(src_ids, [hypotheses[k].tokens for k in kept])  # (tgt + 1, src + 1) each
-    alignments, attention = [""] * len(hypotheses), None
-    for k, matrix in zip(kept, matrices):
-        tgt_pieces = tokenizer.tgt_pieces(hypotheses[k].tokens)
-        source, output = (len(head) for head in translator.heads)  # language tokens: in no word
-        words = word_alignment(matrix[output:, source:], src_pieces[source:], tgt_pieces[output:])
-        alignments[k] = format_alignment(words)
-        if k == 0:
-            attention = {
-                "source_pieces": src_pieces + ["</s>"],
-                "target_pieces": tgt_pieces + ["</s>"],
-                "decoder_pieces": ["<s>"] + tgt_pieces,
-                "weights": _rounded(matrix),
-                "layers": _every_layer(translator, src_ids, hypotheses[k].tokens),
-            }
-    return Result(hypotheses, alignments, attention)
+    outputs = [h.tokens for h in hypotheses]
+    found = aligned_words(translator, [src_ids] * len(outputs), outputs, one_source(translator))
+    matrix, attention = found[0][1] if found else None, None
+    if matrix is not None:
+        tgt_pieces = translator.tokenizer.tgt_pieces(outputs[0])
+        attention = {
+            "source_pieces": translator.tokenizer.src_pieces(src_ids) + ["</s>"],
+            "target_pieces": tgt_pieces + ["</s>"],
+            "decoder_pieces": ["<s>"] + tgt_pieces,
+            "weights": _rounded(matrix),
+            "layers": _every_layer(translator, src_ids, outputs[0]),
+        }
+    return Result(hypotheses, [format_alignment(pairs) for pairs, _ in found], attention)
 
 
 def _every_layer(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dict:
