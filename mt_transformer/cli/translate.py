@@ -12,6 +12,31 @@ from mt_transformer.data.text import count_lines, stream_lines
 from mt_transformer.errors import UserError
 
 
+def _inspection_options(parser: argparse.ArgumentParser) -> None:
+    """--alignment, --attention and which layer and head they read."""
+    parser.add_argument(
+        "--alignment",
+        action="store_true",
+        help="add TAB + hard word alignments from the cross-attention to each line, as "
+        "source-target pairs of 0-based word positions: 0-0 1-2 2-1",
+    )
+    parser.add_argument(
+        "--attention",
+        metavar="OUT_DIR",
+        help="write a heatmap of the cross-attention of each translation to OUT_DIR/NNNN.png "
+        "(NNNN: the input line, from 0000)",
+    )
+    parser.add_argument(
+        "--attention-layer",
+        type=int,
+        metavar="N",
+        help="the decoder layer for --attention and --alignment, from 1 (default: the last)",
+    )
+    parser.add_argument(
+        "--attention-head", type=int, metavar="H", help="one attention head, from 1 (default: the mean of all heads)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mt-translate", description="Translate a text file, one sentence per line.")
     decode_options(parser, checkpoint_required=False)
@@ -50,27 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="one line per input line: target phrases, tab-separated, that its translation must not contain",
     )
-    parser.add_argument(
-        "--alignment",
-        action="store_true",
-        help="add TAB + hard word alignments from the cross-attention to each line, as "
-        "source-target pairs of 0-based word positions: 0-0 1-2 2-1",
-    )
-    parser.add_argument(
-        "--attention",
-        metavar="OUT_DIR",
-        help="write a heatmap of the cross-attention of each translation to OUT_DIR/NNNN.png "
-        "(NNNN: the input line, from 0000)",
-    )
-    parser.add_argument(
-        "--attention-layer",
-        type=int,
-        metavar="N",
-        help="the decoder layer for --attention and --alignment, from 1 (default: the last)",
-    )
-    parser.add_argument(
-        "--attention-head", type=int, metavar="H", help="one attention head, from 1 (default: the mean of all heads)"
-    )
+    _inspection_options(parser)
     parser.add_argument(
         "--format",
         choices=["text", "html"],

@@ -287,9 +287,9 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, runtime: Runti
     learned = config.model.positions == "learned"
     max_positions = config.model.max_positions if learned else None  # sinusoids extend to any length
     model.eval()
-    languages = language_scheme(config.data, tokenizer, config.model.source_tag_after_eos)
-    search = TorchSearch(model, tokenizer, runtime, config.decode, max_positions, languages.tag_after_eos)
-    limit = input_limit(config, max_positions)
-    translator = Translator(search, tokenizer, config.decode, limit, model, runtime, config)
-    translator.heads = languages.token_heads()
+    search = TorchSearch(model, tokenizer, runtime, config.decode, max_positions, config.model.source_tag_after_eos)
+    translator = Translator(
+        search, tokenizer, config.decode, input_limit(config, max_positions), model, runtime, config
+    )
+    translator.heads = translator.languages.token_heads()
     return translator
