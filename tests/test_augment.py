@@ -76,6 +76,31 @@ def test_draws_depend_on_the_seed_alone_and_only_changed_pairs_are_encoded_anew(
     assert all(encoder.calls[0]["src"][i].isupper() or not encoder.calls[0]["src"][i].endswith(".") for i in range(3))
 
 
+def test_word_alignments_pass_through_modifiers_that_keep_the_words_and_go_where_noise_replaced_the_pair():
+    class Encoder:
+        alpha = 0.0
+
+        def __call__(self, texts, seed=None):
+            return {"src_ids": [[1] for _ in texts["src"]], "tgt_ids": [[1] for _ in texts["tgt"]]}
+
+    rows = {
+        "src": [f"ein Mann {n}." for n in range(40)],
+        "tgt": [f"a man {n}." for n in range(40)],
+        "src_ids": [[0]] * 40,
+        "tgt_ids": [[0]] * 40,
+        "alignment": [[0, 0, 1, 1, 2, 2]] * 40,
+    }
+    setting = AugmentConfig(upper_case=0.5, typos=0.5, noise=0.3)
+    drawn = PairAugmenter(Encoder(), [setting], [40])(rows, seed=3, indices=range(40))
+    augmenter = PairAugmenter(Encoder(), [setting], [40])
+    src, tgt = list(rows["src"]), list(rows["tgt"])
+    changed, noised = augmenter.change(src, tgt, range(40), random.Random(3))
+    assert noised and set(noised) < set(changed)
+    assert all(src[k] == tgt[k] for k in noised)  # the noise line on both sides
+    assert [k for k, a in enumerate(drawn["alignment"]) if not a] == noised
+    assert all(a == [0, 0, 1, 1, 2, 2] for k, a in enumerate(drawn["alignment"]) if k not in noised)
+
+
 def test_the_tokenizer_sample_adds_capitals_the_same_way_every_pass():
     lines = [f"ein Mann {n}" for n in range(1000)]
     sample = CaseSample(lines, upper=0.1, title=0.05, seed=3)

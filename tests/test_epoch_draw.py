@@ -33,6 +33,8 @@ def test_drawn_pairs_give_back_each_pairs_ids_in_order():
     pairs = DrawnPairs([np.array([1, 2], np.int32), np.array([], np.int32)], [np.array([3], np.int32)] * 2)
     assert pairs[[1, 0]] == {"src_ids": [[], [1, 2]], "tgt_ids": [[3], [3]]}
     assert pairs.src_lens.tolist() == [2, 0] and len(pairs) == 2
+    aligned = DrawnPairs([np.array([1], np.int32)] * 2, [np.array([3], np.int32)] * 2, [np.array([0, 0], np.int32)] * 2)
+    assert aligned[[1]] == {"src_ids": [[1]], "tgt_ids": [[3]], "alignment": [[0, 0]]}
 
 
 def test_batches_of_drawn_pairs_fill_the_budget_by_their_drawn_lengths():

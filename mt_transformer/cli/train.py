@@ -81,9 +81,7 @@ def prepare_main(argv=None):
         if processes.is_main:  # one rank claims the run directory, before any rank writes there
             check_output_dir(run_dir)
         distributed.barrier()
-        _, encoded, sizes = prepare_for_all_ranks(
-            config.data, run_dir, config.train.seed, processes, device, config.train.threads
-        )
+        _, encoded, sizes = prepare_for_all_ranks(config, run_dir, processes, device)
     except JobStopped as stopped:
         print(stopped, file=sys.stderr)
         return 128 + stopped.signum

@@ -30,10 +30,14 @@ def _inspection_options(parser: argparse.ArgumentParser) -> None:
         "--attention-layer",
         type=int,
         metavar="N",
-        help="the decoder layer for --attention and --alignment, from 1 (default: the last)",
+        help="the decoder layer for --attention and --alignment, from 1 (default: the one "
+        "train.guided_alignment taught, else the last)",
     )
     parser.add_argument(
-        "--attention-head", type=int, metavar="H", help="one attention head, from 1 (default: the mean of all heads)"
+        "--attention-head",
+        type=int,
+        metavar="H",
+        help="one attention head, from 1 (default: the heads train.guided_alignment taught, else the mean of all)",
     )
 
 
@@ -167,6 +171,7 @@ def _translate_window(args, translator, window, advance) -> list[str]:
 def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
     """Write the heatmaps of --attention; returns each hypothesis's word alignment when --alignment
     asks for them, else None."""
+    from mt_transformer.data.word_alignment import alignment_heads
     from mt_transformer.decoding.alignment import inspect_translations
 
     layers, heads = translator.config.model.decoder_layers, translator.config.model.n_heads
@@ -178,7 +183,14 @@ def _inspect(args, translator, lines: list[str], results, first_index: int = 0):
             raise UserError(f"{name}: {value} is not between 1 and {count}")
     layer = args.attention_layer - 1 if args.attention_layer else None
     head = args.attention_head - 1 if args.attention_head else None
-    which = f"layer {args.attention_layer or layers}, " + ("mean of all heads" if head is None else f"head {head + 1}")
+    aligning, first = alignment_heads(translator.config)  # the default: the heads that give alignments
+    which = f"layer {(aligning if layer is None else layer) % layers + 1}, "
+    if head is not None:
+        which += f"head {head + 1}"
+    elif layer is None and first < heads:
+        which += "head 1" if first == 1 else f"mean of heads 1-{first}"
+    else:
+        which += "mean of all heads"
     alignments = inspect_translations(translator, lines, results, args.attention, which, first_index, layer, head)
     return alignments if args.alignment else None
 

@@ -50,7 +50,21 @@ def validate(config: Config) -> None:
     _check_data(config.data)
     _check_model(config.model, config.data)
     _check_train(config.train, config.data)
+    _check_guided_alignment(config.train.guided_alignment, config.model)
     _check_decode(config.decode)
+
+
+def _check_guided_alignment(guided, model: ModelConfig) -> None:
+    key = "train.guided_alignment"
+    _check(guided.weight >= 0, f"{key}.weight: must be 0 (off) or more, got {guided.weight}")
+    layers = model.decoder_layers
+    _check(
+        -layers <= guided.layer < layers,
+        f"{key}.layer: a decoder layer from 0 to {layers - 1} or -1, got {guided.layer}",
+    )
+    _check(
+        1 <= guided.heads <= model.n_heads, f"{key}.heads: from 1 to model.n_heads {model.n_heads}, got {guided.heads}"
+    )
 
 
 def _check_augment(augment, key: str) -> None:

@@ -202,6 +202,16 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class GuidedAlignmentConfig:
+    """train.guided_alignment: cross-attention taught the word alignments of the training pairs
+    (data/word_alignment.py), as Marian's guided-alignment; weight 0, the default: off."""
+
+    weight: float = 0.0  # of the alignment's cross entropy beside the translation loss, per target token
+    layer: int = -1  # the decoder layer it teaches, from 0; -1: the last
+    heads: int = 1  # the first `heads` heads of that layer, averaged (CTranslate2's alignment_heads)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     output_dir: str = "runs/default"
     max_tokens: int = 4096
@@ -221,6 +231,7 @@ class TrainConfig:
     decay: Literal["linear", "rsqrt", "constant"] = "linear"
     cooldown_fraction: float = 0.2
     label_smoothing: float = 0.1
+    guided_alignment: GuidedAlignmentConfig = GuidedAlignmentConfig()
     # dropout only where the run is expected to read its training data at least this many times
     # (training/dropout_fit.py); 0: always
     dropout_min_epochs: float = 0.0

@@ -89,7 +89,12 @@ def augment_pair(
     src: str, tgt: str, setting: AugmentConfig, rng: random.Random, tags: frozenset[str] = frozenset()
 ) -> tuple[str, str]:
     """The pair as the modifiers of `setting` change it, each drawn with its probability from `rng`."""
-    tag, src = _split_tag(src, tags)
+    return _modified(src, tgt, setting, rng, tags)[:2]
+
+
+def _modified(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, tags: frozenset[str]):
+    """augment_pair's pair, and whether noise replaced it (its words are no longer the pair's)."""
+    tag, src, noised = *_split_tag(src, tags), False
     for name in MODIFIERS:
         probability = getattr(setting, name)
         if not probability or rng.random() >= probability:
@@ -104,30 +109,35 @@ def augment_pair(
             src, tgt = upper_case(src), upper_case(tgt) if setting.case_target else tgt
         elif name == "noise":
             src = tgt = noise(rng)
-    return tag + src, tgt
+            noised = True
+    return tag + src, tgt, noised
 
 
 class PairAugmenter:
     """A picklable function of training rows (a window of data/epoch_draw.py): each pair changed
     as its corpus's data.augment says (pairs laid end to end, `corpus_sizes` each), then the
     changed pairs encoded by `encoder` (a prepare.SubwordEncoder); under data.spm_alpha every pair
-    is, each with a drawn segmentation. Returns the rows' src_ids and tgt_ids."""
+    is, each with a drawn segmentation. Returns the rows' src_ids and tgt_ids, and their word
+    `alignment` where the rows have one (none for a pair that noise replaced)."""
 
     def __init__(self, encoder, settings: list[AugmentConfig], corpus_sizes: list[int], tags=()):
         self.encoder, self.settings, self.tags = encoder, list(settings), frozenset(tags)
         self.ends = [sum(corpus_sizes[: k + 1]) for k in range(len(corpus_sizes))]
 
-    def change(self, src: list[str], tgt: list[str], indices, rng: random.Random) -> list[int]:
-        """Change the pairs (their row `indices`) in place; returns the positions of those changed."""
-        changed = []
+    def change(self, src: list[str], tgt: list[str], indices, rng: random.Random) -> tuple[list[int], list[int]]:
+        """Change the pairs (their row `indices`) in place; returns the positions of those changed
+        and of those noise replaced."""
+        changed, noised = [], []
         for k, index in enumerate(indices):
             setting = self.settings[min(bisect.bisect_right(self.ends, int(index)), len(self.settings) - 1)]
             if setting.active:
-                new = augment_pair(src[k], tgt[k], setting, rng, self.tags)
-                if new != (src[k], tgt[k]):
+                *new, replaced = _modified(src[k], tgt[k], setting, rng, self.tags)
+                if tuple(new) != (src[k], tgt[k]):
                     src[k], tgt[k] = new
                     changed.append(k)
-        return changed
+                if replaced:
+                    noised.append(k)
+        return changed, noised
 
     def examples(self, dataset, count: int, seed: int) -> list[tuple[str, str, str, str]]:
         """Up to `count` pairs of `dataset` (columns src, tgt) as a batch of its first rows would
@@ -137,7 +147,7 @@ class PairAugmenter:
         for start in range(0, len(dataset), 1000):
             rows = dataset[start : start + 1000]
             src, tgt = list(rows["src"]), list(rows["tgt"])
-            for k in self.change(src, tgt, range(start, start + len(src)), rng):
+            for k in self.change(src, tgt, range(start, start + len(src)), rng)[0]:
                 found.append((rows["src"][k], rows["tgt"][k], src[k], tgt[k]))
                 if len(found) == count:
                     return found
@@ -145,15 +155,19 @@ class PairAugmenter:
 
     def __call__(self, rows: dict, seed: int, indices) -> dict:
         src, tgt = list(rows["src"]), list(rows["tgt"])
-        changed = self.change(src, tgt, indices, random.Random(seed))
+        changed, noised = self.change(src, tgt, indices, random.Random(seed))
+        aligned = {}
+        if "alignment" in rows:
+            noised = set(noised)
+            aligned = {"alignment": [[] if k in noised else a for k, a in enumerate(rows["alignment"])]}
         if self.encoder.alpha > 0:
-            return self.encoder({"src": src, "tgt": tgt}, seed=seed)
+            return {**self.encoder({"src": src, "tgt": tgt}, seed=seed), **aligned}
         src_ids, tgt_ids = list(rows["src_ids"]), list(rows["tgt_ids"])
         if changed:
             encoded = self.encoder({"src": [src[k] for k in changed], "tgt": [tgt[k] for k in changed]})
             for k, s, t in zip(changed, encoded["src_ids"], encoded["tgt_ids"]):
                 src_ids[k], tgt_ids[k] = s, t
-        return {"src_ids": src_ids, "tgt_ids": tgt_ids}
+        return {"src_ids": src_ids, "tgt_ids": tgt_ids, **aligned}
 
 
 class CaseSample:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.data.word_alignment import attention_targets
 
 
 def lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -99,16 +100,21 @@ class Batch:
     src: torch.Tensor  # (batch, src_len): subwords + EOS, padded
     tgt_in: torch.Tensor  # (batch, tgt_len): BOS + subwords, padded
     tgt_out: torch.Tensor  # (batch, tgt_len): subwords + EOS, padded
+    # train.guided_alignment: the attention each target position should give the source, or None
+    alignment: torch.Tensor | None = None  # (batch, tgt_len, src_len)
 
     @property
     def target_tokens(self) -> int:
         return int((self.tgt_out != PAD_ID).sum())
 
+    def _tensors(self) -> tuple:
+        return (self.src, self.tgt_in, self.tgt_out) + ((self.alignment,) if self.alignment is not None else ())
+
     def to(self, device) -> Batch:
-        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in, self.tgt_out)))
+        return Batch(*(t.to(device, non_blocking=True) for t in self._tensors()))
 
     def pin_memory(self) -> Batch:
-        return Batch(*(t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out)))
+        return Batch(*(t.pin_memory() for t in self._tensors()))
 
     @property
     def size(self) -> int:
@@ -119,9 +125,10 @@ class Batch:
         rows = -(-self.size // pieces)  # ceiling division
         parts = []
         for start in range(0, self.size, rows):
-            src, tgt_in, tgt_out = (t[start : start + rows] for t in (self.src, self.tgt_in, self.tgt_out))
+            src, tgt_in, tgt_out, *alignment = (t[start : start + rows] for t in self._tensors())
             src_len, tgt_len = int((src != PAD_ID).sum(1).max()), int((tgt_out != PAD_ID).sum(1).max())
-            parts.append(Batch(src[:, :src_len], tgt_in[:, :tgt_len], tgt_out[:, :tgt_len]))
+            alignment = alignment[0][:, :tgt_len, :src_len] if alignment else None
+            parts.append(Batch(src[:, :src_len], tgt_in[:, :tgt_len], tgt_out[:, :tgt_len], alignment))
         return parts
 
 
@@ -150,28 +157,38 @@ def pad_sources(sources: list[list[int]], tag_after_eos: bool = False) -> torch.
     return pad([encoder_input(ids, tag_after_eos) for ids in sources])
 
 
-def collate(src_ids: list[list[int]], tgt_ids: list[list[int]], tag_after_eos: bool = False) -> Batch:
-    return Batch(
+def collate(
+    src_ids: list[list[int]], tgt_ids: list[list[int]], tag_after_eos: bool = False, alignments=None, word_starts=None
+) -> Batch:
+    """The padded tensors of pairs; with `alignments` (each pair's flat word pairs) and
+    `word_starts` (word_alignment.tokenizer_word_starts), the attention targets of train.guided_alignment."""
+    batch = Batch(
         src=pad_sources(src_ids, tag_after_eos),
         tgt_in=pad(tgt_ids, prefix=[BOS_ID]),
         tgt_out=pad(tgt_ids, suffix=[EOS_ID]),
     )
+    if alignments is not None:
+        batch.alignment = attention_targets(batch.src, batch.tgt_out, alignments, word_starts)
+    return batch
 
 
 class BatchedDataset(torch.utils.data.Dataset):
     """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers.
     `dataset[rows]` gives the rows' src_ids and tgt_ids: an encoded split, or an epoch's drawn
-    pairs (epoch_draw.DrawnPairs)."""
+    pairs (epoch_draw.DrawnPairs); with `word_starts`, also their `alignment` (train.guided_alignment)."""
 
-    def __init__(self, dataset, batches: list[np.ndarray], tag_after_eos: bool = False):
+    def __init__(self, dataset, batches: list[np.ndarray], tag_after_eos: bool = False, word_starts=None):
         self.dataset, self.batches, self.tag_after_eos = dataset, batches, tag_after_eos
+        self.word_starts = word_starts
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
         rows = self.dataset[self.batches[i].tolist()]
-        return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos)
+        if self.word_starts is None:
+            return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos)
+        return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos, rows["alignment"], self.word_starts)
 
 
 def batch_loader(
@@ -180,11 +197,12 @@ def batch_loader(
     num_workers: int = 0,
     pin_memory: bool = False,
     tag_after_eos: bool = False,
+    word_starts=None,
 ):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches, tag_after_eos),
+        BatchedDataset(dataset, batches, tag_after_eos, word_starts),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

@@ -17,31 +17,39 @@ import torch
 WINDOW = 2048  # rows drawn per seed and per loader item
 
 
-class DrawnPairs:
-    """Token ids of pairs held as two flat int32 arrays and their offsets (8 bytes a token and a
-    side, no Python object per pair). `pairs[positions]` gives {"src_ids", "tgt_ids"} lists, as an
-    encoded dataset's rows do, so that the batch loader reads either."""
+class _Flat:
+    """Lists of ints held as one flat int32 array and its offsets: no Python object per list."""
 
-    def __init__(self, src: list[np.ndarray], tgt: list[np.ndarray]):
-        self.src_lens = np.array([len(ids) for ids in src], dtype=np.int64)
-        self.tgt_lens = np.array([len(ids) for ids in tgt], dtype=np.int64)
-        self.src, self.tgt = (np.concatenate([np.zeros(0, np.int32), *side]) for side in (src, tgt))
-        self.src_starts = np.concatenate([[0], np.cumsum(self.src_lens)])
-        self.tgt_starts = np.concatenate([[0], np.cumsum(self.tgt_lens)])
+    def __init__(self, lists: list[np.ndarray]):
+        self.lengths = np.array([len(values) for values in lists], dtype=np.int64)
+        self.values = np.concatenate([np.zeros(0, np.int32), *lists])
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)])
+
+    def __getitem__(self, positions: list[int]) -> list[list[int]]:
+        return [self.values[self.starts[p] : self.starts[p + 1]].tolist() for p in positions]
+
+
+class DrawnPairs:
+    """Token ids of pairs (and their word alignments, train.guided_alignment) held flat, 8 bytes
+    a token and a side. `pairs[positions]` gives {"src_ids", "tgt_ids"[, "alignment"]} lists, as
+    an encoded dataset's rows do, so that the batch loader reads either."""
+
+    def __init__(self, src: list[np.ndarray], tgt: list[np.ndarray], alignment: list[np.ndarray] | None = None):
+        self.columns = {"src_ids": _Flat(src), "tgt_ids": _Flat(tgt)}
+        if alignment is not None:
+            self.columns["alignment"] = _Flat(alignment)
+        self.src_lens, self.tgt_lens = self.columns["src_ids"].lengths, self.columns["tgt_ids"].lengths
 
     def __len__(self) -> int:
         return len(self.src_lens)
 
     def __getitem__(self, positions: list[int]) -> dict:
-        return {
-            "src_ids": [self.src[self.src_starts[p] : self.src_starts[p + 1]].tolist() for p in positions],
-            "tgt_ids": [self.tgt[self.tgt_starts[p] : self.tgt_starts[p + 1]].tolist() for p in positions],
-        }
+        return {name: column[positions] for name, column in self.columns.items()}
 
 
 class _Windows(torch.utils.data.Dataset):
     """Item w: window w of `rows` drawn by `resample` (augment.PairAugmenter), a pair drawn longer
-    than `longest` tokens keeping its usual ids; as (src arrays, tgt arrays)."""
+    than `longest` tokens keeping its usual ids; as (src arrays, tgt arrays[, alignment arrays])."""
 
     def __init__(self, dataset, rows: np.ndarray, resample, longest: int, seed: tuple[int, ...]):
         self.dataset, self.rows, self.resample, self.longest, self.seed = dataset, rows, resample, longest, seed
@@ -58,6 +66,8 @@ class _Windows(torch.utils.data.Dataset):
         for key in ("src_ids", "tgt_ids"):
             kept = [new if len(new) <= self.longest else old for new, old in zip(drawn[key], pairs[key])]
             sides.append([np.asarray(ids, dtype=np.int32) for ids in kept])
+        if "alignment" in drawn:
+            sides.append([np.asarray(pairs, dtype=np.int32) for pairs in drawn["alignment"]])
         return sides
 
 
@@ -77,8 +87,9 @@ def draw_epoch(dataset, rows: np.ndarray, resample, longest: int, seed: tuple[in
         collate_fn=_as_drawn,
         generator=torch.Generator().manual_seed(0),  # not the global RNG: a resumed run's dropout stays the same
     )
-    src, tgt = [], []
-    for window_src, window_tgt in loader:
-        src.extend(window_src)
-        tgt.extend(window_tgt)
-    return DrawnPairs(src, tgt), time.monotonic() - started
+    columns: list[list] = []
+    for window in loader:
+        columns = columns or [[] for _ in window]
+        for column, values in zip(columns, window):
+            column.extend(values)
+    return DrawnPairs(*columns) if columns else DrawnPairs([], []), time.monotonic() - started

@@ -21,6 +21,7 @@ from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, q
 from mt_transformer.data.languages import language_scheme
 from mt_transformer.data.run_tokenizer import run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.data.word_alignment import align_words, flat
 from mt_transformer.files import atomic_dir, write_text
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def encode_split(
     num_proc: int,
     keep_text: bool = False,
     heads: tuple[list[int], list[int]] = ([], []),
+    align=None,
 ) -> tuple[datasets.Dataset, dict]:
     """Return the encoded split and its cleaning counts, from the cache when it is there.
 
@@ -100,7 +102,8 @@ def encode_split(
     Training data loses empty pairs, pairs longer than `max_len` subwords on either side and
     pairs whose length ratio exceeds `max_ratio`; other splits keep every line. Training data
     keeps its text only with `keep_text` (to draw segmentations from it). `heads`: the ids each
-    source and target begins with, as SubwordEncoder takes them.
+    source and target begins with, as SubwordEncoder takes them. `align(sources, targets)`: the
+    word pairs of each training pair, kept flat in an `alignment` column (train.guided_alignment).
     """
     path = os.path.join(cache_dir, key)
     if os.path.isfile(os.path.join(path, "stats.json")):
@@ -114,12 +117,13 @@ def encode_split(
         pairs, stats["empty"] = drop_empty(pairs)
     # other splits keep their text: validation translates it and scores against it
     keep_text = keep_text or not training
-    features = datasets.Features({**pairs.features, **FEATURES}) if keep_text else FEATURES
+    text_for_now = keep_text or align is not None
+    features = datasets.Features({**pairs.features, **FEATURES}) if text_for_now else FEATURES
     encoded = pairs.map(
         SubwordEncoder(tokenizer_dir, heads=heads),
         batched=True,
         num_proc=num_proc if num_proc > 1 else None,
-        remove_columns=None if keep_text else pairs.column_names,
+        remove_columns=None if text_for_now else pairs.column_names,
         features=features,
     )
     if training:
@@ -133,6 +137,13 @@ def encode_split(
             lambda b: [max(s, t) <= max_ratio * min(s, t) for s, t in zip(b["src_len"], b["tgt_len"])], batched=True
         )
         stats["bad_ratio"] = before - len(encoded)
+    if training and align is not None:
+        found = align(encoded["src"], encoded["tgt"])
+        stats["aligned"] = sum(1 for pairs in found if pairs)
+        encoded = encoded.add_column("alignment", [flat(pairs) for pairs in found])
+        encoded = encoded.cast_column("alignment", datasets.Sequence(datasets.Value("int16")))
+        if not keep_text:
+            encoded = encoded.remove_columns(list(pairs.column_names))
     stats["kept"] = len(encoded)
 
     with atomic_dir(path) as tmp:
@@ -152,8 +163,10 @@ def prepare_data(
     seed: int,
     splits=("train", "valid"),
     train_from: dict[str, CorpusConfig] | None = None,
+    aligned: bool = False,
 ):
-    """Train (or reuse) the run's tokenizer and encode the splits of every corpus.
+    """Train (or reuse) the run's tokenizer and encode the splits of every corpus; with `aligned`,
+    the training pairs also get their word alignments (train.guided_alignment).
 
     `train_from`: for a corpus key (as corpus_keys names it), the corpus its training pairs are
     read from instead (the distilled pairs of a teacher, training/teacher.py).
@@ -172,7 +185,7 @@ def prepare_data(
                 continue
             if split == "train":
                 corpus = train_from.get(key, corpus)
-            parts.append(encode_corpus_split(data, corpus, key, split, cache_dir, tokenizer))
+            parts.append(encode_corpus_split(data, corpus, key, split, cache_dir, tokenizer, aligned))
         if parts:
             encoded[split] = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
         if split == "train":
@@ -191,9 +204,15 @@ def prepare_data(
 
 
 def encode_corpus_split(
-    data: DataConfig, corpus: CorpusConfig, key: str, split: str, cache_dir: str, tokenizer: Tokenizer
+    data: DataConfig, corpus: CorpusConfig, key: str, split: str, cache_dir: str, tokenizer: Tokenizer, aligned=False
 ):
     training = split == "train"
+    align = None
+    if training and aligned:  # the words of the source after its tags
+
+        def align(sources, targets):
+            return align_words([" ".join(w for w in s.split() if w not in tokenizer.tags) for s in sources], targets)
+
     tags = corpus.source_tags(data.target_tags)
     # NLLB's and M2M100's layout: each side begins with its language's token (data/languages.py)
     heads = language_scheme(data, tokenizer).token_heads(
@@ -203,6 +222,8 @@ def encode_corpus_split(
     # subword regularization draws from the text, and data.augment changes it
     keep_text = training and (data.spm_alpha > 0 or data.augment_of(corpus).active)
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
+    if align is not None:
+        cleaning["aligned"] = True
     dataset, stats = encode_split(
         lambda: with_tags(load_pairs(corpus, split, f"{key}.{split}"), tags),
         cache_dir,
@@ -214,15 +235,17 @@ def encode_corpus_split(
         data.num_proc,
         keep_text,
         heads,
+        align,
     )
     origin = "cache" if stats["cached"] else "encoded"
     name = split if key == "data" else f"{key} {split}"
     if training:
         log.info(
-            "%s: %d pairs (%s), dropped %d empty, %d longer than %d subwords, %d with length ratio over %g",
+            "%s: %d pairs (%s%s), dropped %d empty, %d longer than %d subwords, %d with length ratio over %g",
             name,
             stats["kept"],
             origin,
+            f", {stats['aligned']} word-aligned" if "aligned" in stats else "",
             stats["empty"],
             stats["too_long"],
             data.max_len,

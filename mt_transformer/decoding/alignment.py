@@ -44,10 +44,11 @@ def cross_attention(
     return [stacked[i, :, :, : len(ids) + 1] for i, ids in enumerate(hypotheses)]
 
 
-def select(weights: torch.Tensor, layer: int | None = None, head: int | None = None) -> torch.Tensor:
-    """One (tgt, src) matrix: `layer` (0-based; default the last) and `head` (default: the mean of all heads)."""
-    chosen = weights[-1 if layer is None else layer]  # (heads, tgt, src)
-    return chosen.mean(0) if head is None else chosen[head]
+def select(weights: torch.Tensor, layer: int = -1, head: int | None = None, first: int | None = None) -> torch.Tensor:
+    """One (tgt, src) matrix of weights (layers, heads, tgt, src): `layer`'s `head`, or the mean of
+    its `first` heads (None: all)."""
+    chosen = weights[layer]  # (heads, tgt, src)
+    return chosen[:first].mean(0) if head is None else chosen[head]
 
 
 def word_index(pieces: list[str]) -> list[int]:

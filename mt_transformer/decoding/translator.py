@@ -24,6 +24,7 @@ from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.languages import Heads, LanguageScheme, language_scheme
 from mt_transformer.data.text import normalize, with_case_of
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.data.word_alignment import alignment_heads
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
@@ -106,16 +107,21 @@ class Translator:
         self, src_ids: list[int], outputs: list[list[int]], layer: int | None = None, head: int | None = None
     ) -> list[torch.Tensor]:
         """Per output of `src_ids` (subword ids, non-empty), the cross-attention of decoder `layer`
-        (0-based; default the last), `head` (default: the mean of all heads): (target, source)
-        weights, row t the step that wrote piece t (our engine adds the EOS row and column; an
-        ensemble: its first model's). CTranslate2 gives the default only."""
+        (0-based), `head` (None: the mean of all heads): (target, source) weights, row t the step
+        that wrote piece t (our engine adds the EOS row and column; an ensemble: its first
+        model's). Neither given: the heads that give the model's alignments (those
+        train.guided_alignment taught, else the last layer's mean), the only ones CTranslate2 gives."""
         if self.model is None:
             if layer is not None or head is not None:
                 raise UserError("attention of one layer or head: needs --engine torch or auto")
             return self.search.cross_attention(src_ids, outputs)
         model = getattr(self.model, "members", [self.model])[0]
-        legacy = self.languages.tag_after_eos
-        return [select(w, layer, head) for w in cross_attention(model, src_ids, outputs, self.device, legacy)]
+        aligning, first = alignment_heads(self.config) if self.config else (-1, None)
+        chosen = (
+            (aligning, None, first) if layer is None and head is None else (aligning if layer is None else layer, head)
+        )
+        found = cross_attention(model, src_ids, outputs, self.device, self.languages.tag_after_eos)
+        return [select(w, *chosen) for w in found]
 
     def attention_of(self, sources: list[list[int]], outputs: list[list[int]]) -> list[torch.Tensor]:
         """Per (source, output) pair, cross_attention's default weights; one call where

@@ -22,6 +22,7 @@ import torch
 
 from mt_transformer.checkpoint import write_export_settings
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
+from mt_transformer.data.word_alignment import alignment_heads
 from mt_transformer.errors import UserError
 from mt_transformer.files import WRITE_ERRORS, atomic_dir, write_error_reason
 from mt_transformer.model.transformer import teacher_forced_log_probs
@@ -89,7 +90,9 @@ def build_spec(loaded, source_prefix: str | None = None):
         settings.n_heads,
         pre_norm=pre_norm,
         activation=getattr(common_spec.Activation, activation),
-        alignment_heads=settings.n_heads,  # its attention for alignments: the last layer, mean of all heads, as ours
+        # its attention for alignments, as ours: the heads train.guided_alignment taught, else the
+        # last layer's mean of all heads
+        **dict(zip(("alignment_layer", "alignment_heads"), alignment_heads(loaded.config))),
     )
     _set_weights(spec, model, pre_norm, max_positions)
 

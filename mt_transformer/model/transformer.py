@@ -120,11 +120,13 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor,
         cache: DecoderCache | None = None,
         need_weights: bool = False,
+        weights_of: int | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """The decoder stack. tgt_in: (batch, tgt_len) ids (with a cache: only the new positions).
 
         Returns the states (batch, tgt_len, d_model), which logits() turns into next-token logits, and per
-        layer the cross-attention weights (batch, heads, tgt_len, src_len), or None unless need_weights.
+        layer the cross-attention weights (batch, heads, tgt_len, src_len), or None unless need_weights
+        (or the layer is `weights_of`, from 0).
         """
         offset = cache.length if cache is not None else 0
         if self.start_from_eos:
@@ -132,7 +134,8 @@ class Transformer(nn.Module):
         x = self.dropout(self.tgt_embed(tgt_in) + self.tgt_positions(tgt_in.size(1), offset))
         weights = []
         for i, layer in enumerate(self.decoder):
-            x, layer_weights = layer(x, memory, src_mask, cache.layers[i] if cache else None, need_weights)
+            wanted = need_weights or i == weights_of
+            x, layer_weights = layer(x, memory, src_mask, cache.layers[i] if cache else None, wanted)
             weights.append(layer_weights)
         if cache is not None:
             cache.length += tgt_in.size(1)
@@ -150,14 +153,17 @@ class Transformer(nn.Module):
             return self.output.bias
         return self.start_mask if self.output.bias is None else self.output.bias + self.start_mask
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: the decoder states (batch, tgt_len, d_model) of every target position.
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, weights_of: int | None = None):
+        """Teacher forcing: the decoder states (batch, tgt_len, d_model) of every target position;
+        with `weights_of` (a decoder layer, from 0), also its cross-attention weights (batch,
+        heads, tgt_len, src_len), for train.guided_alignment.
 
         Logits are logits() of them; training fuses that projection with the loss
         (training.loss.linear_cross_entropy), so the (tokens, vocab) logits never exist whole.
         """
         src_mask = padding_mask(src, PAD_ID)
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)[0]
+        states, weights = self.decode(tgt_in, self.encode(src, src_mask), src_mask, weights_of=weights_of)
+        return states if weights_of is None else (states, weights[weights_of])
 
 
 def start_mask(vocab_size: int) -> torch.Tensor:

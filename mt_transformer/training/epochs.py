@@ -14,6 +14,8 @@ from mt_transformer.data.augment import PairAugmenter
 from mt_transformer.data.batching import batch_loader, corpus_rows, lengths, token_batches
 from mt_transformer.data.epoch_draw import draw_epoch
 from mt_transformer.data.prepare import SubwordEncoder
+from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.data.word_alignment import tokenizer_word_starts
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
 
@@ -35,6 +37,9 @@ class TrainingBatches:
         self.tag_after_eos = config.model.source_tag_after_eos  # where the sources' language token goes
         self.corpus_sizes = list(corpus_sizes)
         self.src_lens, self.tgt_lens = lengths(dataset)
+        self.word_starts = None  # train.guided_alignment: where each id's word begins (data/word_alignment.py)
+        if "alignment" in dataset.column_names:
+            self.word_starts = tokenizer_word_starts(Tokenizer(tokenizer_dir))
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
         self._last_epoch = (None, [], self.pairs)  # (epoch, its batches, the pairs they index)
 
@@ -43,10 +48,11 @@ class TrainingBatches:
         under data.augment or data.spm_alpha (None without them)."""
         data = self.data
         augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
+        columns = ["src_ids", "tgt_ids"] + (["alignment"] if self.word_starts is not None else [])
         if not data.spm_alpha and not any(a.active for a in augment):
-            return dataset.select_columns(["src_ids", "tgt_ids"]), None
+            return dataset.select_columns(columns), None
         resample = PairAugmenter(SubwordEncoder(tokenizer_dir, data.spm_alpha), augment, self.corpus_sizes, data.tags)
-        return dataset.select_columns(["src_ids", "tgt_ids", "src", "tgt"]), resample
+        return dataset.select_columns([*columns, "src", "tgt"]), resample
 
     def epoch(self, epoch: int) -> list:
         """This rank's batches of `epoch`: arrays of rows of the pairs the epoch reads (the encoded
@@ -84,4 +90,5 @@ class TrainingBatches:
     def loader(self, batches: list, epoch: int, cuda: bool):
         """The padded batches of `batches` (the rest of `epoch`'s), loaded by train.num_workers."""
         self.epoch(epoch)  # the pairs the batches index
-        return batch_loader(self._last_epoch[2], batches, self.train.num_workers, cuda, self.tag_after_eos)
+        pairs = self._last_epoch[2]
+        return batch_loader(pairs, batches, self.train.num_workers, cuda, self.tag_after_eos, self.word_starts)

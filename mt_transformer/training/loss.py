@@ -181,3 +181,11 @@ def blockwise_losses(
         loss += block_loss.sum()
         nll += block_nll.sum()
     return float(loss), float(nll)
+
+
+def alignment_loss(weights: torch.Tensor, target: torch.Tensor, heads: int) -> torch.Tensor:
+    """train.guided_alignment's loss: the cross entropy of the mean attention of the first `heads`
+    heads (weights: (batch, all heads, tgt_len, src_len)) against `target` (batch, tgt_len,
+    src_len; each aligned row sums to 1, other rows are 0), summed over the target positions."""
+    attention = weights[:, :heads].float().mean(dim=1)  # (batch, tgt_len, src_len)
+    return -(target * attention.clamp(min=1e-9).log()).sum()

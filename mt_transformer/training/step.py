@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import torch
 from packaging.version import Version
 
-from mt_transformer.config import TrainConfig
+from mt_transformer.config import GuidedAlignmentConfig, TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
-from mt_transformer.training.loss import LogitBuffers, linear_cross_entropy
+from mt_transformer.training.loss import LogitBuffers, alignment_loss, linear_cross_entropy
 from mt_transformer.training.schedule import base_lr, scheduler_for
 from mt_transformer.training.state import TrainerState
 
@@ -66,9 +66,16 @@ def parameter_groups(model: torch.nn.Module, train: TrainConfig) -> list[dict]:
 
 
 def training_loss(
-    model, batch: Batch, smoothing: float, precision: str, forward=None, buffers: LogitBuffers | None = None
+    model,
+    batch: Batch,
+    smoothing: float,
+    precision: str,
+    forward=None,
+    buffers: LogitBuffers | None = None,
+    guided: GuidedAlignmentConfig = GuidedAlignmentConfig(),
 ) -> torch.Tensor:
-    """Summed label-smoothed loss of one batch, the output projection fused with the loss.
+    """Summed label-smoothed loss of one batch, the output projection fused with the loss; with
+    `guided` (train.guided_alignment) and the batch's alignment, plus its weighted alignment loss.
 
     `forward` runs the model's layers: the model itself, or its DistributedDataParallel or
     torch.compile wrapper. Under fp16 the fused loss runs in float32: it computes its gradients in
@@ -76,12 +83,19 @@ def training_loss(
     `buffers` holds the loss's block logits from one batch to the next.
     """
     forward = model if forward is None else forward
+    layer = guided.layer % len(model.decoder) if guided.weight > 0 and batch.alignment is not None else None
     with autocast(batch.src.device, precision):
-        states = forward(batch.src, batch.tgt_in)  # (batch, tgt_len, d_model)
+        if layer is None:
+            states, weights = forward(batch.src, batch.tgt_in), None  # (batch, tgt_len, d_model)
+        else:  # and the layer's cross-attention (batch, heads, tgt_len, src_len)
+            states, weights = forward(batch.src, batch.tgt_in, layer)
     dtype = torch.float32 if precision == "fp16" else PRECISIONS[precision]
-    return linear_cross_entropy(
+    loss = linear_cross_entropy(
         states, model.output.weight, batch.tgt_out, smoothing, dtype, buffers=buffers, bias=model.output_bias()
     )
+    if weights is not None:
+        loss = loss + guided.weight * alignment_loss(weights, batch.alignment, guided.heads)
+    return loss
 
 
 @dataclass
@@ -199,6 +213,7 @@ class TrainingStep:
                     self.train.precision,
                     self.forward,
                     self.buffers,
+                    self.train.guided_alignment,
                 )
                 self.scaler.scale(loss).backward()
             total += loss.detach()

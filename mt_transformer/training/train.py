@@ -113,16 +113,18 @@ def train(config: Config) -> dict:
         distributed.destroy_group()
 
 
-def prepare_for_all_ranks(data_config, run_dir: str, seed: int, processes: distributed.Processes, device, threads=0):
+def prepare_for_all_ranks(config: Config, run_dir: str, processes: distributed.Processes, device):
     """The teacher's translations of the training sources where a corpus has a teacher (each rank
-    translates its share); then rank 0 trains the tokenizer and encodes the data, and the other
-    ranks load both from the run directory, which must be shared by every node."""
-    train_from = teacher.distilled_corpora(data_config, run_dir, device, threads)
+    translates its share); then rank 0 trains the tokenizer and encodes the data (with word
+    alignments under train.guided_alignment), and the other ranks load both from the run
+    directory, which must be shared by every node."""
+    data_config, seed, aligned = config.data, config.train.seed, config.train.guided_alignment.weight > 0
+    train_from = teacher.distilled_corpora(data_config, run_dir, device, config.train.threads)
     if processes.is_main:
-        prepared = prepare_data(data_config, run_dir, seed, train_from=train_from)
+        prepared = prepare_data(data_config, run_dir, seed, train_from=train_from, aligned=aligned)
     distributed.barrier()
     if not processes.is_main:
-        prepared = prepare_data(data_config, run_dir, seed, train_from=train_from)
+        prepared = prepare_data(data_config, run_dir, seed, train_from=train_from, aligned=aligned)
     if processes.enabled and len(set(distributed.all_gather(prepared[0].fingerprint()))) > 1:
         raise UserError(
             f"train.output_dir: the ranks see different tokenizers in {run_dir}; with several nodes, "
@@ -148,9 +150,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         finetune.check_compatible(found[-1][1], config)
     if parent and processes.is_main:
         finetune.adopt_tokenizer(parent, run_dir)
-    tokenizer, data, corpus_sizes = prepare_for_all_ranks(
-        config.data, run_dir, settings.seed, processes, device, settings.threads
-    )
+    tokenizer, data, corpus_sizes = prepare_for_all_ranks(config, run_dir, processes, device)
     if not config.data.vocab_size:  # the run's config and checkpoints record the size chosen
         chosen = dataclasses.replace(config.data, vocab_size=chosen_vocab_size(run_dir))
         config = dataclasses.replace(config, data=chosen)
