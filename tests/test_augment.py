@@ -10,7 +10,7 @@ from test_faults import assert_same_run, losses
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer.config import AugmentConfig
 from mt_transformer.data import augment
-from mt_transformer.data.augment import CaseSample, PairAugmenter, augment_pair
+from mt_transformer.data.augment import PairAugmenter, TokenizerSample, augment_pair
 
 
 def test_each_modifier_changes_what_it_says_and_nothing_else():
@@ -103,7 +103,7 @@ def test_word_alignments_pass_through_modifiers_that_keep_the_words_and_go_where
 
 def test_the_tokenizer_sample_adds_capitals_the_same_way_every_pass():
     lines = [f"ein Mann {n}" for n in range(1000)]
-    sample = CaseSample(lines, upper=0.1, title=0.05, seed=3)
+    sample = TokenizerSample(lines, upper=0.1, title=0.05, seed=3)
     first, second = list(sample), list(sample)
     assert first == second and first[: len(lines)] != lines
     uppers = [line for line in first if line.isupper()]
@@ -139,7 +139,7 @@ def test_training_with_changed_pairs_resumes_exactly_and_all_zero_is_todays_trai
 @pytest.mark.parametrize(
     "setting, says",
     [
-        ("data.augment.uppercase=0.1", "data.augment.uppercase: unknown key (valid keys: case_target, noise"),
+        ("data.augment.uppercase=0.1", "data.augment.uppercase: unknown key (valid keys: case_target, inline_tags, noise"),
         ("data.augment.typos=1.5", "data.augment.typos: a share of pairs, between 0 and 1, got 1.5"),
         ("data.augment=0.1", "data.augment: expected a mapping of keys, got 0.1"),
     ],
@@ -163,3 +163,40 @@ def test_mt_prepare_shows_the_pairs_as_they_are_changed(corpus, tmp_path):
         )
     off = run_cli("mt-prepare", "--config", config, "--show-augmented", "3", "--set", "data.augment={}")
     assert off.returncode == 2 and "data.augment changes no pair" in off.stderr
+
+
+def test_inline_tags_wrap_a_source_span_and_the_target_words_aligned_to_it_and_keep_the_word_count():
+    src, tgt = "ich kaufte drei rote äpfel .", "i bought three red apples ."
+    alignment = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    setting = AugmentConfig(inline_tags=1.0)
+    seen = set()
+    for seed in range(40):
+        new_src, new_tgt = augment._modified(src, tgt, setting, random.Random(seed), frozenset(), alignment)[:2]
+        assert len(new_src.split()) == 6 and len(new_tgt.split()) == 6  # the alignment still holds
+        opened = [w for w in new_src.split() if w.startswith("<")][0]
+        tag = opened[1 : opened.index(">")]
+        first = next(k for k, w in enumerate(new_src.split()) if w.startswith(f"<{tag}>"))
+        last = next(k for k, w in enumerate(new_src.split()) if w.endswith(f"</{tag}>"))
+        assert tag in augment.INLINE_TAGS and 0 <= last - first < augment.LONGEST_TAGGED
+        # a one-to-one alignment: the target's element wraps the same positions
+        assert new_tgt.split()[first].startswith(f"<{tag}>") and new_tgt.split()[last].endswith(f"</{tag}>")
+        seen.add((first, last))
+    assert len(seen) > 5
+    # crossing links (words 1 and 2 swap sides): "a b" maps to x..z, which holds y, aligned to c: never wrapped
+    crossing = [0, 0, 1, 2, 2, 1]
+    for seed in range(40):
+        new_src, new_tgt = augment._modified("a b c", "x y z", setting, random.Random(seed), frozenset(), crossing)[:2]
+        if new_src != "a b c":
+            assert "<" in new_tgt and new_tgt.count("<") == 2
+            inside = [k for k, w in enumerate(new_src.split()) if "<" in w]
+            assert inside != [0, 1]
+    # no alignment: nothing to wrap
+    assert augment._modified(src, tgt, setting, random.Random(0), frozenset())[:2] == (src, tgt)
+
+
+def test_the_tokenizer_sample_adds_tagged_lines_for_inline_tags():
+    lines = [f"ein Mann {n}" for n in range(1000)]
+    sample = list(TokenizerSample(lines, upper=0.0, title=0.0, seed=3, inline=0.1))
+    tagged = [line for line in sample if "<" in line]
+    assert 60 < len(tagged) < 140 and len(sample) == 1000 + len(tagged)
+    assert all(line.count("</") == 1 for line in tagged)

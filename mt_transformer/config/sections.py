@@ -31,11 +31,12 @@ class AugmentConfig:
     remove_end_punct: float = 0.0
     typos: float = 0.0
     noise: float = 0.0
+    inline_tags: float = 0.0  # needs the pairs' word alignments: the data stage makes them
     # upper_case and title_case change the target too (OpusTrainer's way); false: the source alone,
     # so the model learns to read capitals and writes its usual case (docs/techniques.md)
     case_target: bool = True
 
-    SHARES = ("upper_case", "title_case", "remove_end_punct", "typos", "noise")
+    SHARES = ("upper_case", "title_case", "remove_end_punct", "typos", "noise", "inline_tags")
 
     @property
     def active(self) -> bool:

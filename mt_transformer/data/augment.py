@@ -8,6 +8,10 @@ its probability, in this order, on the text before subword encoding:
     title_case        every word of both sides begins with a capital
     upper_case        both sides in capitals (after title_case, the capitals win); with
                       case_target false these two change the source alone
+    inline_tags       an inline element (<b>, <i>, <em>, <strong>, <u>, <span>) around a span of
+                      one to three source words and around the target words aligned to them, as
+                      OpusTrainer's tags modifier: the model learns to carry markup it reads as
+                      text (needs the pairs' word alignments: data/word_alignment.py)
     noise             the pair replaced by a line of random letters, digits and symbols on both
                       sides: the model learns to pass through what it cannot translate
 
@@ -24,10 +28,13 @@ import string
 
 from mt_transformer.config import AugmentConfig
 
-MODIFIERS = ("remove_end_punct", "typos", "title_case", "upper_case", "noise")  # the order they apply in
+# the order they apply in: the tags after the capitals (no <B>), noise last
+MODIFIERS = ("remove_end_punct", "typos", "title_case", "upper_case", "inline_tags", "noise")
 END_PUNCTUATION = ".!?;:…。！？"
 TYPO_SHARE = 0.15  # of a line's words of two letters or more, at least one
 NOISE_CHARACTERS = string.ascii_letters + string.digits + string.punctuation
+INLINE_TAGS = ("b", "i", "em", "strong", "u", "span")
+LONGEST_TAGGED = 3  # source words in an inline element
 
 
 def upper_case(text: str) -> str:
@@ -73,6 +80,32 @@ def typos(text: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
+def wrapped(words: list[str], first: int, last: int, tag: str) -> str:
+    """The words with <tag> before word `first` and </tag> after word `last`, no space added: the
+    words stay as many, so the pair's word alignment still holds."""
+    words = list(words)
+    words[first] = f"<{tag}>" + words[first]
+    words[last] = words[last] + f"</{tag}>"  # the same word where first is last
+    return " ".join(words)
+
+
+def inline_tags(src: str, tgt: str, alignment: list[int], rng: random.Random) -> tuple[str, str] | None:
+    """Both sides with one inline element: around a span of up to LONGEST_TAGGED source words and
+    around the target words `alignment` (flat word pairs) aligns to them, where no word inside the
+    target span aligns outside the source span; None where three draws find no such span."""
+    src_words, tgt_words = src.split(" "), tgt.split(" ")
+    links = [(s, t) for s, t in zip(alignment[::2], alignment[1::2]) if s < len(src_words) and t < len(tgt_words)]
+    for _ in range(3 if links else 0):
+        first = rng.choice(links)[0]
+        last = min(first + rng.randrange(LONGEST_TAGGED), len(src_words) - 1)
+        aligned = [t for s, t in links if first <= s <= last]
+        start, end = min(aligned), max(aligned)
+        if all(first <= s <= last for s, t in links if start <= t <= end):
+            tag = rng.choice(INLINE_TAGS)
+            return wrapped(src_words, first, last, tag), wrapped(tgt_words, start, end, tag)
+    return None
+
+
 def noise(rng: random.Random) -> str:
     """A line of 1-6 words of random letters, digits and symbols."""
     return " ".join(
@@ -92,8 +125,9 @@ def augment_pair(
     return _modified(src, tgt, setting, rng, tags)[:2]
 
 
-def _modified(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, tags: frozenset[str]):
-    """augment_pair's pair, and whether noise replaced it (its words are no longer the pair's)."""
+def _modified(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, tags: frozenset[str], alignment=()):
+    """augment_pair's pair, and whether noise replaced it (its words are no longer the pair's);
+    `alignment`: the pair's flat word pairs, for inline_tags (none: no tags)."""
     tag, src, noised = *_split_tag(src, tags), False
     for name in MODIFIERS:
         probability = getattr(setting, name)
@@ -107,6 +141,8 @@ def _modified(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, ta
             src, tgt = title_case(src), title_case(tgt) if setting.case_target else tgt
         elif name == "upper_case":
             src, tgt = upper_case(src), upper_case(tgt) if setting.case_target else tgt
+        elif name == "inline_tags":
+            src, tgt = inline_tags(src, tgt, alignment, rng) or (src, tgt)
         elif name == "noise":
             src = tgt = noise(rng)
             noised = True
@@ -124,14 +160,15 @@ class PairAugmenter:
         self.encoder, self.settings, self.tags = encoder, list(settings), frozenset(tags)
         self.ends = [sum(corpus_sizes[: k + 1]) for k in range(len(corpus_sizes))]
 
-    def change(self, src: list[str], tgt: list[str], indices, rng: random.Random) -> tuple[list[int], list[int]]:
-        """Change the pairs (their row `indices`) in place; returns the positions of those changed
-        and of those noise replaced."""
+    def change(self, src: list[str], tgt: list[str], indices, rng: random.Random, alignments=None):
+        """Change the pairs (their row `indices`; their word `alignments`, if any) in place;
+        returns the positions of those changed and of those noise replaced."""
         changed, noised = [], []
         for k, index in enumerate(indices):
             setting = self.settings[min(bisect.bisect_right(self.ends, int(index)), len(self.settings) - 1)]
             if setting.active:
-                *new, replaced = _modified(src[k], tgt[k], setting, rng, self.tags)
+                alignment = alignments[k] if alignments is not None else ()
+                *new, replaced = _modified(src[k], tgt[k], setting, rng, self.tags, alignment)
                 if tuple(new) != (src[k], tgt[k]):
                     src[k], tgt[k] = new
                     changed.append(k)
@@ -147,7 +184,8 @@ class PairAugmenter:
         for start in range(0, len(dataset), 1000):
             rows = dataset[start : start + 1000]
             src, tgt = list(rows["src"]), list(rows["tgt"])
-            for k in self.change(src, tgt, range(start, start + len(src)), rng)[0]:
+            alignments = rows["alignment"] if "alignment" in rows else None
+            for k in self.change(src, tgt, range(start, start + len(src)), rng, alignments)[0]:
                 found.append((rows["src"][k], rows["tgt"][k], src[k], tgt[k]))
                 if len(found) == count:
                     return found
@@ -155,7 +193,8 @@ class PairAugmenter:
 
     def __call__(self, rows: dict, seed: int, indices) -> dict:
         src, tgt = list(rows["src"]), list(rows["tgt"])
-        changed, noised = self.change(src, tgt, indices, random.Random(seed))
+        alignments = rows["alignment"] if "alignment" in rows else None
+        changed, noised = self.change(src, tgt, indices, random.Random(seed), alignments)
         aligned = {}
         if "alignment" in rows:
             noised = set(noised)
@@ -170,14 +209,16 @@ class PairAugmenter:
         return {"src_ids": src_ids, "tgt_ids": tgt_ids, **aligned}
 
 
-class CaseSample:
+class TokenizerSample:
     """The tokenizer's training lines, each followed, for a seeded share of them, by its upper-case
-    and its title-case form (the shares data.augment gives upper_case and title_case): so that
-    sentencepiece learns pieces for capitals and upper-case input does not fall apart into single
-    letters. A sequence like the lines it wraps: every pass yields the same lines."""
+    and its title-case form and by the line with one word in an inline element (the shares
+    data.augment gives upper_case, title_case and inline_tags): so that sentencepiece learns pieces
+    for capitals and tags, and upper-case input does not fall apart into single letters. A
+    sequence like the lines it wraps: every pass yields the same lines."""
 
-    def __init__(self, lines, upper: float, title: float, seed: int, tags=()):
+    def __init__(self, lines, upper: float, title: float, seed: int, tags=(), inline: float = 0.0):
         self.lines, self.upper, self.title, self.seed, self.tags = lines, upper, title, seed, frozenset(tags)
+        self.inline = inline
 
     def __iter__(self):
         rng = random.Random(self.seed)
@@ -188,3 +229,7 @@ class CaseSample:
                 yield tag + upper_case(text)
             if rng.random() < self.title:
                 yield tag + title_case(text)
+            if self.inline and text and rng.random() < self.inline:
+                words = text.split(" ")
+                word = rng.randrange(len(words))
+                yield tag + wrapped(words, word, word, rng.choice(INLINE_TAGS))

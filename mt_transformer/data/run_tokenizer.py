@@ -11,7 +11,7 @@ import os
 import datasets
 
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
-from mt_transformer.data.augment import CaseSample
+from mt_transformer.data.augment import TokenizerSample
 from mt_transformer.data.corpus import ColumnLines, drop_empty, load_pairs
 from mt_transformer.data.from_text import vocabulary_size_for
 from mt_transformer.data.sentencepiece_training import train_tokenizer
@@ -57,15 +57,19 @@ def run_tokenizer(
         size, words = vocabulary_size_for([src, tgt], data.joint_vocab, data.spm_max_sentences)
         log.info("data.vocab_size: %d (sized from the data: %d distinct words)", size, words)
     augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
-    # capitals the training pairs will have: pieces for them (data/augment.py); a folded source has none
+    # capitals and tags the training pairs will have: pieces for them (data/augment.py); a folded
+    # source has no capitals
     upper, title = max(a.upper_case for a in augment), max(a.title_case for a in augment)
-    if (upper or title) and not data.fold_source_case:
-        src = CaseSample(src, upper, title, seed, data.tags)
+    inline = max(a.inline_tags for a in augment)
+    if data.fold_source_case:
+        upper = title = 0.0
+    if upper or title or inline:
+        src = TokenizerSample(src, upper, title, seed, data.tags, inline)
     cased = [a for a in augment if a.case_target]  # the corpora whose targets get capitals too
     tgt_upper = max((a.upper_case for a in cased), default=0.0)
     tgt_title = max((a.title_case for a in cased), default=0.0)
-    if tgt_upper or tgt_title:
-        tgt = CaseSample(tgt, tgt_upper, tgt_title, seed + 1)
+    if tgt_upper or tgt_title or inline:
+        tgt = TokenizerSample(tgt, tgt_upper, tgt_title, seed + 1, inline=inline)
     log.info(
         "training sentencepiece (%s, vocab %d, %s) on %d pairs",
         data.spm_type,

@@ -37,8 +37,9 @@ class TrainingBatches:
         self.tag_after_eos = config.model.source_tag_after_eos  # where the sources' language token goes
         self.corpus_sizes = list(corpus_sizes)
         self.src_lens, self.tgt_lens = lengths(dataset)
-        self.word_starts = None  # train.guided_alignment: where each id's word begins (data/word_alignment.py)
-        if "alignment" in dataset.column_names:
+        self.aligned = "alignment" in dataset.column_names  # the pairs' word alignments (data/word_alignment.py)
+        self.word_starts = None  # train.guided_alignment: where each id's word begins, for the batches' targets
+        if self.aligned and config.train.guided_alignment.weight > 0:
             self.word_starts = tokenizer_word_starts(Tokenizer(tokenizer_dir))
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
         self._last_epoch = (None, [], self.pairs)  # (epoch, its batches, the pairs they index)
@@ -48,7 +49,7 @@ class TrainingBatches:
         under data.augment or data.spm_alpha (None without them)."""
         data = self.data
         augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
-        columns = ["src_ids", "tgt_ids"] + (["alignment"] if self.word_starts is not None else [])
+        columns = ["src_ids", "tgt_ids"] + (["alignment"] if self.aligned else [])
         if not data.spm_alpha and not any(a.active for a in augment):
             return dataset.select_columns(columns), None
         resample = PairAugmenter(SubwordEncoder(tokenizer_dir, data.spm_alpha), augment, self.corpus_sizes, data.tags)

@@ -116,9 +116,12 @@ def train(config: Config) -> dict:
 def prepare_for_all_ranks(config: Config, run_dir: str, processes: distributed.Processes, device):
     """The teacher's translations of the training sources where a corpus has a teacher (each rank
     translates its share); then rank 0 trains the tokenizer and encodes the data (with word
-    alignments under train.guided_alignment), and the other ranks load both from the run
-    directory, which must be shared by every node."""
-    data_config, seed, aligned = config.data, config.train.seed, config.train.guided_alignment.weight > 0
+    alignments for train.guided_alignment and data.augment's inline_tags), and the other ranks
+    load both from the run directory, which must be shared by every node."""
+    data_config, seed = config.data, config.train.seed
+    aligned = config.train.guided_alignment.weight > 0 or any(
+        data_config.augment_of(corpus).inline_tags for corpus in data_config.corpus_list()
+    )
     train_from = teacher.distilled_corpora(data_config, run_dir, device, config.train.threads)
     if processes.is_main:
         prepared = prepare_data(data_config, run_dir, seed, train_from=train_from, aligned=aligned)
