@@ -146,20 +146,24 @@ def one_source(translator, layer: int | None = None, head: int | None = None):
 
 
 def aligned_words(
-    translator, sources: list[list[int]], outputs: list[list[int]], attend=None
+    translator, sources: list[list[int]], outputs: list[list[int]], attend=None, known=None
 ) -> list[tuple[list[tuple[int, int]], torch.Tensor | None]]:
     """Per (source, output) pair (sources as translator.source_ids gives them, outputs as the search
     wrote them): its word alignment (word_alignment's pairs, the language tokens of both sides left
     out) and the (target + 1, source + 1) attention it comes from; ([], None) for an empty side.
-    `attend(sources, outputs)`: those matrices, by default translator.attention_of (one engine call
-    for all of them where CTranslate2 runs)."""
+    `known`: per pair, its attention where the search gave it already (Translation.attention), or
+    None; `attend(sources, outputs)` gives the others, by default translator.attention_of (one
+    engine call for all of them where CTranslate2 runs)."""
     source, output = (len(head) for head in translator.heads)
     found: list = [([], None) for _ in outputs]
     kept = [k for k, (src, out) in enumerate(zip(sources, outputs)) if src[source:] and out[output:]]
+    matrices = {k: known[k] for k in kept if known is not None and known[k] is not None}
+    wanted = [k for k in kept if k not in matrices]
     attend = attend or translator.attention_of
-    matrices = attend([sources[k] for k in kept], [outputs[k] for k in kept]) if kept else []
-    for k, matrix in zip(kept, matrices):
+    if wanted:
+        matrices.update(zip(wanted, attend([sources[k] for k in wanted], [outputs[k] for k in wanted])))
+    for k in kept:
         src_pieces = translator.tokenizer.src_pieces(sources[k])[source:]
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
-        found[k] = (word_alignment(matrix[output:, source:], src_pieces, tgt_pieces), matrix)
+        found[k] = (word_alignment(matrices[k][output:, source:], src_pieces, tgt_pieces), matrices[k])
     return found

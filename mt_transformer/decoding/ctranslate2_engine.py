@@ -92,6 +92,7 @@ class Ct2Search:
         # every output scored again, for the model's own log-probabilities: CTranslate2's search
         # leaves out of its normalisation tokens it never outputs, ours keeps them (costs ~30%)
         self.exact_scores = False
+        self.attention = False  # each hypothesis with its cross-attention (Translator.with_attention)
 
     def __call__(
         self,
@@ -133,6 +134,7 @@ class Ct2Search:
                 max_decoding_length=max(limits),
                 max_input_length=0,
                 return_scores=True,
+                return_attention=self.attention,
                 max_batch_size=-(-len(sources) // self.translator.num_translators),  # a part per worker
             )
         except RuntimeError as error:  # its GPU libraries are loaded at the first translation
@@ -151,6 +153,10 @@ class Ct2Search:
             ]
             for result, limit in zip(results, limits)
         ]
+        if self.attention:  # the rows of the steps that wrote each kept piece
+            for result, hypotheses in zip(results, found):
+                for h, weights in zip(hypotheses, result.attention):
+                    h.attention = torch.tensor(weights[: len(h.tokens)])
         self._score_again(sources, found)
         return found
 

@@ -19,6 +19,7 @@ class Hypothesis:
     score: float  # log_prob / length_penalty
     log_prob: float  # sum of token log-probabilities, EOS included
     unmet: int = 0  # lexical constraints: the phrases to include that it lacks
+    attention: torch.Tensor | None = None  # (len(tokens), source) cross-attention, where the engine gave it
 
 
 def length_penalty(length: int, alpha: float) -> float:

@@ -45,6 +45,7 @@ class Translation:
     score: float
     log_prob: float
     unknowns: int = 0  # subwords that spelled nothing: <unk> (filled from the source or left out) or broken bytes
+    attention: torch.Tensor | None = None  # (len(tokens), source): with_attention's, where the engine gave it
 
 
 def source_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -139,6 +140,15 @@ class Translator:
         search.exact_scores = True
         return dataclasses.replace(self, search=search)
 
+    def with_attention(self) -> Translator:
+        """The same translator, CTranslate2's translations carrying the attention_of weights of the
+        steps that wrote them (no second call for them); ours computes them when asked."""
+        if not hasattr(self.search, "attention"):
+            return self
+        search = copy.copy(self.search)
+        search.attention = True
+        return dataclasses.replace(self, search=search)
+
     def reseed(self, offset: int) -> None:
         """Sampling draws from decode.seed + offset from here on: a corpus seeds each window by its
         number, so that a window translates the same whether or not the ones before it ran."""
@@ -210,7 +220,7 @@ class Translator:
                 text, unknowns = self.tokenizer.detokenize(h.tokens, f)
                 if not (prefixes and prefixes[line]):  # a prefix is kept as it was given
                     text = with_case_of(lines[line], text)
-                translations.append(Translation(text, h.tokens, h.score, h.log_prob, unknowns))
+                translations.append(Translation(text, h.tokens, h.score, h.log_prob, unknowns, h.attention))
             results.append(translations)
         return results
 

@@ -14,30 +14,29 @@ def has_markup(line: str) -> bool:
 
 
 def translate_html(translator, fragments: list[str], progress=False) -> list[str]:
-    """The translation of each fragment; one without markup is translated exactly as plain text."""
+    """The translation of each fragment; one without markup is translated exactly as plain text.
+    Sentences with inline elements are translated with their attention (from the same CTranslate2
+    call), the others as plain text."""
     parsed = [HtmlFragment(f) if has_markup(f) else None for f in fragments]
     texts = [[s.text for s in p.sentences] if p else [f] for p, f in zip(parsed, fragments)]
-    results = translator([t for ts in texts for t in ts], progress=progress)
-    per_line, start = [], 0
-    for lines in texts:
-        per_line.append(results[start : start + len(lines)])
-        start += len(lines)
-    # the best translation of each sentence with inline elements, aligned to it in one call
-    wanted = [
-        (i, k)
-        for i, fragment in enumerate(parsed)
-        if fragment is not None
-        for k, sentence in enumerate(fragment.sentences)
-        if sentence.spans and sentence.words and per_line[i][k][0].tokens
-    ]
-    sources = translator.source_ids([parsed[i].sentences[k].text for i, k in wanted])
-    aligned = aligned_words(translator, sources, [per_line[i][k][0].tokens for i, k in wanted])
+    keys = [(i, k) for i, lines in enumerate(texts) for k in range(len(lines))]
+    tagged = {(i, k) for i, k in keys if parsed[i] and parsed[i].sentences[k].spans and parsed[i].sentences[k].words}
+    found = {}
+    for group, engine in ((tagged, translator.with_attention()), (set(keys) - tagged, translator)):
+        chosen = [key for key in keys if key in group]
+        found.update(zip(chosen, engine([texts[i][k] for i, k in chosen], progress=progress) if chosen else []))
+    # the best translation of each sentence with inline elements, aligned to it
+    wanted = [key for key in keys if key in tagged and found[key][0].tokens]
+    best = [found[key][0] for key in wanted]
+    sources = translator.source_ids([texts[i][k] for i, k in wanted])
+    aligned = aligned_words(translator, sources, [t.tokens for t in best], known=[t.attention for t in best])
     alignments = {key: pairs for key, (pairs, _) in zip(wanted, aligned)}
     out = []
-    for i, (fragment, found) in enumerate(zip(parsed, per_line)):
+    for i, fragment in enumerate(parsed):
         if fragment is None:
-            out.append(found[0][0].text)
+            out.append(found[i, 0][0].text)
             continue
-        aligned_here = [alignments.get((i, k)) for k in range(len(found))]
-        out.append(fragment.rebuild([hypotheses[0].text for hypotheses in found], aligned_here))
+        sentences = range(len(texts[i]))
+        translations = [found[i, k][0].text for k in sentences]
+        out.append(fragment.rebuild(translations, [alignments.get((i, k)) for k in sentences]))
     return out

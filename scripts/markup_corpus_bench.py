@@ -1,0 +1,160 @@
+"""Inline markup on a real test set, judged by an aligner that knows nothing of the model.
+
+Each test source gets one inline element around a span of one to three words that eflomal aligns
+cleanly to the reference (so a right place exists; the span and tag drawn as data.augment's
+inline_tags draws them), and goes through --format html's code (markup/translation.py). An element
+is on the right words when it wraps exactly the output words from the first to the last that
+eflomal aligns to its source words, eflomal aligning the sources with the outputs (tags removed)
+beside --train-pairs pairs of the training corpus for its statistics. Prints that share (elements
+whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
+well-formed with the input's elements, the BLEU of the outputs without their tags and of the same
+sources sent plain, and both speeds (sentences/s, best of --rounds).
+
+    python scripts/markup_corpus_bench.py --checkpoint RUN --src test.de --ref test.en \
+        --train-src train.de --train-tgt train.en [--lines 1000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import time
+from html.parser import HTMLParser
+
+import sacrebleu
+
+import mt_transformer as mt
+from measure import machine_line, write_json
+from mt_transformer.data.augment import inline_tags
+from mt_transformer.data.word_alignment import align_words, flat
+from mt_transformer.markup.translation import translate_html
+
+
+class Elements(HTMLParser):
+    """A fragment's text without tags, and each element's tag and (start, end) in that text;
+    whether its end tags close what they open."""
+
+    def __init__(self, fragment: str):
+        super().__init__(convert_charrefs=True)
+        self.text, self.elements, self.open, self.nested = "", [], [], True
+        self.feed(fragment)
+        self.close()
+        self.nested = self.nested and not self.open
+
+    def handle_starttag(self, tag, attrs):
+        self.open.append(len(self.elements))
+        self.elements.append([tag, len(self.text), None])
+
+    def handle_endtag(self, tag):
+        k = self.open.pop() if self.open else None
+        self.nested = self.nested and k is not None and self.elements[k][0] == tag
+        if k is not None:
+            self.elements[k][2] = len(self.text)
+
+    def handle_data(self, data):
+        self.text += data
+
+
+def word_range(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """The first and last whitespace-separated words of `text` that [start, end) overlaps."""
+    inside = [k for k, m in enumerate(re.finditer(r"\S+", text)) if m.start() < end and m.end() > start]
+    return (inside[0], inside[-1]) if inside else None
+
+
+def timed(rounds: int, function, *args):
+    best, result = float("inf"), None
+    for _ in range(rounds):
+        started = time.perf_counter()
+        result = function(*args)
+        best = min(best, time.perf_counter() - started)
+    return result, best
+
+
+def read(path: str, count: int) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for _, line in zip(range(count), f)]
+
+
+def tagged_cases(sources, references, links, seed: int):
+    """(tagged source, the source span's words) per line that has a cleanly aligned span."""
+    rng, cases = random.Random(seed), []
+    for k, (source, reference) in enumerate(zip(sources, references)):
+        made = inline_tags(source, reference, flat(links[k]), rng)
+        if made:
+            parsed = Elements(made[0])
+            cases.append((k, made[0], word_range(parsed.text, *parsed.elements[0][1:])))
+    return cases
+
+
+def placement(cases, outputs, out_links) -> tuple[int, int, int, int]:
+    """(on the right words, judged, left unaligned by eflomal, well-formed with the input's elements)."""
+    right = judged = unaligned = formed = 0
+    for (_, given, (first, last)), out, links in zip(cases, outputs, out_links):
+        found = Elements(out)
+        formed += found.nested and [e[0] for e in found.elements] == [e[0] for e in Elements(given).elements]
+        aligned = [t for s, t in links if first <= s <= last]
+        if not aligned:
+            unaligned += 1
+            continue
+        judged += 1
+        element = found.elements[0] if found.elements else None
+        right += element is not None and word_range(found.text, *element[1:]) == (min(aligned), max(aligned))
+    return right, judged, unaligned, formed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--ref", required=True)
+    parser.add_argument("--train-src", required=True, help="pairs that give the aligner its statistics")
+    parser.add_argument("--train-tgt", required=True)
+    parser.add_argument("--train-pairs", type=int, default=20000)
+    parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--engine", default="auto")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    sources, references = read(args.src, args.lines), read(args.ref, args.lines)
+    stat_src, stat_tgt = read(args.train_src, args.train_pairs), read(args.train_tgt, args.train_pairs)
+    links = align_words(stat_src + sources, stat_tgt + references)[len(stat_src) :]
+    cases = tagged_cases(sources, references, links, args.seed)
+    model = mt.load(args.checkpoint, engine=args.engine)
+    translator = model.translator
+    html, html_time = timed(args.rounds, translate_html, translator, [c[1] for c in cases])
+    plain_lines = [sources[c[0]] for c in cases]
+    plain, plain_time = timed(args.rounds, lambda lines: [r[0].text for r in translator(lines)], plain_lines)
+    stripped = [Elements(out).text for out in html]
+    out_links = align_words(stat_src + plain_lines, stat_tgt + stripped)[len(stat_src) :]
+    right, judged, unaligned, formed = placement(cases, html, out_links)
+    refs = [[references[c[0]] for c in cases]]
+    result = {
+        "machine": machine_line(),
+        "checkpoint": args.checkpoint,
+        "engine": model.engine,
+        "lines": len(cases),
+        "right": right,
+        "judged": judged,
+        "unaligned": unaligned,
+        "well_formed": formed,
+        "bleu_html_without_tags": sacrebleu.corpus_bleu(stripped, refs).score,
+        "bleu_plain": sacrebleu.corpus_bleu(plain, refs).score,
+        "html_sentences_per_s": len(cases) / html_time,
+        "plain_sentences_per_s": len(cases) / plain_time,
+    }
+    print(f"{result['machine']}; {args.checkpoint}, engine {model.engine}, {len(cases)} tagged lines")
+    share = f"{right}/{judged} ({100 * right / max(judged, 1):.1f}%)"
+    print(f"elements on the right words: {share}, {unaligned} left unaligned by eflomal")
+    print(f"well-formed with the input's elements: {formed}/{len(cases)}")
+    bleu = result["bleu_html_without_tags"], result["bleu_plain"]
+    print("BLEU without tags {:.2f}, the same sources plain {:.2f}".format(*bleu))
+    speeds = f"html {len(cases) / html_time:.1f}, plain {len(cases) / plain_time:.1f}"
+    print(f"sentences/s: {speeds} ({plain_time / html_time:.2f}x)")
+    if args.json:
+        write_json(args.json, result)
+
+
+if __name__ == "__main__":
+    main()
