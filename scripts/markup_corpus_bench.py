@@ -8,7 +8,9 @@ eflomal aligns to its source words, eflomal aligning the sources with the output
 beside --train-pairs pairs of the training corpus for its statistics. Prints that share (elements
 whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
 well-formed with the input's elements, the BLEU of the outputs without their tags and of the same
-sources sent plain, and both speeds (sentences/s, best of --rounds).
+sources sent plain, and both speeds (sentences/s, best of --rounds). Last, the tagged sources sent
+as plain text, as an app that does not say it sends HTML sends them: how many outputs keep the
+element, well-formed, and their BLEU with tags removed (data.augment's inline_tags teaches this).
 
     python scripts/markup_corpus_bench.py --checkpoint RUN --src test.de --ref test.en \
         --train-src train.de --train-tgt train.en [--lines 1000] [--json out.json]
@@ -129,6 +131,8 @@ def main() -> None:
     stripped = [Elements(out).text for out in html]
     out_links = align_words(stat_src + plain_lines, stat_tgt + stripped)[len(stat_src) :]
     right, judged, unaligned, formed = placement(cases, html, out_links)
+    as_text = [r[0].text for r in translator([c[1] for c in cases])]
+    kept = sum(placement([c], [out], [[]])[3] for c, out in zip(cases, as_text))
     refs = [[references[c[0]] for c in cases]]
     result = {
         "machine": machine_line(),
@@ -141,6 +145,8 @@ def main() -> None:
         "well_formed": formed,
         "bleu_html_without_tags": sacrebleu.corpus_bleu(stripped, refs).score,
         "bleu_plain": sacrebleu.corpus_bleu(plain, refs).score,
+        "as_text_kept": kept,
+        "bleu_as_text_without_tags": sacrebleu.corpus_bleu([Elements(out).text for out in as_text], refs).score,
         "html_sentences_per_s": len(cases) / html_time,
         "plain_sentences_per_s": len(cases) / plain_time,
     }
@@ -152,6 +158,8 @@ def main() -> None:
     print("BLEU without tags {:.2f}, the same sources plain {:.2f}".format(*bleu))
     speeds = f"html {len(cases) / html_time:.1f}, plain {len(cases) / plain_time:.1f}"
     print(f"sentences/s: {speeds} ({plain_time / html_time:.2f}x)")
+    print(f"sent as text: element kept well-formed {kept}/{len(cases)}, BLEU without tags ", end="")
+    print(f"{result['bleu_as_text_without_tags']:.2f}")
     if args.json:
         write_json(args.json, result)
 

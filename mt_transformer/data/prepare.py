@@ -127,16 +127,7 @@ def encode_split(
         features=features,
     )
     if training:
-        before = len(encoded)
-        encoded = encoded.filter(
-            lambda b: [0 < s <= max_len and 0 < t <= max_len for s, t in zip(b["src_len"], b["tgt_len"])], batched=True
-        )
-        stats["too_long"] = before - len(encoded)
-        before = len(encoded)
-        encoded = encoded.filter(
-            lambda b: [max(s, t) <= max_ratio * min(s, t) for s, t in zip(b["src_len"], b["tgt_len"])], batched=True
-        )
-        stats["bad_ratio"] = before - len(encoded)
+        encoded = _cleaned(encoded, max_len, max_ratio, stats)
     if training and align is not None:
         found = align(encoded["src"], encoded["tgt"])
         stats["aligned"] = sum(1 for pairs in found if pairs)
@@ -150,6 +141,22 @@ def encode_split(
         encoded.save_to_disk(tmp)
         write_text(os.path.join(tmp, "stats.json"), json.dumps(stats))
     return datasets.load_from_disk(path), {**stats, "cached": False}
+
+
+def _cleaned(encoded: datasets.Dataset, max_len: int, max_ratio: float, stats: dict) -> datasets.Dataset:
+    """Training pairs without those longer than `max_len` subwords on a side or whose lengths differ
+    by more than `max_ratio` times; counted in `stats`."""
+    before = len(encoded)
+    encoded = encoded.filter(
+        lambda b: [0 < s <= max_len and 0 < t <= max_len for s, t in zip(b["src_len"], b["tgt_len"])], batched=True
+    )
+    stats["too_long"] = before - len(encoded)
+    before = len(encoded)
+    encoded = encoded.filter(
+        lambda b: [max(s, t) <= max_ratio * min(s, t) for s, t in zip(b["src_len"], b["tgt_len"])], batched=True
+    )
+    stats["bad_ratio"] = before - len(encoded)
+    return encoded
 
 
 def cache_directory(data: DataConfig, run_dir: str) -> str:

@@ -31,6 +31,24 @@ def training_pairs(data: DataConfig, train_from: dict[str, CorpusConfig] | None 
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
+def _with_augmented_lines(data: DataConfig, src, tgt, seed: int):
+    """Each side's lines, with the capitals and tags data.augment will give the training pairs
+    (data/augment.py), so that sentencepiece learns pieces for them; a folded source has no capitals."""
+    augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
+    upper, title = max(a.upper_case for a in augment), max(a.title_case for a in augment)
+    inline = max(a.inline_tags for a in augment)
+    if data.fold_source_case:
+        upper = title = 0.0
+    if upper or title or inline:
+        src = TokenizerSample(src, upper, title, seed, data.tags, inline)
+    cased = [a for a in augment if a.case_target]  # the corpora whose targets get capitals too
+    tgt_upper = max((a.upper_case for a in cased), default=0.0)
+    tgt_title = max((a.title_case for a in cased), default=0.0)
+    if tgt_upper or tgt_title or inline:
+        tgt = TokenizerSample(tgt, tgt_upper, tgt_title, seed + 1, inline=inline)
+    return src, tgt
+
+
 def run_tokenizer(
     data: DataConfig, run_dir: str, seed: int, train_from: dict[str, CorpusConfig] | None = None
 ) -> Tokenizer:
@@ -56,20 +74,7 @@ def run_tokenizer(
     if not size:
         size, words = vocabulary_size_for([src, tgt], data.joint_vocab, data.spm_max_sentences)
         log.info("data.vocab_size: %d (sized from the data: %d distinct words)", size, words)
-    augment = [data.augment_of(corpus) for corpus in data.corpus_list()]
-    # capitals and tags the training pairs will have: pieces for them (data/augment.py); a folded
-    # source has no capitals
-    upper, title = max(a.upper_case for a in augment), max(a.title_case for a in augment)
-    inline = max(a.inline_tags for a in augment)
-    if data.fold_source_case:
-        upper = title = 0.0
-    if upper or title or inline:
-        src = TokenizerSample(src, upper, title, seed, data.tags, inline)
-    cased = [a for a in augment if a.case_target]  # the corpora whose targets get capitals too
-    tgt_upper = max((a.upper_case for a in cased), default=0.0)
-    tgt_title = max((a.title_case for a in cased), default=0.0)
-    if tgt_upper or tgt_title or inline:
-        tgt = TokenizerSample(tgt, tgt_upper, tgt_title, seed + 1, inline=inline)
+    src, tgt = _with_augmented_lines(data, src, tgt, seed)
     log.info(
         "training sentencepiece (%s, vocab %d, %s) on %d pairs",
         data.spm_type,

@@ -165,8 +165,8 @@ class Ct2Search:
         return self.attention_of([src_ids] * len(outputs), outputs)
 
     def attention_of(self, sources: list[list[int]], outputs: list[list[int]]) -> list[torch.Tensor]:
-        """Per (source, output) pair, the (target, source) cross-attention weights of the last
-        decoder layer, mean of its heads, as the export's alignment heads give them: each output
+        """Per (source, output) pair, the (target, source) cross-attention weights of the export's
+        alignment heads (data/word_alignment.alignment_heads): each output
         forced as a target prefix through one more step (no EOS row or column), in one call."""
         results = self.translator.translate_batch(
             [self.tokenizer.src_pieces(ids) for ids in sources],

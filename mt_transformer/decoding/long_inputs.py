@@ -3,8 +3,13 @@ sentences, then starts of words) and how the parts' hypotheses are joined."""
 
 from __future__ import annotations
 
+import logging
+
 from mt_transformer.data.tokenizer import WORD_START, Tokenizer
-from mt_transformer.decoding.search import Hypothesis
+from mt_transformer.decoding.constraints import Constraints, split_constraints
+from mt_transformer.decoding.search import Hypothesis, output_limit
+
+log = logging.getLogger(__name__)
 
 SENTENCE_ENDS = (".", "!", "?", ";", ":", "。", "！", "？", "؟", "।")
 
@@ -54,3 +59,32 @@ def split_input(sequence: list[int], tokenizer: Tokenizer, limit: int) -> list[l
         n += 1
     head, body = sequence[:n], sequence[n:]
     return [head + part for part in split_at(body, cut_points(tokenizer.src_pieces(body), max(limit - n, 2)))]
+
+
+def segments_of(
+    translator, ids: list[list[int]], forced: list[list[int]] | None, lexical: list[Constraints] | None, first_line: int
+) -> tuple[list[list[int]], list[int], list[list[int]], list[Constraints]]:
+    """What a translator searches for lines of `ids`: each line whole, or cut where it is longer
+    than the model takes; with each part, its line, its prefix (the line's `forced` one for its
+    first part) and its share of the line's `lexical` constraints."""
+    segments, owners, segment_prefixes = [], [], []
+    segment_constraints: list[Constraints] = []
+    limit = translator.max_input_len
+    for line, sequence in enumerate(ids):
+        parts = [sequence]
+        if limit and len(sequence) > limit:
+            parts = split_input(sequence, translator.tokenizer, limit)
+            log.warning(
+                "line %d: %d subwords, more than %d: translated in %d parts",
+                first_line + line + 1,
+                len(sequence),
+                limit,
+                len(parts),
+            )
+        segments += parts
+        owners += [line] * len(parts)
+        segment_prefixes += [forced[line] if forced else []] + [list(translator.heads[1])] * (len(parts) - 1)
+        if lexical:
+            capacities = [output_limit(len(part), translator.decode, translator.max_positions) for part in parts]
+            segment_constraints += split_constraints(lexical[line], capacities, first_line + line)
+    return segments, owners, segment_prefixes, segment_constraints

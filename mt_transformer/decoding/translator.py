@@ -27,10 +27,10 @@ from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.data.word_alignment import alignment_heads
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
-from mt_transformer.decoding.constraints import Constraints, encode_constraints, split_constraints
-from mt_transformer.decoding.long_inputs import join_hypotheses, split_input
+from mt_transformer.decoding.constraints import Constraints, encode_constraints
+from mt_transformer.decoding.long_inputs import join_hypotheses, segments_of
 from mt_transformer.decoding.runtime import Runtime, ours
-from mt_transformer.decoding.search import Hypothesis, output_limit
+from mt_transformer.decoding.search import Hypothesis
 from mt_transformer.decoding.torch_search import TorchSearch
 from mt_transformer.decoding.unknowns import unknown_fills
 from mt_transformer.errors import UserError
@@ -190,7 +190,7 @@ class Translator:
         if self.heads[1] and forced is None:  # every output begins with its language's token
             forced = [list(self.heads[1]) for _ in lines]
         lexical = encode_constraints(self.tokenizer, self.decode, *constraints, first_line) if constraints else None
-        segments, owners, segment_prefixes, segment_constraints = self._segments(ids, forced, lexical, first_line)
+        segments, owners, segment_prefixes, segment_constraints = segments_of(self, ids, forced, lexical, first_line)
         found = self._search_segments(
             segments, segment_prefixes if forced else None, segment_constraints if lexical else None, progress
         )
@@ -248,35 +248,6 @@ class Translator:
                 if advance:
                     advance(len(batch))
         return found
-
-    def _segments(
-        self, ids: list[list[int]], forced: list[list[int]] | None, lexical: list[Constraints] | None, first_line: int
-    ) -> tuple[list[list[int]], list[int], list[list[int]], list[Constraints]]:
-        """The parts to translate: each line whole, or cut where it is longer than the model takes;
-        with each part, its line, its prefix (the line's for its first part) and its constraints."""
-        segments, owners, segment_prefixes = [], [], []
-        segment_constraints: list[Constraints] = []
-        for line, sequence in enumerate(ids):
-            parts = [sequence]
-            if self.max_input_len and len(sequence) > self.max_input_len:
-                parts = split_input(sequence, self.tokenizer, self.max_input_len)
-                log.warning(
-                    "line %d: %d subwords, more than %d: translated in %d parts",
-                    first_line + line + 1,
-                    len(sequence),
-                    self.max_input_len,
-                    len(parts),
-                )
-            segments += parts
-            owners += [line] * len(parts)
-            segment_prefixes += [forced[line] if forced else []] + [list(self.heads[1])] * (len(parts) - 1)
-            if lexical:
-                segment_constraints += self._constraints_of_parts(first_line + line, lexical[line], parts)
-        return segments, owners, segment_prefixes, segment_constraints
-
-    def _constraints_of_parts(self, line: int, c: Constraints, parts: list[list[int]]) -> list[Constraints]:
-        capacities = [output_limit(len(part), self.decode, self.max_positions) for part in parts]
-        return split_constraints(c, capacities, line)
 
 
 def input_limit(config: Config, max_positions: int | None) -> int:

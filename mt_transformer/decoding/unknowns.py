@@ -2,9 +2,9 @@
 
 A character the vocabulary cannot spell (without data.byte_fallback) is <unk> on both sides. A
 translation never prints sentencepiece's "⁇" for it: each target <unk> takes the source span of
-the unknown source piece it attends to most (OpenNMT's -replace_unk; the cross-attention of the
-last decoder layer, mean of the heads, of an ensemble's first model), so names, emoji and
-symbols are copied through; CTranslate2's attention is the same layer's, mean of its heads.
+the unknown source piece it attends to most (OpenNMT's -replace_unk; Translator.cross_attention's
+heads, those that give the model's alignments, of an ensemble's first model), so names, emoji
+and symbols are copied through; CTranslate2 gives the same heads.
 For inputs translated in parts the k-th target <unk> takes the k-th source span. A target <unk> with no source span to
 take is left out.
 """

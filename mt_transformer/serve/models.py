@@ -144,7 +144,7 @@ def attention_budget(translator: Translator, sources: list[list[int]], outputs: 
 
 def _with_attention(translator: Translator, src_ids: list[int], hypotheses: list[Translation]) -> Result:
     """The hypotheses with their word alignments, and every attention weight of the best one:
-    `weights`, the cross-attention of the last decoder layer averaged over its heads (as
+    `weights`, the cross-attention its alignments are read from (Translator.cross_attention's, as
     mt-translate --alignment and --attention take it), and `layers`, each kind's weights per
     layer and head (model/attention_maps.py)."""
     from mt_transformer.decoding.alignment import aligned_words, format_alignment, one_source

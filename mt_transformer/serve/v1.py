@@ -42,8 +42,8 @@ class Attention(BaseModel):
     target_pieces: list[str] = Field(description="the subwords the decoder wrote, and </s>: one per decoder step")
     decoder_pieces: list[str] = Field(description="what each decoder step read: <s> and the subwords written before")
     weights: list[list[float]] = Field(
-        description="cross-attention of the last layer, mean of its heads: one row per target piece, one column "
-        "per source piece"
+        description="the cross-attention alignments are read from (the heads train.guided_alignment taught, else "
+        "the last layer's mean of all heads): one row per target piece, one column per source piece"
     )
     layers: dict[str, list[list[list[list[float]]]]] = Field(
         description="encoder (source over source), decoder (steps over the pieces read, causal) and cross (steps "
