@@ -5,7 +5,7 @@ DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
 .PHONY: install demo test test-apps tour lint bench gpu-check clean \
-	bench-engines bench-students bench-serve bench-markup bench-soak bench-corpus bench-exports bench-imports bench-techniques bench-filtering \
+	bench-engines bench-students bench-serve bench-markup bench-markup-corpus bench-soak bench-corpus bench-exports bench-imports bench-techniques bench-filtering \
 	bench-peers profile recipe-run
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
@@ -87,6 +87,11 @@ bench-serve:
 # inline tags through format html on the demo model: placement, well-formedness, BLEU and speed (docs/serving.md)
 bench-markup:
 	$(PYTHON) scripts/markup_bench.py --checkpoint $(DEMO_RUN) --src $(DEMO_DATA)/test.en --ref $(DEMO_DATA)/test.de $(ARGS)
+
+# the same on a real test set (CHECKPOINT, SRC, REF), placement judged by eflomal with TRAIN_SRC/TRAIN_TGT (docs/techniques.md)
+bench-markup-corpus:
+	$(PYTHON) scripts/markup_corpus_bench.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) \
+	  --train-src $(TRAIN_SRC) --train-tgt $(TRAIN_TGT) $(ARGS)
 
 # 32 clients mixing plain, HTML, alternatives and attention for 60 s: latency, status codes, memory (docs/serving.md)
 bench-soak:
