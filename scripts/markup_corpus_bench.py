@@ -105,7 +105,7 @@ def placement(cases, outputs, out_links) -> tuple[int, int, int, int]:
     return right, judged, unaligned, formed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--src", required=True)
@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sources, references = read(args.src, args.lines), read(args.ref, args.lines)
     stat_src, stat_tgt = read(args.train_src, args.train_pairs), read(args.train_tgt, args.train_pairs)
     links = align_words(stat_src + sources, stat_tgt + references)[len(stat_src) :]

@@ -139,7 +139,10 @@ def test_training_with_changed_pairs_resumes_exactly_and_all_zero_is_todays_trai
 @pytest.mark.parametrize(
     "setting, says",
     [
-        ("data.augment.uppercase=0.1", "data.augment.uppercase: unknown key (valid keys: case_target, inline_tags, noise"),
+        (
+            "data.augment.uppercase=0.1",
+            "data.augment.uppercase: unknown key (valid keys: case_target, inline_tags, noise",
+        ),
         ("data.augment.typos=1.5", "data.augment.typos: a share of pairs, between 0 and 1, got 1.5"),
         ("data.augment=0.1", "data.augment: expected a mapping of keys, got 0.1"),
     ],

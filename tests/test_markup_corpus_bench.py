@@ -1,0 +1,40 @@
+"""scripts/markup_corpus_bench.py: inline elements on a real test set, judged by eflomal."""
+
+import json
+
+import pytest
+
+import markup_corpus_bench as bench
+
+
+def test_an_elements_words_are_found_in_the_text_without_tags():
+    found = bench.Elements('Ein <b>roter <i>Hut</i></b> &amp; ein <a href="x">Hund</a>.')
+    assert found.text == "Ein roter Hut & ein Hund." and found.nested
+    assert [(tag, bench.word_range(found.text, start, end)) for tag, start, end in found.elements] == [
+        ("b", (1, 2)),
+        ("i", (2, 2)),
+        ("a", (5, 5)),
+    ]
+    assert not bench.Elements("a <b>c</i> d").nested and not bench.Elements("a <b>c").nested
+    assert bench.word_range("a b", 3, 3) is None  # an empty element at the end
+
+
+def test_an_element_is_right_where_it_wraps_the_first_to_the_last_word_aligned_to_its_words():
+    cases = [(0, "a <b>b c</b> d", (1, 2))] * 4
+    outputs = ["w <b>x y</b> z", "w <b>x</b> y z", "<b></b>w x y z", "w x <b>y z"]
+    links = [[(1, 2), (2, 1)]] * 3 + [[(0, 0)]]  # the last: eflomal aligns the span's words to nothing
+    right, judged, unaligned, formed = bench.placement(cases, outputs, links)
+    assert (right, judged, unaligned, formed) == (1, 3, 1, 3)
+
+
+@pytest.mark.slow  # about 10 s: eflomal twice and two translations
+def test_the_bench_reports_placement_well_formedness_bleu_and_speed(trained_run, corpus, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    files = ["--src", f"{corpus}/test.en", "--ref", f"{corpus}/test.de"]
+    stats = ["--train-src", f"{corpus}/train.en", "--train-tgt", f"{corpus}/train.de", "--train-pairs", "500"]
+    bench.main(["--checkpoint", trained_run, *files, *stats, "--lines", "20", "--rounds", "1", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert 0 < result["lines"] <= 20 and result["judged"] + result["unaligned"] == result["lines"]
+    assert result["well_formed"] == result["lines"]  # every output, whatever the model
+    assert result["bleu_html_without_tags"] >= 0 and result["html_sentences_per_s"] > 0
+    assert "elements on the right words" in capsys.readouterr().out
