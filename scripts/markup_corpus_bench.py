@@ -5,8 +5,9 @@ cleanly to the reference (so a right place exists; the span and tag drawn as dat
 inline_tags draws them), and goes through --format html's code (markup/translation.py). An element
 is on the right words when it wraps exactly the output words from the first to the last that
 eflomal aligns to its source words, eflomal aligning the sources with the outputs (tags removed)
-beside --train-pairs pairs of the training corpus for its statistics. Prints that share (elements
-whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
+beside --train-pairs pairs of the training corpus for its statistics; or, less strictly, when its
+words are a consistent phrase pair with the source span's (placement()). Prints both shares
+(elements whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
 well-formed with the input's elements, the BLEU of the outputs without their tags and of the same
 sources sent plain, and both speeds (sentences/s, best of --rounds). Last, the tagged sources sent
 as plain text, as an app that does not say it sends HTML sends them: how many outputs keep the
@@ -89,20 +90,28 @@ def tagged_cases(sources, references, links, seed: int):
     return cases
 
 
-def placement(cases, outputs, out_links) -> tuple[int, int, int, int]:
-    """(on the right words, judged, left unaligned by eflomal, well-formed with the input's elements)."""
-    right = judged = unaligned = formed = 0
+def placement(cases, outputs, out_links) -> dict:
+    """Counts: `exact`, elements that wrap the first to the last output word eflomal aligns to
+    their words; `consistent`, those whose words hold every such word and no word aligned outside
+    their source words (a consistent phrase pair, as phrase extraction takes them: words eflomal
+    leaves unaligned may join at the edges); `judged`; `unaligned`, elements eflomal aligns to no
+    output word; `formed`, outputs well-formed with the input's elements."""
+    counts = dict.fromkeys(("exact", "consistent", "judged", "unaligned", "formed"), 0)
     for (_, given, (first, last)), out, links in zip(cases, outputs, out_links):
         found = Elements(out)
-        formed += found.nested and [e[0] for e in found.elements] == [e[0] for e in Elements(given).elements]
+        counts["formed"] += found.nested and [e[0] for e in found.elements] == [e[0] for e in Elements(given).elements]
         aligned = [t for s, t in links if first <= s <= last]
         if not aligned:
-            unaligned += 1
+            counts["unaligned"] += 1
             continue
-        judged += 1
-        element = found.elements[0] if found.elements else None
-        right += element is not None and word_range(found.text, *element[1:]) == (min(aligned), max(aligned))
-    return right, judged, unaligned, formed
+        counts["judged"] += 1
+        span = word_range(found.text, *found.elements[0][1:]) if found.elements else None
+        if span is None:
+            continue
+        counts["exact"] += span == (min(aligned), max(aligned))
+        outside = any(span[0] <= t <= span[1] and not first <= s <= last for s, t in links)
+        counts["consistent"] += span[0] <= min(aligned) and max(aligned) <= span[1] and not outside
+    return counts
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,19 +139,16 @@ def main(argv: list[str] | None = None) -> None:
     plain, plain_time = timed(args.rounds, lambda lines: [r[0].text for r in translator(lines)], plain_lines)
     stripped = [Elements(out).text for out in html]
     out_links = align_words(stat_src + plain_lines, stat_tgt + stripped)[len(stat_src) :]
-    right, judged, unaligned, formed = placement(cases, html, out_links)
+    counts = placement(cases, html, out_links)
     as_text = [r[0].text for r in translator([c[1] for c in cases])]
-    kept = sum(placement([c], [out], [[]])[3] for c, out in zip(cases, as_text))
+    kept = sum(placement([c], [out], [[]])["formed"] for c, out in zip(cases, as_text))
     refs = [[references[c[0]] for c in cases]]
     result = {
         "machine": machine_line(),
         "checkpoint": args.checkpoint,
         "engine": model.engine,
         "lines": len(cases),
-        "right": right,
-        "judged": judged,
-        "unaligned": unaligned,
-        "well_formed": formed,
+        **counts,
         "bleu_html_without_tags": sacrebleu.corpus_bleu(stripped, refs).score,
         "bleu_plain": sacrebleu.corpus_bleu(plain, refs).score,
         "as_text_kept": kept,
@@ -151,9 +157,12 @@ def main(argv: list[str] | None = None) -> None:
         "plain_sentences_per_s": len(cases) / plain_time,
     }
     print(f"{result['machine']}; {args.checkpoint}, engine {model.engine}, {len(cases)} tagged lines")
-    share = f"{right}/{judged} ({100 * right / max(judged, 1):.1f}%)"
-    print(f"elements on the right words: {share}, {unaligned} left unaligned by eflomal")
-    print(f"well-formed with the input's elements: {formed}/{len(cases)}")
+    judged = max(counts["judged"], 1)
+    for name in ("exact", "consistent"):
+        share = f"{counts[name]}/{counts['judged']} ({100 * counts[name] / judged:.1f}%)"
+        print(f"elements on the right words ({name}): {share}")
+    print(f"left unaligned by eflomal: {counts['unaligned']}")
+    print(f"well-formed with the input's elements: {counts['formed']}/{len(cases)}")
     bleu = result["bleu_html_without_tags"], result["bleu_plain"]
     print("BLEU without tags {:.2f}, the same sources plain {:.2f}".format(*bleu))
     speeds = f"html {len(cases) / html_time:.1f}, plain {len(cases) / plain_time:.1f}"
