@@ -122,9 +122,10 @@ class Ct2Search:
         limits = output_limits(sources, self.decode, self.max_positions, prefixes)
         # the phrases as the tokenizer splits them: CTranslate2 suppresses subword sequences
         suppress = self.tokenizer.tgt.encode([p.replace(WORD_START, " ").strip() for p in avoid], out_type=str)
+        source_pieces = [self.tokenizer.src_pieces(s) for s in sources]
         try:
             results = self.translator.translate_batch(
-                [self.tokenizer.src_pieces(s) for s in sources],
+                source_pieces,
                 beam_size=self.decode.beam_size,
                 length_penalty=(alpha := self._their_alpha(sources)),
                 num_hypotheses=self.decode.n_best,
@@ -154,23 +155,23 @@ class Ct2Search:
             for result, limit in zip(results, limits)
         ]
         if self.attention and prefixes is None:
-            self._attach_attention(sources, results, found)
+            self._attach_attention(source_pieces, results, found)
         self._score_again(sources, found)
         return found
 
-    def _attach_attention(self, sources: list[list[int]], results, found: list[list[Hypothesis]]) -> None:
+    def _attach_attention(self, pieces: list[list[str]], results, found: list[list[Hypothesis]]) -> None:
         """Each hypothesis's attention_of weights, from its own search: the rows of the steps that
         wrote its pieces, but for the first, which CTranslate2's batched beam search returns wrong
         (for 62 of 64 demo lines; every later row equal to a forced pass's): that row, the same for
         every hypothesis of a source, comes from one greedy step over the batch."""
         first = self.translator.translate_batch(
-            [self.tokenizer.src_pieces(s) for s in sources],
+            pieces,
             beam_size=1,
             max_decoding_length=1,
             max_input_length=0,
             return_attention=True,
         )
-        for source, result, start, hypotheses in zip(sources, results, first, found):
+        for source, result, start, hypotheses in zip(pieces, results, first, found):
             for h, weights in zip(hypotheses, result.attention):
                 if h.tokens:
                     h.attention = torch.tensor([row[: len(source)] for row in weights[: len(h.tokens)]])
