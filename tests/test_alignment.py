@@ -36,6 +36,15 @@ def test_alignment_takes_each_target_words_most_attended_source_word():
     assert format_alignment(pairs) == "0-0 1-1 1-2 2-3"
 
 
+def test_cover_source_gives_each_source_word_no_target_word_took_its_most_attending_target_word():
+    src, tgt = ["▁ein", "▁roter", "▁Ball"], ["▁a", "▁red", "▁ball"]
+    matrix = torch.zeros(len(tgt) + 1, len(src) + 1)
+    matrix[0, 0], matrix[1, 2], matrix[2, 2] = 1.0, 0.6, 0.9  # "red" draws on "Ball", not "roter"
+    matrix[1, 1], matrix[2, 1] = 0.4, 0.1
+    assert word_alignment(matrix, src, tgt) == [(0, 0), (2, 1), (2, 2)]
+    assert word_alignment(matrix, src, tgt, cover_source=True) == [(0, 0), (2, 1), (2, 2), (1, 1)]
+
+
 def test_select_means_heads_or_takes_one():
     weights = torch.arange(2 * 3 * 2 * 2, dtype=torch.float).view(2, 3, 2, 2)  # (layers, heads, tgt, src)
     assert torch.equal(select(weights), weights[-1].mean(0))

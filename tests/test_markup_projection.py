@@ -25,6 +25,15 @@ def test_a_reordered_span_is_spread_to_one_range_and_attributes_stay_verbatim():
     assert out == 'das <a href="x?a=1&amp;b=2">Haus , rot</a>'
 
 
+def test_an_element_whose_words_lie_apart_takes_the_part_with_most_of_them():
+    # <b>spielt am</b> Strand -> playing with the dog on the beach: "playing" and "on the" lie three
+    # words apart, so the element goes around the larger part
+    spans = [Span("<b>", "</b>", 0, 2)]
+    alignment = [(0, 0), (4, 1), (4, 2), (4, 3), (1, 4), (1, 5), (2, 6)]
+    out = rendered("playing with the dog on the beach", spans, alignment, 5)
+    assert out == "playing with the dog <b>on the</b> beach"
+
+
 def test_nested_elements_stay_nested_and_siblings_apart():
     # <b>very <i>big</i></b> <u>dog</u> with big aligned to the dog's word and dog to big's:
     spans = [Span("<b>", "</b>", 0, 2), Span("<i>", "</i>", 1, 2, parent=0), Span("<u>", "</u>", 2, 3)]

@@ -61,10 +61,14 @@ def word_index(pieces: list[str]) -> list[int]:
     return index
 
 
-def word_alignment(matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> list[tuple[int, int]]:
+def word_alignment(
+    matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], cover_source: bool = False
+) -> list[tuple[int, int]]:
     """Hard alignment from one (tgt + 1, src + 1) attention matrix: for every target word, the source
     word it attends to most (pieces' weights summed over the source word, averaged over the target
-    word's pieces; EOS left out). Pairs (source word, target word), 0-based, one per target word."""
+    word's pieces; EOS left out). Pairs (source word, target word), 0-based, one per target word;
+    `cover_source`: then also, for each source word no target word took, the target word that
+    attends to it most (markup keeps an element's words where a neighbour drew their weight)."""
     if not tgt_pieces or not src_pieces:
         return []
     src_words, tgt_words = word_index(src_pieces), word_index(tgt_pieces)
@@ -75,7 +79,11 @@ def word_alignment(matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list
     to_tgt_words[torch.tensor(tgt_words), torch.arange(len(tgt_pieces))] = 1.0
     to_tgt_words /= to_tgt_words.sum(1, keepdim=True)
     words = to_tgt_words @ pieces @ to_src_words  # (tgt_words, src_words)
-    return [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
+    pairs = [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
+    if cover_source:
+        taken = {s for s, _ in pairs}
+        pairs += [(s, int(t)) for s, t in enumerate(words.argmax(0).tolist()) if s not in taken]
+    return pairs
 
 
 def format_alignment(pairs: list[tuple[int, int]]) -> str:
@@ -146,14 +154,14 @@ def one_source(translator, layer: int | None = None, head: int | None = None):
 
 
 def aligned_words(
-    translator, sources: list[list[int]], outputs: list[list[int]], attend=None, known=None
+    translator, sources: list[list[int]], outputs: list[list[int]], attend=None, known=None, cover_source=False
 ) -> list[tuple[list[tuple[int, int]], torch.Tensor | None]]:
     """Per (source, output) pair (sources as translator.source_ids gives them, outputs as the search
     wrote them): its word alignment (word_alignment's pairs, the language tokens of both sides left
     out) and the (target + 1, source + 1) attention it comes from; ([], None) for an empty side.
     `known`: per pair, its attention where the search gave it already (Translation.attention), or
     None; `attend(sources, outputs)` gives the others, by default translator.attention_of (one
-    engine call for all of them where CTranslate2 runs)."""
+    engine call for all of them where CTranslate2 runs); `cover_source`: word_alignment's."""
     source, output = (len(head) for head in translator.heads)
     found: list = [([], None) for _ in outputs]
     kept = [k for k, (src, out) in enumerate(zip(sources, outputs)) if src[source:] and out[output:]]
@@ -165,5 +173,6 @@ def aligned_words(
     for k in kept:
         src_pieces = translator.tokenizer.src_pieces(sources[k])[source:]
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
-        found[k] = (word_alignment(matrices[k][output:, source:], src_pieces, tgt_pieces), matrices[k])
+        pairs = word_alignment(matrices[k][output:, source:], src_pieces, tgt_pieces, cover_source)
+        found[k] = (pairs, matrices[k])
     return found

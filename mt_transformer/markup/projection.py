@@ -2,7 +2,8 @@
 
 Each element of the source covers a range of its words (or none: an empty or void element sits
 between two words). On the translation it covers the target words aligned to the words it
-covered, spread to one unbroken range: the first to the last of them. Ranges are then made to
+covered, spread to one unbroken range: the first to the last of them, or where they lie apart
+(two words or more between) the part that holds the most of them. Ranges are then made to
 nest as the source's elements do (a child inside its parent, siblings apart), so the output is
 well-formed with exactly the source's elements; an element left with no words sits where the
 target word of the source word after it (or before it) is.
@@ -56,21 +57,22 @@ def project(
 
 
 def _largest_free(covered: list[int], taken: list[tuple[int, int]]) -> tuple[int, int] | None:
-    """The stretch of [min(covered), max(covered) + 1) outside the `taken` ranges that holds the most
-    covered words (the first of equals), or None where every covered word is taken."""
-    best, best_count, run = None, 0, []
-    for t in range(covered[0], covered[-1] + 2):
-        if t <= covered[-1] and not any(a <= t < b for a, b in taken):
-            run.append(t)
+    """The run of covered words outside the `taken` ranges that holds the most of them (the first of
+    equals), a run broken by a taken word or by two words in a row it does not cover (one stray
+    word, such as an article aligned elsewhere, stays inside; a longer gap is another phrase), as a
+    (first, stop) range; None where every covered word is taken."""
+    runs: list[list[int]] = []
+    for t in sorted(set(covered)):
+        if any(a <= t < b for a, b in taken):
             continue
-        count = sum(1 for c in covered if run and run[0] <= c <= run[-1])
-        if count > best_count:
-            best, best_count = (run[0], run[-1] + 1), count
-        run = []
-    if best is None:
+        if runs and t - runs[-1][-1] <= 2 and not any(a <= runs[-1][-1] + 1 < b for a, b in taken):
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    if not runs:
         return None
-    inside = [c for c in covered if best[0] <= c < best[1]]
-    return inside[0], inside[-1] + 1  # the stretch trimmed to its first and last covered word
+    best = max(runs, key=len)
+    return best[0], best[-1] + 1
 
 
 def _anchor(position: int, targets: dict[int, list[int]], source_words: int, target_words: int) -> int:

@@ -29,7 +29,9 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     wanted = [key for key in keys if key in tagged and found[key][0].tokens]
     best = [found[key][0] for key in wanted]
     sources = translator.source_ids([texts[i][k] for i, k in wanted])
-    aligned = aligned_words(translator, sources, [t.tokens for t in best], known=[t.attention for t in best])
+    aligned = aligned_words(
+        translator, sources, [t.tokens for t in best], known=[t.attention for t in best], cover_source=True
+    )
     alignments = {key: pairs for key, (pairs, _) in zip(wanted, aligned)}
     out = []
     for i, fragment in enumerate(parsed):
