@@ -6,7 +6,8 @@ inline_tags draws them), and goes through --format html's code (markup/translati
 is on the right words when it wraps exactly the output words from the first to the last that
 eflomal aligns to its source words, eflomal aligning the sources with the outputs (tags removed)
 beside --train-pairs pairs of the training corpus for its statistics; or, less strictly, when its
-words are a consistent phrase pair with the source span's (placement()). Prints both shares
+words are a consistent phrase pair with the source span's (placement()). eflomal samples, so it
+judges --judges times and the shares are their mean (and range). Prints both shares
 (elements whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
 well-formed with the input's elements, the BLEU of the outputs without their tags and of the same
 sources sent plain, and both speeds (sentences/s, best of --rounds). Last, the tagged sources sent
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--engine", default="auto")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--judges", type=int, default=3, help="eflomal runs on the outputs (it samples): their mean")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     sources, references = read(args.src, args.lines), read(args.ref, args.lines)
@@ -138,8 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     plain_lines = [sources[c[0]] for c in cases]
     plain, plain_time = timed(args.rounds, lambda lines: [r[0].text for r in translator(lines)], plain_lines)
     stripped = [Elements(out).text for out in html]
-    out_links = align_words(stat_src + plain_lines, stat_tgt + stripped)[len(stat_src) :]
-    counts = placement(cases, html, out_links)
+    judged = [
+        placement(cases, html, align_words(stat_src + plain_lines, stat_tgt + stripped)[len(stat_src) :])
+        for _ in range(args.judges)
+    ]
+    counts = {name: sum(c[name] for c in judged) / len(judged) for name in judged[0]}
     as_text = [r[0].text for r in translator([c[1] for c in cases])]
     kept = sum(placement([c], [out], [[]])["formed"] for c, out in zip(cases, as_text))
     refs = [[references[c[0]] for c in cases]]
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         "engine": model.engine,
         "lines": len(cases),
         **counts,
+        "judges": {name: [c[name] for c in judged] for name in ("exact", "consistent", "judged")},
         "bleu_html_without_tags": sacrebleu.corpus_bleu(stripped, refs).score,
         "bleu_plain": sacrebleu.corpus_bleu(plain, refs).score,
         "as_text_kept": kept,
@@ -157,12 +163,12 @@ def main(argv: list[str] | None = None) -> None:
         "plain_sentences_per_s": len(cases) / plain_time,
     }
     print(f"{result['machine']}; {args.checkpoint}, engine {model.engine}, {len(cases)} tagged lines")
-    judged = max(counts["judged"], 1)
     for name in ("exact", "consistent"):
-        share = f"{counts[name]}/{counts['judged']} ({100 * counts[name] / judged:.1f}%)"
-        print(f"elements on the right words ({name}): {share}")
-    print(f"left unaligned by eflomal: {counts['unaligned']}")
-    print(f"well-formed with the input's elements: {counts['formed']}/{len(cases)}")
+        shares = [100 * c[name] / max(c["judged"], 1) for c in judged]
+        share = f"{counts[name]:.1f}/{counts['judged']:.1f} ({sum(shares) / len(shares):.1f}%"
+        print(f"elements on the right words ({name}): {share}, {min(shares):.1f}-{max(shares):.1f}% by judge)")
+    print(f"left unaligned by eflomal: {counts['unaligned']:.1f}")
+    print(f"well-formed with the input's elements: {counts['formed']:.0f}/{len(cases)}")
     bleu = result["bleu_html_without_tags"], result["bleu_plain"]
     print("BLEU without tags {:.2f}, the same sources plain {:.2f}".format(*bleu))
     speeds = f"html {len(cases) / html_time:.1f}, plain {len(cases) / plain_time:.1f}"

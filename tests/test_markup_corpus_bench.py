@@ -34,10 +34,26 @@ def test_the_bench_reports_placement_well_formedness_bleu_and_speed(trained_run,
     out = tmp_path / "bench.json"
     files = ["--src", f"{corpus}/test.en", "--ref", f"{corpus}/test.de"]
     stats = ["--train-src", f"{corpus}/train.en", "--train-tgt", f"{corpus}/train.de", "--train-pairs", "500"]
-    bench.main(["--checkpoint", trained_run, *files, *stats, "--lines", "20", "--rounds", "1", "--json", str(out)])
+    bench.main(
+        [
+            "--checkpoint",
+            trained_run,
+            *files,
+            *stats,
+            "--lines",
+            "20",
+            "--rounds",
+            "1",
+            "--judges",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
     result = json.loads(out.read_text())
     assert 0 < result["lines"] <= 20 and result["judged"] + result["unaligned"] == result["lines"]
     assert result["exact"] <= result["consistent"] <= result["judged"]
     assert result["formed"] == result["lines"]  # every output well-formed, whatever the model
+    assert len(result["judges"]["exact"]) == 2 and result["exact"] == sum(result["judges"]["exact"]) / 2
     assert result["bleu_html_without_tags"] >= 0 and result["html_sentences_per_s"] > 0
     assert "elements on the right words" in capsys.readouterr().out

@@ -136,7 +136,7 @@ class Ct2Search:
                 max_input_length=0,
                 return_scores=True,
                 return_attention=self.attention and prefixes is None,
-                max_batch_size=-(-len(sources) // self.translator.num_translators),  # a part per worker
+                max_batch_size=self._per_worker(sources),
             )
         except RuntimeError as error:  # its GPU libraries are loaded at the first translation
             message = str(error).splitlines()[0]
@@ -170,6 +170,7 @@ class Ct2Search:
             max_decoding_length=1,
             max_input_length=0,
             return_attention=True,
+            max_batch_size=self._per_worker(pieces),
         )
         for source, result, start, hypotheses in zip(pieces, results, first, found):
             for h, weights in zip(hypotheses, result.attention):
@@ -192,8 +193,13 @@ class Ct2Search:
             max_decoding_length=max(map(len, outputs)) + 1,
             max_input_length=0,
             return_attention=True,
+            max_batch_size=self._per_worker(sources),
         )
         return [torch.tensor(result.attention[0][: len(ids)]) for result, ids in zip(results, outputs)]
+
+    def _per_worker(self, inputs: list) -> int:
+        """A call's batch in one part per worker (CTranslate2 gives a whole batch to one)."""
+        return -(-len(inputs) // self.translator.num_translators)
 
     def _their_alpha(self, sources: list[list[int]]) -> float:
         """CTranslate2's length penalty for a batch: length ** alpha' with the slope in log length of
