@@ -82,12 +82,13 @@ def test_alignments_through_ctranslate2s_attention_equal_ours(trained_run, tmp_p
     (reference,) = translator(trained_run).cross_attention(src_ids, outputs)
     assert torch.allclose(matrix, reference[: len(outputs[0]), : len(src_ids)], atol=1e-4)
     # the search's own attention (with_attention: no forced pass) is a forced pass's, batched,
-    # beam 2, both hypotheses
-    found = open_translator(trained_run, "auto", "cpu", beam_size=2, n_best=2).with_attention()(LINES)
-    for line, hypotheses in zip(LINES, found):
-        forced = t.attention_of(t.source_ids([line]) * 2, [h.tokens for h in hypotheses])
-        for h, weights in zip(hypotheses, forced):
-            assert h.attention.shape == weights.shape and torch.allclose(h.attention, weights, atol=1e-4)
+    # greedy, and beam 2 with both hypotheses
+    for beam in (1, 2):
+        found = open_translator(trained_run, "auto", "cpu", beam_size=beam, n_best=beam).with_attention()(LINES)
+        for line, hypotheses in zip(LINES, found):
+            forced = t.attention_of(t.source_ids([line]) * beam, [h.tokens for h in hypotheses])
+            for h, weights in zip(hypotheses, forced):
+                assert h.attention.shape == weights.shape and torch.allclose(h.attention, weights, atol=1e-4)
     assert all(r[0].attention is None for r in t(LINES))
     # other layers or heads, and heatmaps, are ours
     layer = run_cli("mt-translate", *args, "--attention-layer", "1", input=source)

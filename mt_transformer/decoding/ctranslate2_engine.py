@@ -163,15 +163,18 @@ class Ct2Search:
         """Each hypothesis's attention_of weights, from its own search: the rows of the steps that
         wrote its pieces, but for the first, which CTranslate2's batched beam search returns wrong
         (for 62 of 64 demo lines; every later row equal to a forced pass's): that row, the same for
-        every hypothesis of a source, comes from one greedy step over the batch."""
-        first = self.translator.translate_batch(
-            pieces,
-            beam_size=1,
-            max_decoding_length=1,
-            max_input_length=0,
-            return_attention=True,
-            max_batch_size=self._per_worker(pieces),
-        )
+        every hypothesis of a source, comes from one greedy step over the batch (a greedy search's
+        own first rows are right: 64 of 64)."""
+        first = results
+        if self.decode.beam_size > 1:
+            first = self.translator.translate_batch(
+                pieces,
+                beam_size=1,
+                max_decoding_length=1,
+                max_input_length=0,
+                return_attention=True,
+                max_batch_size=self._per_worker(pieces),
+            )
         for source, result, start, hypotheses in zip(pieces, results, first, found):
             for h, weights in zip(hypotheses, result.attention):
                 if h.tokens:
