@@ -52,7 +52,7 @@ def test_the_bench_reports_placement_well_formedness_bleu_and_speed(trained_run,
     )
     result = json.loads(out.read_text())
     assert 0 < result["lines"] <= 20 and result["judged"] + result["unaligned"] == result["lines"]
-    assert result["exact"] <= result["consistent"] <= result["judged"]
+    assert max(result["exact"], result["consistent"]) <= result["judged"]  # neither holds the other
     assert result["formed"] == result["lines"]  # every output well-formed, whatever the model
     assert len(result["judges"]["exact"]) == 2 and result["exact"] == sum(result["judges"]["exact"]) / 2
     assert result["bleu_html_without_tags"] >= 0 and result["html_sentences_per_s"] > 0
