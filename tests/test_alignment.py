@@ -8,17 +8,17 @@ from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.decoding.alignment import (
     attention_heatmap,
     cross_attention,
+    first_pieces,
     format_alignment,
     select,
     word_alignment,
-    word_index,
 )
 from mt_transformer.model.masks import padding_mask
 
 
-def test_word_index_follows_sentencepiece_word_starts():
-    assert word_index(["▁The", "▁hou", "se", "▁is", "▁red", "."]) == [0, 1, 1, 2, 3, 3]
-    assert word_index(["ab", "c", "▁d"]) == [0, 0, 1]
+def test_words_begin_at_sentencepiece_word_starts():
+    assert first_pieces(["▁The", "▁hou", "se", "▁is", "▁red", "."]) == [0, 1, 3, 4]
+    assert first_pieces(["ab", "c", "▁d"]) == [0, 2]
 
 
 def test_alignment_takes_each_target_words_most_attended_source_word():

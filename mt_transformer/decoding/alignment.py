@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import numpy
 import torch
 
 from mt_transformer.data.batching import encoder_input
@@ -51,14 +52,9 @@ def select(weights: torch.Tensor, layer: int = -1, head: int | None = None, firs
     return chosen[:first].mean(0) if head is None else chosen[head]
 
 
-def word_index(pieces: list[str]) -> list[int]:
-    """The word each piece belongs to: a new word starts at every piece marked as a word start."""
-    index, current = [], -1
-    for position, piece in enumerate(pieces):
-        if piece.startswith(WORD_START) or position == 0:
-            current += 1
-        index.append(current)
-    return index
+def first_pieces(pieces: list[str]) -> list[int]:
+    """The positions of the pieces that begin a word: the first, and each marked as a word start."""
+    return [k for k, piece in enumerate(pieces) if k == 0 or piece.startswith(WORD_START)]
 
 
 def word_alignment(
@@ -71,14 +67,12 @@ def word_alignment(
     attends to it most (markup keeps an element's words where a neighbour drew their weight)."""
     if not tgt_pieces or not src_pieces:
         return []
-    src_words, tgt_words = word_index(src_pieces), word_index(tgt_pieces)
-    pieces = matrix[: len(tgt_pieces), : len(src_pieces)]  # (tgt_pieces, src_pieces)
-    to_src_words = torch.zeros(len(src_pieces), src_words[-1] + 1)
-    to_src_words[torch.arange(len(src_pieces)), torch.tensor(src_words)] = 1.0
-    to_tgt_words = torch.zeros(tgt_words[-1] + 1, len(tgt_pieces))
-    to_tgt_words[torch.tensor(tgt_words), torch.arange(len(tgt_pieces))] = 1.0
-    to_tgt_words /= to_tgt_words.sum(1, keepdim=True)
-    words = to_tgt_words @ pieces @ to_src_words  # (tgt_words, src_words)
+    src_starts, tgt_starts = first_pieces(src_pieces), first_pieces(tgt_pieces)
+    pieces = matrix[: len(tgt_pieces), : len(src_pieces)].float().numpy()  # (tgt_pieces, src_pieces)
+    # a word's pieces stand together: sums over runs of columns, then of rows over their counts
+    per_src_word = numpy.add.reduceat(pieces, src_starts, axis=1)  # (tgt_pieces, src_words)
+    counts = numpy.diff(tgt_starts + [len(tgt_pieces)])[:, None]
+    words = numpy.add.reduceat(per_src_word, tgt_starts, axis=0) / counts  # (tgt_words, src_words)
     pairs = [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
     if cover_source:
         taken = {s for s, _ in pairs}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy
 import torch
 
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE
@@ -178,8 +179,8 @@ class Ct2Search:
         for source, result, start, hypotheses in zip(pieces, results, first, found):
             for h, weights in zip(hypotheses, result.attention):
                 if h.tokens:
-                    h.attention = torch.tensor([row[: len(source)] for row in weights[: len(h.tokens)]])
-                    h.attention[0] = torch.tensor(start.attention[0][0][: len(source)])
+                    h.attention = _matrix(weights[: len(h.tokens)], len(source))
+                    h.attention[0] = _matrix(start.attention[0][:1], len(source))[0]
 
     def cross_attention(self, src_ids: list[int], outputs: list[list[int]]) -> list[torch.Tensor]:
         """Per output of one source, its attention_of."""
@@ -198,7 +199,7 @@ class Ct2Search:
             return_attention=True,
             max_batch_size=self._per_worker(sources),
         )
-        return [torch.tensor(result.attention[0][: len(ids)]) for result, ids in zip(results, outputs)]
+        return [_matrix(result.attention[0][: len(ids)]) for result, ids in zip(results, outputs)]
 
     def _per_worker(self, inputs: list) -> int:
         """A call's batch in one part per worker (CTranslate2 gives a whole batch to one)."""
@@ -220,7 +221,7 @@ class Ct2Search:
         output a limit ended (log P: NaN here) is scored again, with the EOS our search puts there."""
         again = self.exact_scores or len(pieces) >= min(limit, longest)
         log_prob = float("nan") if again else score * (len(pieces) + 1) ** alpha
-        ids = [self.tokenizer.tgt.piece_to_id(p) for p in pieces[:limit]]
+        ids = self.tokenizer.tgt.piece_to_id(pieces[:limit])
         return Hypothesis(ids, self._ours(log_prob, len(ids)), log_prob)
 
     def _ours(self, log_prob: float, length: int) -> float:
@@ -239,3 +240,9 @@ class Ct2Search:
         for (_, h), result in zip(ended, results):
             h.log_prob = sum(result.log_probs)
             h.score = self._ours(h.log_prob, len(h.tokens))
+
+
+def _matrix(rows: list[list[float]], width: int | None = None) -> torch.Tensor:
+    """CTranslate2's attention rows (lists of floats) as a (rows, width) tensor, read through numpy
+    (faster than torch.tensor at nested lists)."""
+    return torch.from_numpy(numpy.array(rows, dtype=numpy.float32)[:, :width])
