@@ -7,11 +7,11 @@ is on the right words when it wraps exactly the output words from the first to t
 eflomal aligns to its source words, eflomal aligning the sources with the outputs (tags removed)
 beside --train-pairs pairs of the training corpus for its statistics; or, less strictly, when its
 words are a consistent phrase pair with the source span's (placement()). eflomal samples, so it
-judges --judges times and the shares are their mean (and range). Prints both shares
-(elements whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
+judges --judges times and the shares are their mean (and range). Prints both shares (elements
+whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
 well-formed with the input's elements, the BLEU of the outputs without their tags and of the same
-sources sent plain, and both speeds (sentences/s, best of --rounds). Last, the tagged sources sent
-as plain text, as an app that does not say it sends HTML sends them: how many outputs keep the
+sources sent plain, and both speeds (sentences/s, best of --rounds taken in turns). Last, the
+tagged sources sent as plain text, as an app that does not say it sends HTML sends them: how many outputs keep the
 element, well-formed, and their BLEU with tags removed (data.augment's inline_tags teaches this).
 
     python scripts/markup_corpus_bench.py --checkpoint RUN --src test.de --ref test.en \
@@ -66,13 +66,16 @@ def word_range(text: str, start: int, end: int) -> tuple[int, int] | None:
     return (inside[0], inside[-1]) if inside else None
 
 
-def timed(rounds: int, function, *args):
-    best, result = float("inf"), None
+def alternating(rounds: int, *calls):
+    """Each call's result and its best time over `rounds`, the calls taking turns in every round
+    (so that a slower spell of the machine falls on all of them)."""
+    best, results = [float("inf")] * len(calls), [None] * len(calls)
     for _ in range(rounds):
-        started = time.perf_counter()
-        result = function(*args)
-        best = min(best, time.perf_counter() - started)
-    return result, best
+        for k, call in enumerate(calls):
+            started = time.perf_counter()
+            results[k] = call()
+            best[k] = min(best[k], time.perf_counter() - started)
+    return results, best
 
 
 def read(path: str, count: int) -> list[str]:
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-pairs", type=int, default=20000)
     parser.add_argument("--lines", type=int, default=1000)
     parser.add_argument("--engine", default="auto")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--judges", type=int, default=3, help="eflomal runs on the outputs (it samples): their mean")
     parser.add_argument("--json")
@@ -136,16 +139,17 @@ def main(argv: list[str] | None = None) -> None:
     cases = tagged_cases(sources, references, links, args.seed)
     model = mt.load(args.checkpoint, engine=args.engine)
     translator = model.translator
-    html, html_time = timed(args.rounds, translate_html, translator, [c[1] for c in cases])
-    plain_lines = [sources[c[0]] for c in cases]
-    plain, plain_time = timed(args.rounds, lambda lines: [r[0].text for r in translator(lines)], plain_lines)
+    tagged, plain_lines = [c[1] for c in cases], [sources[c[0]] for c in cases]
+    (html, plain), (html_time, plain_time) = alternating(
+        args.rounds, lambda: translate_html(translator, tagged), lambda: [r[0].text for r in translator(plain_lines)]
+    )
     stripped = [Elements(out).text for out in html]
     judged = [
         placement(cases, html, align_words(stat_src + plain_lines, stat_tgt + stripped)[len(stat_src) :])
         for _ in range(args.judges)
     ]
     counts = {name: sum(c[name] for c in judged) / len(judged) for name in judged[0]}
-    as_text = [r[0].text for r in translator([c[1] for c in cases])]
+    as_text = [r[0].text for r in translator(tagged)]
     kept = sum(placement([c], [out], [[]])["formed"] for c, out in zip(cases, as_text))
     refs = [[references[c[0]] for c in cases]]
     result = {
