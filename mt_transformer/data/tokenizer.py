@@ -185,10 +185,10 @@ class Tokenizer:
         return self.languages[found]
 
     def src_pieces(self, ids: list[int]) -> list[str]:
-        return [self.src.id_to_piece(i) for i in ids]
+        return self.src.id_to_piece(list(ids))
 
     def tgt_pieces(self, ids: list[int]) -> list[str]:
-        return [self.tgt.id_to_piece(i) for i in ids]
+        return self.tgt.id_to_piece(list(ids))
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         return self.tgt.decode([self._spelled(one) for one in ids])

@@ -166,7 +166,7 @@ class Ct2Search:
         (for 62 of 64 demo lines; every later row equal to a forced pass's): that row, the same for
         every hypothesis of a source, comes from one greedy step over the batch (a greedy search's
         own first rows are right: 64 of 64)."""
-        first = results
+        first = None
         if self.decode.beam_size > 1:
             first = self.translator.translate_batch(
                 pieces,
@@ -176,11 +176,12 @@ class Ct2Search:
                 return_attention=True,
                 max_batch_size=self._per_worker(pieces),
             )
-        for source, result, start, hypotheses in zip(pieces, results, first, found):
+        for k, (source, result, hypotheses) in enumerate(zip(pieces, results, found)):
             for h, weights in zip(hypotheses, result.attention):
                 if h.tokens:
                     h.attention = _matrix(weights[: len(h.tokens)], len(source))
-                    h.attention[0] = _matrix(start.attention[0][:1], len(source))[0]
+                    if first is not None:
+                        h.attention[0] = _matrix(first[k].attention[0][:1], len(source))[0]
 
     def cross_attention(self, src_ids: list[int], outputs: list[list[int]]) -> list[torch.Tensor]:
         """Per output of one source, its attention_of."""
