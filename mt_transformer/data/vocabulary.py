@@ -81,11 +81,13 @@ class VocabularyProcessor:
         (from the other side of a shared vocabulary) is kept as it is, its word marks as spaces."""
         return self.processor.decode_pieces(pieces).replace(WORD_START, " ").strip()
 
-    def id_to_piece(self, i: int) -> str:
-        return self.pieces[i]
+    def id_to_piece(self, i):
+        """One id's piece, or each of a list's (as sentencepiece's)."""
+        return [self.pieces[k] for k in i] if isinstance(i, list) else self.pieces[i]
 
-    def piece_to_id(self, piece: str) -> int:
-        return self.ids.get(piece, UNK_ID)
+    def piece_to_id(self, piece):
+        """One piece's id, or each of a list's (as sentencepiece's)."""
+        return [self.ids.get(p, UNK_ID) for p in piece] if isinstance(piece, list) else self.ids.get(piece, UNK_ID)
 
     def get_piece_size(self) -> int:
         return len(self.pieces)
