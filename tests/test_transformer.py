@@ -190,3 +190,25 @@ def test_a_decoder_starting_from_eos_reads_eos_where_the_input_has_bos():
     incremental, _ = decode_incrementally(fairseq, src, torch.tensor([[BOS_ID, *after]]))
     assert torch.allclose(states, incremental, **FP32_TOLERANCE)
     assert not torch.allclose(ours(src, torch.tensor([[BOS_ID, *after]])), ours(src, torch.tensor([[EOS_ID, *after]])))
+
+
+def test_checkpointed_activations_give_the_same_loss_and_gradients_and_keep_fewer_tensors():
+    from mt_transformer.data.batching import collate
+    from mt_transformer.training.loss import label_smoothed_loss
+
+    src = [[int(x) for x in torch.randint(4, 40, (n,), generator=torch.Generator().manual_seed(n))] for n in (3, 5, 6)]
+    batch = collate(src, [list(reversed(s)) for s in src])
+    found = []
+    for checkpointed in (False, True):
+        model = tiny(dropout=0.3, attention_dropout=0.1).train()  # dropout: drawn again alike
+        model.checkpoint_activations = checkpointed
+        kept = []
+        torch.manual_seed(5)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, kept=kept: kept.append(t.numel()) or t, lambda t: t):
+            loss = label_smoothed_loss(model.logits(model(batch.src, batch.tgt_in)), batch.tgt_out, 0.1)
+        loss.backward()
+        found.append((loss.item(), [p.grad.clone() for p in model.parameters()], sum(kept)))
+    (loss, grads, kept), (loss_c, grads_c, kept_c) = found
+    assert abs(loss - loss_c) < FP32_TOLERANCE["atol"]
+    assert all(torch.allclose(a, b, **FP32_TOLERANCE) for a, b in zip(grads, grads_c))
+    assert kept_c < kept / 2  # each layer keeps its input alone

@@ -264,6 +264,9 @@ class TrainConfig:
     patience: int = 0  # stop after this many validations in a row without a better valid BLEU; 0: never
     num_workers: int = 0
     compile: bool = False  # run the model under torch.compile
+    # keep no layer's inner activations for the backward pass, compute them again there: less
+    # memory for more compute (docs/configs.md)
+    checkpoint_activations: bool = False
     tensorboard: bool = False  # also log to {output_dir}/tensorboard (needs the tensorboard package)
     init_from: str | None = None  # fine-tune: start from this run or checkpoint's weights and tokenizer
     init_from_reset: bool = True  # with init_from: a fresh optimizer; false keeps the parent's optimizer state

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from mt_transformer.config import ModelConfig
 from mt_transformer.data.batching import collate
@@ -68,6 +69,7 @@ class Transformer(nn.Module):
         self.word_dropout = WordDropout(c.word_dropout)  # source words only
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        self.checkpoint_activations = False  # train.checkpoint_activations: see _layer
         # pre-norm stacks end with a final LayerNorm; post-norm layers already end with one
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
@@ -107,8 +109,16 @@ class Transformer(nn.Module):
         Returns memory (batch, src_len, d_model)."""
         x = self.dropout(self.word_dropout(self.src_embed(src)) + self.src_positions(src.size(1)))
         for layer in self.encoder:
-            x = layer(x, src_mask)
+            x = self._layer(layer, x, src_mask)
         return self.encoder_norm(x)
+
+    def _layer(self, layer: nn.Module, *inputs):
+        """One layer of a stack. With checkpoint_activations, in training, what it computes inside
+        is not kept for the backward pass but computed again there (its dropout drawn alike): the
+        memory of a layer's activations for a second forward pass of it."""
+        if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+            return checkpoint(layer, *inputs, use_reentrant=False)
+        return layer(*inputs)
 
     def new_cache(self) -> DecoderCache:
         return DecoderCache([LayerCache() for _ in self.decoder])
@@ -135,7 +145,7 @@ class Transformer(nn.Module):
         weights = []
         for i, layer in enumerate(self.decoder):
             wanted = need_weights or i == weights_of
-            x, layer_weights = layer(x, memory, src_mask, cache.layers[i] if cache else None, wanted)
+            x, layer_weights = self._layer(layer, x, memory, src_mask, cache.layers[i] if cache else None, wanted)
             weights.append(layer_weights)
         if cache is not None:
             cache.length += tgt_in.size(1)

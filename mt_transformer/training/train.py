@@ -161,6 +161,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(config))
 
     model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).to(device)
+    model.checkpoint_activations = settings.checkpoint_activations
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(settings.seed + processes.rank)
     config = with_precision(config, model, device, processes, data["train"])
