@@ -162,10 +162,10 @@ class Ct2Search:
 
     def _attach_attention(self, pieces: list[list[str]], results, found: list[list[Hypothesis]]) -> None:
         """Each hypothesis's attention_of weights, from its own search: the rows of the steps that
-        wrote its pieces, but for the first, which CTranslate2's batched beam search returns wrong
-        (for 62 of 64 demo lines; every later row equal to a forced pass's): that row, the same for
-        every hypothesis of a source, comes from one greedy step over the batch (a greedy search's
-        own first rows are right: 64 of 64)."""
+        wrote its pieces, but for the first, which CTranslate2's batched beam search on a CPU returns
+        wrong (another sentence's, as it gathers that step's rows before expanding the beams; every
+        later row equal to a forced pass's): for a beam search that row, the same for every
+        hypothesis of a source, comes from one greedy step over the batch."""
         first = None
         if self.decode.beam_size > 1:
             first = self.translator.translate_batch(
