@@ -143,6 +143,26 @@ def test_an_import_reads_and_writes_sources_and_targets_as_the_tokenizer_does(im
         assert [vocab[i] for i in ours + [EOS_ID]] == hf_tokenizer.convert_ids_to_tokens(their_ids)
 
 
+def test_a_tokenizer_saved_as_tokenizer_json_alone_imports_to_the_same_ids(corpus, tmp_path):
+    # transformers 5's save_pretrained writes tokenizer.json and no sentencepiece.bpe.model
+    original = nllb_directory(corpus, tmp_path / "hf")
+    saved = tmp_path / "saved"
+    transformers.AutoTokenizer.from_pretrained(original).save_pretrained(str(saved))
+    transformers.AutoModelForSeq2SeqLM.from_pretrained(original).save_pretrained(str(saved))
+    assert not (saved / "sentencepiece.bpe.model").exists()
+    out = str(tmp_path / "ours")
+    result = run_cli("mt-import", "--format", "huggingface", str(saved), out, "--src-lang", "deu_Latn")
+    assert result.returncode == 0, result.stderr
+    assert not (saved / "sentencepiece.bpe.model").exists()  # made elsewhere, not in their directory
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(saved), src_lang="deu_Latn", tgt_lang="eng_Latn")
+    loaded = checkpoint.load(out, torch.device("cpu"))
+    vocab = json.load(open(os.path.join(out, "vocab.json"), encoding="utf-8"))
+    texts = LINES + TARGETS + ["Über  Straßen, café & naïve: 1.234,5 ÄÖÜ!", "ﬁ ① Ｗｉｄｅ"]
+    for text, ours in zip(texts, loaded.tokenizer.encode_src(texts)):
+        theirs = hf_tokenizer(text, add_special_tokens=False).input_ids
+        assert [vocab[i] for i in ours] == hf_tokenizer.convert_ids_to_tokens(theirs), text
+
+
 def _ids(out: str, hf_tokenizer) -> tuple[torch.Tensor, dict[int, int]]:
     """For each of our ids the id of theirs (our start: their </s>), and theirs -> ours for the others."""
     pieces = json.load(open(f"{out}/vocab.json", encoding="utf-8"))  # their unused <s> is our <unused0>

@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 
 import torch
 
@@ -232,37 +233,40 @@ def import_directory(
     except (OSError, ValueError, RecursionError) as error:
         raise UserError(f"{directory}: not a transformers model ({str(error).splitlines()[0][:120]})") from None
     model_config(hf_config)  # a refusal before the weights are read
-    if hf_config.model_type == "m2m_100":
-        vocabularies = read_m2m100_tokenizer(directory, hf_config, transformers)
-    else:
-        vocabularies = read_marian_tokenizer(directory, hf_config)
-    src_lang = src_lang or vocabularies.settings.get("source_lang")
-    tgt_lang = tgt_lang or vocabularies.settings.get("target_lang")
-    known = set(vocabularies.languages) | ({edits.add_language} if edits.add_language else set())
-    for flag, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
-        if not value:
-            raise UserError(f"{flag}: required: the tokenizer's settings name no such language")
-        if vocabularies.languages and model_code(value, known) is None:  # de names NLLB's deu_Latn
-            raise UserError(f"{flag}: {value!r} is not among the model's {len(vocabularies.languages)} language codes")
-    if edits.add_language or edits.keep_vocab:
-        if not vocabularies.languages:
-            raise UserError("--add-language and --keep-vocab: for NLLB and M2M100 models (with language tokens)")
-        check_files(edits.keep_vocab)
-    hf_model = read_model(transformers, directory, source.allow_pickle)
-    orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
-    model, model_settings = import_model(hf_model, *orders, consume=True, tag_after_eos=vocabularies.legacy)
-    architecture = type(hf_model).__name__
-    del hf_model  # its weights were freed as they were copied
-    sizes = [len(vocabularies.tgt_pieces)]
-    if edits.add_language:
-        model, vocabularies = vocabulary_edits.add_language(
-            model, model_settings, vocabularies, edits.add_language, edits.init_from
-        )
-    if edits.keep_vocab:
-        given = [src_lang, tgt_lang, edits.add_language, edits.init_from]  # None: not a code
-        kept = [model_code(code, known) for code in given if code]
-        model, vocabularies = vocabulary_edits.trim(model, model_settings, vocabularies, edits.keep_vocab, kept)
-        sizes.append(len(vocabularies.tgt_pieces))
-    config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)
-    write_checkpoint(out_dir, model, config, vocabularies, source.path)
-    return {"architecture": architecture, "config": config, "vocabulary": sizes}
+    with tempfile.TemporaryDirectory() as scratch:  # a sentencepiece model made from tokenizer.json
+        if hf_config.model_type == "m2m_100":
+            vocabularies = read_m2m100_tokenizer(directory, hf_config, transformers, scratch)
+        else:
+            vocabularies = read_marian_tokenizer(directory, hf_config)
+        src_lang = src_lang or vocabularies.settings.get("source_lang")
+        tgt_lang = tgt_lang or vocabularies.settings.get("target_lang")
+        known = set(vocabularies.languages) | ({edits.add_language} if edits.add_language else set())
+        for flag, value in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
+            if not value:
+                raise UserError(f"{flag}: required: the tokenizer's settings name no such language")
+            if vocabularies.languages and model_code(value, known) is None:  # de names NLLB's deu_Latn
+                raise UserError(
+                    f"{flag}: {value!r} is not among the model's {len(vocabularies.languages)} language codes"
+                )
+        if edits.add_language or edits.keep_vocab:
+            if not vocabularies.languages:
+                raise UserError("--add-language and --keep-vocab: for NLLB and M2M100 models (with language tokens)")
+            check_files(edits.keep_vocab)
+        hf_model = read_model(transformers, directory, source.allow_pickle)
+        orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
+        model, model_settings = import_model(hf_model, *orders, consume=True, tag_after_eos=vocabularies.legacy)
+        architecture = type(hf_model).__name__
+        del hf_model  # its weights were freed as they were copied
+        sizes = [len(vocabularies.tgt_pieces)]
+        if edits.add_language:
+            model, vocabularies = vocabulary_edits.add_language(
+                model, model_settings, vocabularies, edits.add_language, edits.init_from
+            )
+        if edits.keep_vocab:
+            given = [src_lang, tgt_lang, edits.add_language, edits.init_from]  # None: not a code
+            kept = [model_code(code, known) for code in given if code]
+            model, vocabularies = vocabulary_edits.trim(model, model_settings, vocabularies, edits.keep_vocab, kept)
+            sizes.append(len(vocabularies.tgt_pieces))
+        config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)
+        write_checkpoint(out_dir, model, config, vocabularies, source.path)
+        return {"architecture": architecture, "config": config, "vocabulary": sizes}

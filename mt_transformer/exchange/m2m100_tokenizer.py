@@ -18,6 +18,7 @@ import re
 
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, id_order
+from mt_transformer.exchange.tokenizer_json import sentencepiece_from_tokenizer_json
 
 SPM_FILE = "sentencepiece.bpe.model"
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn
@@ -47,10 +48,16 @@ def legacy_layout(tokenizer, vocab: dict[str, int], code: str, token: str, direc
     return False
 
 
-def read_m2m100_tokenizer(directory: str, hf_config, transformers) -> ImportedVocabularies:
-    """The NLLB or M2M100 tokenizer of a model directory, checked against the model's config."""
+def read_m2m100_tokenizer(directory: str, hf_config, transformers, scratch: str) -> ImportedVocabularies:
+    """The NLLB or M2M100 tokenizer of a model directory, checked against the model's config; one
+    saved as tokenizer.json alone gets its sentencepiece model made in the directory `scratch`."""
+    spm_file = SPM_FILE
     if not os.path.isfile(os.path.join(directory, SPM_FILE)):
-        raise UserError(f"{directory}: no {SPM_FILE} (the sentencepiece model of an NLLB or M2M100 tokenizer)")
+        if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
+            raise UserError(f"{directory}: neither {SPM_FILE} nor tokenizer.json (an NLLB or M2M100 tokenizer's)")
+        spm_file = os.path.join(scratch, SPM_FILE)  # absolute: os.path.join(directory, it) is it
+        with open(spm_file, "wb") as f:
+            f.write(sentencepiece_from_tokenizer_json(os.path.join(directory, "tokenizer.json")))
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as error:
@@ -67,5 +74,5 @@ def read_m2m100_tokenizer(directory: str, hf_config, transformers) -> ImportedVo
     settings = dict(zip(("source_lang", "target_lang"), [codes.get(lang, lang) for lang in defaults]))
     legacy = legacy_layout(tokenizer, vocab, *next(iter(languages.items())), directory)  # it sets src_lang
     order, pieces = id_order(vocab, hf_config.vocab_size, hf_config.decoder_start_token_id, directory)
-    files = (SPM_FILE, SPM_FILE)
+    files = (spm_file, spm_file)
     return ImportedVocabularies(directory, settings, False, order, pieces, order, pieces, files, languages, legacy)

@@ -14,6 +14,7 @@ Both need one vocabulary for source and target (NLLB's and M2M100's).
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 
@@ -137,7 +138,7 @@ def trim(
     if vocabularies.separate:
         raise UserError("--keep-vocab: for a model with one vocabulary for both sides")
     pieces = vocabularies.tgt_pieces
-    spm_path = f"{vocabularies.directory}/{vocabularies.spm_files[0]}"
+    spm_path = os.path.join(vocabularies.directory, vocabularies.spm_files[0])
     ids = {piece: i for i, piece in enumerate(pieces)}
     languages = {code: vocabularies.languages[code] for code in keep_languages if code in vocabularies.languages}
     kept = {PAD_ID, UNK_ID, BOS_ID, EOS_ID} | {ids[token] for token in languages.values()}
