@@ -143,24 +143,41 @@ def test_an_import_reads_and_writes_sources_and_targets_as_the_tokenizer_does(im
         assert [vocab[i] for i in ours + [EOS_ID]] == hf_tokenizer.convert_ids_to_tokens(their_ids)
 
 
-def test_a_tokenizer_saved_as_tokenizer_json_alone_imports_to_the_same_ids(corpus, tmp_path):
-    # transformers 5's save_pretrained writes tokenizer.json and no sentencepiece.bpe.model
-    original = nllb_directory(corpus, tmp_path / "hf")
+@pytest.mark.parametrize("kind", ["nllb", "nllb_legacy", "m2m100"])
+def test_a_tokenizer_saved_by_transformers_imports_to_the_same_ids(kind, corpus, tmp_path):
+    # transformers 5's save_pretrained writes NLLB's tokenizer as tokenizer.json alone
+    if kind == "m2m100":
+        original, codes = m2m100_directory(corpus, tmp_path / "hf"), ("de", "en")
+    else:
+        original, codes = (
+            nllb_directory(corpus, tmp_path / "hf", legacy=kind == "nllb_legacy"),
+            ("deu_Latn", "eng_Latn"),
+        )
     saved = tmp_path / "saved"
     transformers.AutoTokenizer.from_pretrained(original).save_pretrained(str(saved))
     transformers.AutoModelForSeq2SeqLM.from_pretrained(original).save_pretrained(str(saved))
-    assert not (saved / "sentencepiece.bpe.model").exists()
+    spm_written = (saved / "sentencepiece.bpe.model").exists()
+    assert kind == "m2m100" or not spm_written
     out = str(tmp_path / "ours")
-    result = run_cli("mt-import", "--format", "huggingface", str(saved), out, "--src-lang", "deu_Latn")
+    result = run_cli("mt-import", "--format", "huggingface", str(saved), out, "--src-lang", codes[0])
     assert result.returncode == 0, result.stderr
-    assert not (saved / "sentencepiece.bpe.model").exists()  # made elsewhere, not in their directory
-    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(saved), src_lang="deu_Latn", tgt_lang="eng_Latn")
+    assert (saved / "sentencepiece.bpe.model").exists() == spm_written  # made elsewhere, not in their directory
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(saved), src_lang=codes[0], tgt_lang=codes[1])
     loaded = checkpoint.load(out, torch.device("cpu"))
     vocab = json.load(open(os.path.join(out, "vocab.json"), encoding="utf-8"))
     texts = LINES + TARGETS + ["Über  Straßen, café & naïve: 1.234,5 ÄÖÜ!", "ﬁ ① Ｗｉｄｅ"]
     for text, ours in zip(texts, loaded.tokenizer.encode_src(texts)):
         theirs = hf_tokenizer(text, add_special_tokens=False).input_ids
         assert [vocab[i] for i in ours] == hf_tokenizer.convert_ids_to_tokens(theirs), text
+    # exported back (checked against our log-probabilities as it is written), its tokenizer splits alike
+    back = str(tmp_path / "back")
+    result = run_cli("mt-export", "--checkpoint", out, "--format", "huggingface", back)
+    assert result.returncode == 0, result.stderr
+    named = [f"__{code}__" for code in codes] if kind == "m2m100" else codes  # an NllbTokenizer names M2M100's so
+    exported = transformers.AutoTokenizer.from_pretrained(back, src_lang=named[0], tgt_lang=named[1])
+    for text in texts:
+        theirs = hf_tokenizer.convert_ids_to_tokens(hf_tokenizer(text).input_ids)
+        assert exported.convert_ids_to_tokens(exported(text).input_ids) == theirs, text
 
 
 def _ids(out: str, hf_tokenizer) -> tuple[torch.Tensor, dict[int, int]]:
