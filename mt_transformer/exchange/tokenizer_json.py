@@ -53,8 +53,8 @@ def sentencepiece_from_tokenizer_json(path: str) -> bytes:
     spm.normalizer_spec.add_dummy_prefix = True
     spm.normalizer_spec.remove_extra_whitespaces = True
     spm.normalizer_spec.escape_whitespaces = True
-    kinds = {"<unk>": proto.ModelProto.SentencePiece.UNKNOWN, "<s>": proto.ModelProto.SentencePiece.CONTROL}
-    kinds["</s>"] = proto.ModelProto.SentencePiece.CONTROL
+    unknown, control = proto.ModelProto.SentencePiece.UNKNOWN, proto.ModelProto.SentencePiece.CONTROL
+    kinds = {"<unk>": unknown, "<s>": control, "</s>": control}
     for piece, kind in kinds.items():
         spm.pieces.add(piece=piece, score=0.0, type=kind)
     ranks = _merge_ranks(model["merges"])
