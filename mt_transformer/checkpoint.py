@@ -32,6 +32,7 @@ from mt_transformer.config import Config, ConfigError, config_from_dict
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import WRITE_ERRORS, atomic_dir, read_json, write_error_reason, write_text
+from mt_transformer.model import lora
 from mt_transformer.model.transformer import Transformer
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
@@ -80,9 +81,8 @@ def save_checkpoint(
     final = step_dir(run_dir, step)
     try:
         with atomic_dir(final) as tmp:
-            write_model_dir(
-                tmp, model_tensors(model)[0], {**metadata, "step": step}, tokenizer_dir, tokenizer_files, trainer_state
-            )
+            tensors = lora.adapter_tensors(model) or model_tensors(model)[0]  # adapters: those alone
+            write_model_dir(tmp, tensors, {**metadata, "step": step}, tokenizer_dir, tokenizer_files, trainer_state)
     except WRITE_ERRORS as error:
         reason = write_error_reason(error)
         free = shutil.disk_usage(root).free / 2**20
@@ -178,13 +178,41 @@ def read_weights(directory: str) -> dict[str, torch.Tensor]:
         raise UserError(f"{path}: not a readable safetensors file ({error})") from None
 
 
-def load_weights(model: torch.nn.Module, directory: str) -> None:
-    """Load a checkpoint's weights into `model`; a tied matrix may be stored under any of its names."""
+def adapted_base(directory: str) -> dict:
+    """What an adapter checkpoint records of the model it adapts (train.lora's train.init_from):
+    its directory and the digest of its weights file."""
+    with open(os.path.join(directory, MODEL_FILE), "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"base": os.path.abspath(directory), "base_sha256": digest}
+
+
+def merged_weights(directory: str) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights; an adapter checkpoint's are its base's with the adapters merged in
+    (train.lora), the base checked to be the model they were trained on."""
     weights = read_weights(directory)
+    adapters = read_metadata(directory).get("adapters")
+    if not adapters:
+        return weights
+    base = adapters["base"]
+    if not os.path.isfile(os.path.join(base, MODEL_FILE)):
+        raise UserError(f"{directory}: holds adapters of the model in {base}, which is gone; put it back there")
+    if adapted_base(base)["base_sha256"] != adapters["base_sha256"]:
+        raise UserError(f"{directory}: its adapters were trained on another model than {base} holds now")
+    return lora.merged(merged_weights(base), weights, adapters["scale"])
+
+
+def load_weights(model: torch.nn.Module, directory: str) -> None:
+    """Load a checkpoint's weights into `model`; a tied matrix may be stored under any of its names.
+    Into a model with adapters (a train.lora run) go the adapters alone: its base is loaded already;
+    into any other an adapter checkpoint's weights go merged."""
+    apart = lora.has_adapters(model)
+    weights = read_weights(directory) if apart else merged_weights(directory)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     _, aliases = model_tensors(model)
     loaded_roots = {aliases.get(name, name) for name in weights}
     missing = [name for name in missing if aliases.get(name, name) not in loaded_roots]
+    if apart:
+        missing = [name for name in missing if name.rsplit(".", 1)[-1] in lora.ADAPTER_NAMES]
     path = os.path.join(directory, MODEL_FILE)
     if missing or unexpected:
         what = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(unexpected)[:3]}"

@@ -69,3 +69,91 @@ def test_a_parent_of_another_tokenizer_or_model_is_refused_before_any_work(train
     with pytest.raises(ConfigError) as error:  # a ConfigError is a one-line error, exit code 2
         train_module.train(missing)
     assert str(error.value) == f"train.init_from: {tmp_path / 'nowhere'}: no such checkpoint or run directory"
+
+
+def lora_run(corpus, tmp_path, trained_run, name, **train):
+    lora = {"rank": 4, "alpha": 8, "targets": ["q_proj", "kv_proj", "linear2"]}
+    settings = {"lr_scale": 1.0, "max_steps": 4, "valid_every": 2, "max_tokens": 256, "lora": lora, **train}
+    return finetune_config(corpus, tmp_path, trained_run, name, **settings), tmp_path / name
+
+
+def test_a_lora_run_trains_adapters_alone_resumes_exactly_and_loads_merged(trained_run, corpus, tmp_path, caplog):
+    from test_faults import losses
+
+    from mt_transformer.errors import UserError
+    from mt_transformer.evaluation.average import average_checkpoints
+    from mt_transformer.model import lora
+
+    whole, whole_dir = lora_run(corpus, tmp_path, trained_run, "whole")
+    assert "train.lora: rank 4 adapters on 16 layers" in train_logging(whole, caplog)
+    split, split_dir = lora_run(corpus, tmp_path, trained_run, "split")
+    train_module.train(load_config(split, ["train.max_steps=2"]))
+    assert "resuming from" in train_logging(split, caplog)
+    assert losses(split_dir) == losses(whole_dir)
+    last = checkpoint.list_checkpoints(str(whole_dir))[-1][1]
+    adapters = weights(last)
+    assert all(name.rsplit(".", 1)[-1] in lora.ADAPTER_NAMES for name in adapters) and len(adapters) == 32
+    for name, tensor in weights(checkpoint.list_checkpoints(str(split_dir))[-1][1]).items():
+        assert torch.equal(tensor, adapters[name])
+
+    # loaded anywhere: the base's weights with the adapters merged, the same model as in training
+    base = checkpoint.resolve(trained_run)
+    assert checkpoint.read_metadata(last)["adapters"]["base"] == os.path.abspath(base)
+    merged = checkpoint.load(last, torch.device("cpu")).model
+    training = checkpoint.load(base, torch.device("cpu")).model
+    parent = {name: t.clone() for name, t in training.state_dict().items()}
+    lora.add_adapters(training, 4, 8.0, ("q_proj", "kv_proj", "linear2"))
+    checkpoint.load_weights(training, last)
+    src, tgt = torch.randint(4, 200, (2, 9)), torch.randint(4, 200, (2, 6))
+    with torch.no_grad():
+        ours, theirs = merged.logits(merged(src, tgt)), training.eval().logits(training(src, tgt))
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
+    changed = {n for n, t in merged.state_dict().items() if not torch.equal(t, parent[n])}
+    assert changed and all(n.endswith(("q_proj.weight", "kv_proj.weight", "linear2.weight")) for n in changed)
+
+    # mt-average: the mean of the merged models, a whole model of its own
+    average = average_checkpoints([p for _, p in checkpoint.list_checkpoints(str(whole_dir))], str(tmp_path / "avg"))
+    assert "adapters" not in average and weights(tmp_path / "avg").keys() == weights(base).keys()
+
+    with pytest.raises(UserError, match="train.lora: .* in the config but .* in "):
+        train_module.train(load_config(whole, ["train.max_steps=6", "train.lora.rank=8"]))
+    moved = tmp_path / "moved"
+    os.rename(trained_run, moved)
+    try:
+        with pytest.raises(UserError, match=f"holds adapters of the model in {base}, which is gone"):
+            checkpoint.load(last, torch.device("cpu"))
+    finally:
+        os.rename(moved, trained_run)
+
+
+def test_adapters_refuse_a_base_that_changed(trained_run, corpus, tmp_path):
+    import shutil
+
+    from mt_transformer.errors import UserError
+
+    base = shutil.copytree(checkpoint.resolve(trained_run), tmp_path / "base")
+    config, run_dir = lora_run(corpus, tmp_path, str(base), "run", max_steps=2)
+    train_module.train(load_config(config))
+    tensors = weights(base)
+    name = next(iter(tensors))
+    tensors[name] = tensors[name] + 1
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(base / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match="its adapters were trained on another model than"):
+        checkpoint.load(str(run_dir), torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ("train.init_from=null", "train.lora: adapts a trained model: name it in train.init_from"),
+        ("train.lora.targets=[q_proj, fc1]", "train.lora.targets: each one of q_proj, kv_proj, out_proj, linear1, "),
+        ("train.init_from_reset=false", "train.lora: trains new adapters; train.init_from_reset must be true"),
+    ],
+)
+def test_a_bad_lora_setting_is_one_line(trained_run, corpus, tmp_path, setting, says):
+    config, run_dir = lora_run(corpus, tmp_path, trained_run, "run")
+    result = run_cli("mt-train", "--config", config, "--set", setting)
+    assert result.returncode == 2 and result.stderr.strip().startswith(f"error: {says}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not run_dir.exists()

@@ -51,6 +51,7 @@ def validate(config: Config) -> None:
     _check_model(config.model, config.data)
     _check_train(config.train, config.data)
     _check_guided_alignment(config.train.guided_alignment, config.model)
+    _check_lora(config.train)
     _check_decode(config.decode)
 
 
@@ -65,6 +66,17 @@ def _check_guided_alignment(guided, model: ModelConfig) -> None:
     _check(
         1 <= guided.heads <= model.n_heads, f"{key}.heads: from 1 to model.n_heads {model.n_heads}, got {guided.heads}"
     )
+
+
+def _check_lora(train: TrainConfig) -> None:
+    lora, names = train.lora, ("q_proj", "kv_proj", "out_proj", "linear1", "linear2")
+    _check(lora.rank >= 0, f"train.lora.rank: must be 0 (off) or more, got {lora.rank}")
+    if lora.rank:
+        _check(lora.alpha > 0, f"train.lora.alpha: must be positive, got {lora.alpha}")
+        unknown = [t for t in lora.targets if t not in names]
+        _check(lora.targets and not unknown, f"train.lora.targets: each one of {', '.join(names)}, got {unknown}")
+        _check(train.init_from, "train.lora: adapts a trained model: name it in train.init_from")
+        _check(train.init_from_reset, "train.lora: trains new adapters; train.init_from_reset must be true")
 
 
 def _check_augment(augment, key: str) -> None:

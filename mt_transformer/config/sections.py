@@ -213,6 +213,17 @@ class GuidedAlignmentConfig:
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    """train.lora: low-rank adapters (model/lora.py) on the linear layers named in `targets`, the
+    rest of train.init_from's model frozen; checkpoints hold the adapters alone. rank 0: off."""
+
+    rank: int = 0
+    alpha: float = 16.0  # the adapters' output is scaled by alpha / rank
+    # q_proj, kv_proj, out_proj: every attention's; linear1, linear2: the feed-forward layers'
+    targets: tuple[str, ...] = ("q_proj", "kv_proj", "out_proj")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     output_dir: str = "runs/default"
     max_tokens: int = 4096
@@ -270,6 +281,7 @@ class TrainConfig:
     tensorboard: bool = False  # also log to {output_dir}/tensorboard (needs the tensorboard package)
     init_from: str | None = None  # fine-tune: start from this run or checkpoint's weights and tokenizer
     init_from_reset: bool = True  # with init_from: a fresh optimizer; false keeps the parent's optimizer state
+    lora: LoraConfig = LoraConfig()  # with init_from: train adapters only (docs/exports.md#fine-tuning-nllb)
 
 
 @dataclass(frozen=True)

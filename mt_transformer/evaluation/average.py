@@ -30,7 +30,9 @@ def last_checkpoints(run_dir: str, count: int) -> list[str]:
 def _load(directory: str) -> tuple[dict, dict]:
     if not os.path.isfile(os.path.join(directory, checkpoint.MODEL_FILE)):
         raise UserError(f"{directory}: not a checkpoint directory (no {checkpoint.MODEL_FILE})")
-    return checkpoint.read_weights(directory), checkpoint.read_metadata(directory)
+    # adapters (train.lora) merged into their base: the average is a whole model
+    metadata = {k: v for k, v in checkpoint.read_metadata(directory).items() if k != "adapters"}
+    return checkpoint.merged_weights(directory), metadata
 
 
 def average_checkpoints(inputs: list[str], output: str) -> dict:

@@ -3,7 +3,9 @@
 The new run has its own data, schedule, step count and data position (fairseq's
 --reset-optimizer --reset-lr-scheduler --reset-dataloader); `train.init_from_reset: false`
 keeps the parent's optimizer state. Model and tokenizer settings must be the parent's. Once the
-run has checkpoints of its own, running it again resumes it, not the parent.
+run has checkpoints of its own, running it again resumes it, not the parent. With `train.lora`
+the parent's weights stay frozen and low-rank adapters train on its linear layers
+(model/lora.py); the run's checkpoints hold the adapters and name the parent as their base.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from mt_transformer.data.run_tokenizer import TOKENIZER_SETTINGS
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
+from mt_transformer.model import lora
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +60,45 @@ def adopt_tokenizer(parent: str, run_dir: str) -> None:
     write_text(os.path.join(run_dir, TOKENIZER_SETTINGS), json.dumps(settings, indent=2))
 
 
+def add_adapters(model, config: Config, parent: str | None, resumed: str | None) -> dict:
+    """With train.lora: the base's weights into `model` (the parent's, or on resume the base its
+    checkpoints name), then adapters on the target layers, the only parameters left to train.
+    Returns what the run's checkpoints record of the base ({} without train.lora)."""
+    settings = config.train.lora
+    if not settings.rank:
+        return {}
+    base = parent
+    if resumed:
+        saved = checkpoint.read_metadata(resumed)
+        if not saved.get("adapters") or read_lora(resumed) != settings:
+            raise UserError(
+                f"train.lora: {settings} in the config but {read_lora(resumed)} in {resumed}; "
+                f"use a new train.output_dir or restore the setting"
+            )
+        base = saved["adapters"]["base"]
+    checkpoint.load_weights(model, base)
+    adapted = lora.add_adapters(model, settings.rank, settings.alpha, settings.targets)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info(
+        "train.lora: rank %d adapters on %d layers of %s: %s parameters trained of %s",
+        settings.rank,
+        len(adapted),
+        base,
+        f"{trained:,}",
+        f"{sum(p.numel() for p in model.parameters()):,}",
+    )
+    return {"adapters": {**checkpoint.adapted_base(base), "scale": settings.alpha / settings.rank}}
+
+
+def read_lora(directory: str):
+    return checkpoint.read_config(directory).train.lora
+
+
 def start_from(step, parent: str, reset: bool) -> None:
-    """The parent's weights into `step`'s model, and its optimizer state unless `reset`."""
-    checkpoint.load_weights(step.model, parent)
+    """The parent's weights into `step`'s model (a train.lora run has them already), and its
+    optimizer state unless `reset`."""
+    if not lora.has_adapters(step.model):
+        checkpoint.load_weights(step.model, parent)
     if not reset:
         step.load_optimizer_state(checkpoint.load_trainer_state(parent)["optimizer"])
     log.info(

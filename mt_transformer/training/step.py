@@ -55,8 +55,9 @@ def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, devi
 
 
 def parameter_groups(model: torch.nn.Module, train: TrainConfig) -> list[dict]:
-    """Adam's single group; AdamW's decayed matrices and its undecayed biases and norm gains."""
-    params = list(model.parameters())
+    """Adam's single group; AdamW's decayed matrices and its undecayed biases and norm gains (of
+    the parameters trained: with train.lora, the adapters alone)."""
+    params = [p for p in model.parameters() if p.requires_grad]
     if train.optimizer == "adam":
         return [{"params": params}]
     return [

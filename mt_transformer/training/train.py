@@ -162,6 +162,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
 
     model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).to(device)
     model.checkpoint_activations = settings.checkpoint_activations
+    adapters = finetune.add_adapters(model, config, parent, found[-1][1] if found else None)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(settings.seed + processes.rank)
     config = with_precision(config, model, device, processes, data["train"])
@@ -186,6 +187,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     elif parent:
         finetune.start_from(step, parent, settings.init_from_reset)
     loop = TrainingLoop(config, step, tokenizer, data, processes, corpus_sizes)
+    loop.metadata.update(adapters)
     with logging_redirect_tqdm():
         if parent and not found:
             loop.validate_start()  # what fine-tuning starts from, to compare its validations with
