@@ -105,3 +105,32 @@ def test_an_import_exports_to_ctranslate2_and_translates_as_ours(corpus, tmp_pat
     into = dict(tgt_lang="fra_Latn", beam_size=2, precision="fp32")
     theirs = open_translator(exported, "ctranslate2", **into)(LINES)
     assert [t[0].tokens for t in theirs] == [t[0].tokens for t in open_translator(ours, "torch", **into)(LINES)]
+
+
+def test_a_lora_fine_tune_of_an_import_learns_and_exports_merged(corpus, tmp_path):
+    """finetune.yaml with train.lora: the adapters learn the held-out pairs (valid loss falls), and
+    the transformers export of the run (the adapters merged) generates what the run does."""
+    import json as json_module
+
+    source = nllb_directory(corpus, tmp_path / "nllb")
+    for side, code in (("de", "deu_Latn"), ("en", "eng_Latn")):
+        for split, lines in (("train", slice(0, 200)), ("valid", slice(200, 240))):
+            text = open(f"{corpus}/train.{side}", encoding="utf-8").read().splitlines()[lines]
+            (tmp_path / f"{split}.{code}").write_text("\n".join(text) + "\n", encoding="utf-8")
+    imported, run_dir = str(tmp_path / "imported"), str(tmp_path / "run")
+    assert run_cli("mt-import", "--format", "huggingface", source, imported, "--src-lang", "deu_Latn").returncode == 0
+    keys = [f"data.train={tmp_path}/train", f"data.valid={tmp_path}/valid", f"train.output_dir={run_dir}"]
+    keys += ["train.max_steps=30", "train.valid_every=30", "train.max_tokens=512", "train.lora.rank=8"]
+    keys += ["train.schedule=budget", "train.peak_lr=0.01", "train.lora.targets=[q_proj, kv_proj, out_proj, linear1]"]
+    result = run_cli("mt-train", "--config", os.path.join(imported, "finetune.yaml"), "--set", *keys)
+    assert result.returncode == 0, result.stderr
+    assert "train.lora: rank 8 adapters" in result.stderr
+    assert "set train.lora.rank" in open(os.path.join(imported, "finetune.yaml"), encoding="utf-8").read()
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        valid = [m["valid_loss"] for m in map(json_module.loads, f) if "valid_loss" in m]
+    assert valid[-1] < valid[0] - 0.1, valid
+    exported = str(tmp_path / "exported")
+    result = run_cli("mt-export", "--checkpoint", run_dir, "--format", "huggingface", exported)
+    assert result.returncode == 0, result.stderr
+    lines = open(f"{tmp_path}/valid.deu_Latn", encoding="utf-8").read().splitlines()[:6]
+    _export_matches_ours(run_dir, exported, "deu_Latn", "eng_Latn", lines)
