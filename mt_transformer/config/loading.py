@@ -164,5 +164,6 @@ def finetune_yaml(config: Config, parent: str, output_dir: str) -> str:
     return (
         f"# Fine-tune {parent} on your data (text files {{prefix}}.{{src_lang}}, {{prefix}}.{{tgt_lang}}):\n"
         f"#   mt-train --config THIS_FILE --set {example}\n"
-        f"# The model and tokenizer settings below must stay as they are.\n"
+        f"# The model and tokenizer settings below must stay as they are. To train low-rank adapters\n"
+        f"# alone, in a fraction of the memory, set train.lora.rank (16 is common; docs/exports.md).\n"
     ) + to_yaml(dataclasses.replace(config, data=data, train=train))
