@@ -167,6 +167,10 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
     )
     _check(train.adam_eps > 0, f"train.adam_eps: must be positive, got {train.adam_eps}")
     _check(train.weight_decay >= 0, f"train.weight_decay: must be zero or positive, got {train.weight_decay}")
+    _check(
+        train.weights_dtype == "fp32" or train.precision == "bf16",
+        "train.weights_dtype: bf16 weights compute in bf16: set train.precision: bf16",
+    )
     _check(train.clip_norm >= 0, f"train.clip_norm: must be zero or positive, got {train.clip_norm}")
     _check(
         train.device == "auto" or train.device == "cpu" or train.device.startswith("cuda"),

@@ -264,6 +264,9 @@ class TrainConfig:
     clip_norm: float = 0.0  # 0: no clipping
     max_bad_updates: int = 20  # stop after this many non-finite updates in a row; 0: never
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: training/precision.py
+    # bf16: weights and gradients in bf16, Adam's moments in fp32, updates rounded stochastically
+    # (training/bf16_adam.py): 12 bytes a parameter against 16; needs precision bf16
+    weights_dtype: Literal["fp32", "bf16"] = "fp32"
     device: str = "auto"
     threads: int = 0  # CPU threads; 0: torch's default
     seed: int = 1

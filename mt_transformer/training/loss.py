@@ -95,7 +95,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         w, b = weight.to(dtype), None if bias is None else bias.float()
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        # a frozen output projection (train.lora) gets no (vocab, d_model) gradient
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        )
         grad_bias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=bias.device)
         device = hidden.device
         low, high = buffers.get(padded_rows(min(block_rows, hidden.size(0)), dtype, device), vocab, dtype, device)
@@ -119,9 +122,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad = low[:padded]
                 grad[:rows].copy_(probs)
             grad_hidden[start : start + block_rows] = (grad @ w)[:rows]  # (rows, d_model)
-            grad_weight += (grad.t() @ h).float()  # (vocab, d_model)
+            if grad_weight is not None and dtype == torch.float32:
+                grad_weight.addmm_(grad.t(), h)  # (vocab, d_model), no product apart
+            elif grad_weight is not None:
+                grad_weight += (grad.t() @ h).float()
         ctx.save_for_backward(
-            grad_hidden, grad_weight.to(weight.dtype), None if bias is None else grad_bias.to(bias.dtype)
+            grad_hidden,
+            None if grad_weight is None else grad_weight.to(weight.dtype),
+            None if bias is None else grad_bias.to(bias.dtype),
         )
         return loss
 
@@ -129,7 +137,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss):
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         grad_bias = None if grad_bias is None else grad_bias * grad_loss
-        return grad_hidden * grad_loss, grad_weight * grad_loss, grad_bias, None, None, None, None, None
+        grad_weight = None if grad_weight is None else grad_weight * grad_loss
+        return grad_hidden * grad_loss, grad_weight, grad_bias, None, None, None, None, None
 
 
 def linear_cross_entropy(

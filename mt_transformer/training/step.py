@@ -21,6 +21,7 @@ from mt_transformer.data.batching import Batch
 from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
+from mt_transformer.training.bf16_adam import StochasticRoundingAdam
 from mt_transformer.training.loss import LogitBuffers, alignment_loss, linear_cross_entropy
 from mt_transformer.training.schedule import base_lr, scheduler_for
 from mt_transformer.training.state import TrainerState
@@ -41,6 +42,16 @@ def fused_adam(device: torch.device) -> bool:
 def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, device: torch.device, elapsed=lambda: 0.0):
     """Adam (or AdamW) with train.schedule's learning rates and the gradient scaler (fp16 only);
     `elapsed` gives the seconds trained so far, for a schedule that follows train.max_minutes."""
+    if train.weights_dtype == "bf16":
+        optimizer = StochasticRoundingAdam(
+            parameter_groups(model, train),
+            lr=base_lr(train),
+            betas=train.adam_betas,
+            eps=train.adam_eps,
+            weight_decay=train.weight_decay,
+            decoupled=train.optimizer == "adamw",
+        )
+        return optimizer, scheduler_for(optimizer, train, d_model, elapsed), torch.amp.GradScaler(enabled=False)
     kind = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
     optimizer = kind(
         parameter_groups(model, train),

@@ -27,6 +27,7 @@ from mt_transformer.errors import UserError
 from mt_transformer.files import mark_output, write_text, written_by
 from mt_transformer.model.transformer import Transformer, count_parameters
 from mt_transformer.training import distributed, finetune, random_state, teacher
+from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.loop import TrainingLoop
 from mt_transformer.training.precision import choose_precision, first_batches
 from mt_transformer.training.run_log import tensorboard_writer
@@ -163,6 +164,8 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     model = Transformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint).to(device)
     model.checkpoint_activations = settings.checkpoint_activations
     adapters = finetune.add_adapters(model, config, parent, found[-1][1] if found else None)
+    if settings.weights_dtype == "bf16":
+        to_bf16_matrices(model)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(settings.seed + processes.rank)
     config = with_precision(config, model, device, processes, data["train"])

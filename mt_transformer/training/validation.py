@@ -86,7 +86,8 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[s
     language tokens for several pairs that of each (valid_bleu_xx-yy, each pair's rows found by
     the tokens they begin with), and valid_bleu is their mean. train.valid_max_sentences N > 0
     takes the first N pairs (of each language or pair)."""
-    decode = with_decode(config, beam_size=1, n_best=1, sampling=False)
+    bf16 = config.train.weights_dtype == "bf16"  # bf16 weights search in bf16
+    decode = with_decode(config, beam_size=1, n_best=1, sampling=False, precision="bf16" if bf16 else None)
     translate = torch_translator(model, tokenizer, decode, device)
     limit = config.train.valid_max_sentences or None
     groups = _groups(translate.languages, dataset, config)

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Fine-tuning an NLLB-shaped model: peak memory and tokens/s of mt-train's own update
+(training/step.py) per memory option, each option in a process of its own, on random weights of
+the real shapes (the hub's weights are not needed for memory and speed) and random batches.
+
+    python3 scripts/finetune_memory.py [--shape 600M] [--options full lora checkpoint ...]
+        [--sentences 16 --length 32] [--steps 3] [--json out.json]
+
+Options: full (fp32 weights, gradients and Adam state), checkpoint (train.checkpoint_activations),
+bf16 (train.weights_dtype bf16 with train.precision bf16), lora (train.lora rank 16 on every
+attention projection), and their combinations. Each row also states the bytes of weights,
+gradients and optimizer state the option keeps, counted from its parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+
+import torch
+
+from measure import machine_line, markdown_table, run_process, write_json
+from mt_transformer.config import ModelConfig, TrainConfig
+from mt_transformer.data.batching import Batch
+from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
+from mt_transformer.model import lora
+from mt_transformer.model.transformer import Transformer
+from mt_transformer.training.bf16_adam import to_bf16_matrices
+from mt_transformer.training.state import TrainerState
+from mt_transformer.training.step import TrainingStep, optimizer_for
+
+# facebook/nllb-200-*: d_model, encoder and decoder layers, FFN width; 16 heads, 256,206 pieces
+SHAPES = {"600M": (1024, 12, 4096), "1.3B": (1024, 24, 8192), "3.3B": (2048, 24, 8192), "tiny": (32, 1, 64)}
+VOCAB = 256_206
+OPTIONS = ("full", "checkpoint", "bf16", "lora", "lora+checkpoint", "lora+bf16", "lora+bf16+checkpoint")
+LORA = {"rank": 16, "alpha": 32.0, "targets": ("q_proj", "kv_proj", "out_proj")}
+
+
+def nllb_model(shape: str, vocab: int) -> Transformer:
+    d_model, layers, d_ff = SHAPES[shape]
+    config = ModelConfig(
+        d_model=d_model, n_heads=16, d_ff=d_ff, encoder_layers=layers, decoder_layers=layers, max_positions=1026
+    )
+    return Transformer(config, vocab, vocab, share_vocab=True)
+
+
+def state_bytes(model) -> dict:
+    """What the option keeps between updates: weights, gradients of the trained parameters, and
+    Adam's two moments of each (fp32), in bytes."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    trained = [p for p in model.parameters() if p.requires_grad]
+    grads = sum(p.numel() * p.element_size() for p in trained)
+    return {"weights": weights, "gradients": grads, "optimizer": sum(8 * p.numel() for p in trained)}
+
+
+def child(args) -> None:
+    """One option in this process: build, update `steps` times after one warm-up update, and
+    write the measurements to args.out."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = nllb_model(args.shape, args.vocab)
+    if "lora" in args.option:
+        lora.add_adapters(model, LORA["rank"], LORA["alpha"], LORA["targets"])
+    model.checkpoint_activations = "checkpoint" in args.option
+    model.train()
+    bf16 = "bf16" in args.option
+    if bf16:
+        to_bf16_matrices(model)
+    train = TrainConfig(precision="bf16" if bf16 else "fp32", weights_dtype="bf16" if bf16 else "fp32")
+    optimizer, scheduler, scaler = optimizer_for(model, train, model.output.in_features, torch.device("cpu"))
+    step = TrainingStep(model, optimizer, scheduler, scaler, train, TrainerState(), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(1)
+
+    def batch() -> Batch:
+        shape = (args.sentences, args.length)
+        src, tgt = (torch.randint(4, args.vocab, shape, generator=generator) for _ in range(2))
+        src[:, -1] = EOS_ID
+        tgt_in = torch.cat([torch.full((args.sentences, 1), BOS_ID), tgt[:, :-1]], 1)
+        return Batch(src, tgt_in, torch.cat([tgt[:, :-1], torch.full((args.sentences, 1), EOS_ID)], 1))
+
+    step([batch()])
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step([batch()])
+    seconds = (time.perf_counter() - start) / args.steps
+    result = {
+        "option": args.option,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "trained": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        **state_bytes(model),
+        "tokens_per_s": args.sentences * args.length / seconds,
+        "own_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=list(SHAPES), default="600M")
+    parser.add_argument("--options", nargs="+", choices=OPTIONS, default=list(OPTIONS))
+    parser.add_argument("--sentences", type=int, default=16)
+    parser.add_argument("--length", type=int, default=32, help="source and target tokens of each sentence")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--vocab", type=int, default=VOCAB)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json")
+    parser.add_argument("--option", help=argparse.SUPPRESS)  # the child process's
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.option:
+        return child(args)
+    print(f"{machine_line()}; NLLB {args.shape} shape, {args.sentences} x {args.length} tokens an update")
+    rows, results = [], []
+    for option in args.options:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = os.path.join(scratch, "result.json")
+            settings = ["--shape", args.shape, "--sentences", str(args.sentences), "--length", str(args.length)]
+            settings += [
+                "--steps",
+                str(args.steps),
+                "--vocab",
+                str(args.vocab),
+                "--threads",
+                str(args.threads),
+                "--option",
+                option,
+                "--out",
+                out,
+            ]
+            _, peak = run_process([sys.executable, os.path.abspath(__file__), *settings])
+            with open(out, encoding="utf-8") as f:
+                result = {**json.load(f), "peak_mb": peak}
+        results.append(result)
+        gb = {k: f"{result[k] / 1e9:.2f}" for k in ("weights", "gradients", "optimizer")}
+        share = f"{result['peak_mb'] / results[0]['peak_mb']:.0%}"
+        rows.append(
+            [option, f"{result['trained']:,}", gb["weights"], gb["gradients"], gb["optimizer"]]
+            + [f"{result['peak_mb'] / 1024:.2f}", share, f"{result['tokens_per_s']:.0f}"]
+        )
+    header = ["option", "trained", "weights GB", "gradients GB", "Adam GB", "peak RSS GiB", "of the first", "tokens/s"]
+    print(markdown_table(header, rows))
+    if args.json:
+        write_json(args.json, {"machine": machine_line(), "shape": args.shape, "results": results})
+    return results
+
+
+if __name__ == "__main__":
+    main()
