@@ -3,7 +3,8 @@ and reads them: the training checkpoints, averaged models, and the whole state a
 takes back.
 
     checkpoints/step_00001000/
-        model.safetensors   weights (no pickle)
+        model.safetensors   weights (no pickle); a train.lora run's: its adapters alone,
+                            config.json naming the base they adapt (merged in at load)
         config.json         the run's config, vocabulary sizes, step
         trainer.pt          optimizer, scheduler, scaler, data position, RNG states
                             (tensors and plain containers, loaded with weights_only=True)
@@ -43,12 +44,6 @@ STEP_DIR = re.compile(r"^step_(\d+)$")
 
 class SaveError(UserError):
     """A checkpoint could not be written (most often: the disk is full); the earlier ones are intact."""
-
-
-def estimated_size(parameters: int) -> int:
-    """Bytes of one checkpoint: fp32 weights and Adam's two moment estimates, plus ~2 MB for the
-    tokenizer, config and scheduler state."""
-    return 12 * parameters + (2 << 20)
 
 
 def checkpoint_root(run_dir: str) -> str:

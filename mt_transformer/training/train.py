@@ -81,7 +81,7 @@ def parameter_count(config: Config) -> int | None:
 
 def check_disk_space(run_dir: str, parameters: int, keep_last: int, saves: int) -> None:
     """Fail before any work when the checkpoints this run keeps at once cannot fit on the disk."""
-    size = checkpoint.estimated_size(parameters)
+    size = 12 * parameters + (2 << 20)  # fp32 weights and Adam's moments, ~2 MB of tokenizer and state
     kept = min(keep_last or saves, saves) + 1  # the newest is written before the oldest is deleted
     needed = max(kept - len(checkpoint.list_checkpoints(run_dir)), 1) * size
     free = shutil.disk_usage(run_dir).free
