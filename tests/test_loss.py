@@ -117,3 +117,11 @@ def test_blockwise_validation_losses_equal_the_plain_ones(block_rows, with_bias)
     logits = hidden @ weight.t() + (bias if with_bias else 0)
     assert math.isclose(loss, label_smoothed_loss(logits, target, 0.1).item(), rel_tol=1e-4)
     assert math.isclose(nll, label_smoothed_loss(logits, target, 0.0).item(), rel_tol=1e-4)
+
+
+def test_a_large_vocabulary_takes_fewer_rows_a_block():
+    from mt_transformer.training.loss import rows_per_block
+
+    assert rows_per_block(1024, 8_000) == 1024  # 32 MB of logits
+    assert rows_per_block(1024, 256_206) == 130  # NLLB: 128 MiB, not 1 GiB
+    assert rows_per_block(1024, 10_000_000) == 64 and rows_per_block(3, 256_206) == 3

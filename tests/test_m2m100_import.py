@@ -404,7 +404,8 @@ def test_a_server_serves_every_pair_of_an_import_by_two_letter_codes(imported):
 
 def test_the_readme_imports_trims_fine_tunes_and_teaches_with_nllb(corpus, tmp_path, monkeypatch):
     """The README's four NLLB lines in a fresh directory on 200 lines of each demo file's shape,
-    the hub id replaced by an NLLB-shaped model made here (no network), training cut to 2 updates."""
+    the hub id replaced by an NLLB-shaped model made here (no network) and saved again by
+    transformers (tokenizer.json alone), training cut to 2 updates; the fine-tune trains adapters."""
     from conftest import ROOT
 
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
@@ -413,7 +414,10 @@ def test_the_readme_imports_trims_fine_tunes_and_teaches_with_nllb(corpus, tmp_p
     commands = lines[start : start + 4]
     assert [c.split()[0] for c in commands] == ["mt-import", "mt-translate", "mt-train", "mt-train"]
     hub_id = commands[0].split()[3]
-    source = nllb_directory(corpus, tmp_path / "nllb")
+    source = str(tmp_path / "saved")
+    for kind in (transformers.AutoTokenizer, transformers.AutoModelForSeq2SeqLM):
+        kind.from_pretrained(nllb_directory(corpus, tmp_path / "nllb")).save_pretrained(source)
+    assert not os.path.exists(os.path.join(source, "sentencepiece.bpe.model"))
     (tmp_path / "data" / "demo").mkdir(parents=True)
     for name in os.listdir(corpus):
         text = open(os.path.join(corpus, name), encoding="utf-8").read().splitlines()[:200]
@@ -429,7 +433,8 @@ def test_the_readme_imports_trims_fine_tunes_and_teaches_with_nllb(corpus, tmp_p
         assert result.returncode == 0, (command, result.stderr)
         outputs.append(result.stdout)
     assert outputs[1].count("\n") == (tmp_path / "data" / "demo" / "test.de").read_text(encoding="utf-8").count("\n")
-    assert os.path.isdir(tmp_path / "runs" / "nllb-de-en_finetuned" / "checkpoints" / "step_00000002")
+    tuned = tmp_path / "runs" / "nllb-de-en_finetuned" / "checkpoints" / "step_00000002"
+    assert checkpoint.read_metadata(str(tuned))["adapters"]["base"] == str(tmp_path / "runs" / "nllb-de-en")
     assert os.path.isdir(tmp_path / "runs" / "student-de-en" / "checkpoints" / "step_00000002")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+CHUNK = 1 << 22  # elements updated at once: 16 MB of each fp32 temporary, not a copy of NLLB's 1 GB embedding
+
 
 def to_bf16_matrices(model: torch.nn.Module) -> None:
     """The model's matrices in bf16; its norms (which autocast runs in fp32) and position tables stay."""
@@ -49,7 +51,6 @@ class StochasticRoundingAdam(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
-            (beta1, beta2), lr, decay = group["betas"], group["lr"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -59,14 +60,20 @@ class StochasticRoundingAdam(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
                     state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
                 state["step"] += 1
-                t = state["step"].item()
-                weight, grad = p.float(), p.grad.float()
-                if decay and group["decoupled"]:
-                    weight.mul_(1 - lr * decay)
-                elif decay:
-                    grad = grad.add(weight, alpha=decay)
-                state["exp_avg"].lerp_(grad, 1 - beta1)  # m = beta1 m + (1 - beta1) g
-                state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denominator = (state["exp_avg_sq"] / (1 - beta2**t)).sqrt_().add_(group["eps"])
-                weight.addcdiv_(state["exp_avg"], denominator, value=-lr / (1 - beta1**t))
-                p.copy_(stochastic_round(weight) if p.dtype == torch.bfloat16 else weight)
+                flat = [t.view(-1) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
+                for start in range(0, p.numel(), CHUNK):  # fp32 temporaries of one chunk at a time
+                    self._update(group, state["step"].item(), *(t[start : start + CHUNK] for t in flat))
+
+    @staticmethod
+    def _update(group: dict, t: float, p, grad, exp_avg, exp_avg_sq) -> None:
+        (beta1, beta2), lr, decay = group["betas"], group["lr"], group["weight_decay"]
+        weight, grad = p.float(), grad.float()
+        if decay and group["decoupled"]:
+            weight.mul_(1 - lr * decay)
+        elif decay:
+            grad = grad.add(weight, alpha=decay)
+        exp_avg.lerp_(grad, 1 - beta1)  # m = beta1 m + (1 - beta1) g
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denominator = (exp_avg_sq / (1 - beta2**t)).sqrt_().add_(group["eps"])
+        weight.addcdiv_(exp_avg, denominator, value=-lr / (1 - beta1**t))
+        p.copy_(stochastic_round(weight) if p.dtype == torch.bfloat16 else weight)

@@ -14,12 +14,20 @@ import torch.nn.functional as F
 
 from mt_transformer.data.special_tokens import PAD_ID
 
-BLOCK_ROWS = 1024
+BLOCK_ROWS = 1024  # rows of a block at most (see BLOCK_BYTES)
 # bf16/fp16 products on a CPU run through oneDNN, which builds a kernel for every new row count
 # (several times the cost of the product itself); the blocks' rows are
 # padded to a multiple of this, so that a run meets a few row counts and reuses their kernels
 # (docs/benchmarks.md, "Performance decisions")
 ROW_MULTIPLE = 64
+
+# and at most this many bytes of float32 logits a block: 130 rows of NLLB's 256,206 pieces, where
+# 1,024 rows (1 GB in the logits and their gradient) would outweigh a LoRA run's activations
+BLOCK_BYTES = 128 << 20
+
+
+def rows_per_block(block_rows: int, vocab: int) -> int:
+    return min(block_rows, max(ROW_MULTIPLE, BLOCK_BYTES // (4 * vocab)))
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -161,7 +169,8 @@ def linear_cross_entropy(
     """
     keep = target != PAD_ID
     buffers = LogitBuffers() if buffers is None else buffers
-    return _LinearCrossEntropy.apply(hidden[keep], weight, bias, target[keep], smoothing, dtype, block_rows, buffers)
+    rows = rows_per_block(block_rows, weight.size(0))
+    return _LinearCrossEntropy.apply(hidden[keep], weight, bias, target[keep], smoothing, dtype, rows, buffers)
 
 
 @torch.no_grad()
@@ -180,6 +189,7 @@ def blockwise_losses(
     need not exist. Shapes as in linear_cross_entropy."""
     keep = target != PAD_ID
     hidden, target, w = hidden[keep], target[keep], weight.to(dtype)
+    block_rows = rows_per_block(block_rows, w.size(0))
     b = None if bias is None else bias.float()
     loss, nll = (torch.zeros((), dtype=torch.float32, device=hidden.device) for _ in range(2))
     low, high = LogitBuffers().get(min(block_rows, hidden.size(0)), w.size(0), dtype, hidden.device)
