@@ -133,7 +133,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_weight is not None and dtype == torch.float32:
                 grad_weight.addmm_(grad.t(), h)  # (vocab, d_model), no product apart
             elif grad_weight is not None:
-                grad_weight += (grad.t() @ h).float()
+                grad_weight += grad.t() @ h  # cast as it is added: no float32 copy of the product
         ctx.save_for_backward(
             grad_hidden,
             None if grad_weight is None else grad_weight.to(weight.dtype),
