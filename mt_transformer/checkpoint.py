@@ -58,10 +58,16 @@ def step_dir(run_dir: str, step: int) -> str:
     return os.path.join(checkpoint_root(run_dir), step_name(step))
 
 
+def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """What a checkpoint of `model` holds: its adapters alone where it has some (train.lora), else
+    each of its tensors once (model_tensors)."""
+    return lora.adapter_tensors(model) or model_tensors(model)[0]
+
+
 def save_checkpoint(
     run_dir: str,
     step: int,
-    model: torch.nn.Module,
+    weights: dict[str, torch.Tensor],
     metadata: dict,
     trainer_state: dict,
     tokenizer_dir: str,
@@ -76,8 +82,7 @@ def save_checkpoint(
     final = step_dir(run_dir, step)
     try:
         with atomic_dir(final) as tmp:
-            tensors = lora.adapter_tensors(model) or model_tensors(model)[0]  # adapters: those alone
-            write_model_dir(tmp, tensors, {**metadata, "step": step}, tokenizer_dir, tokenizer_files, trainer_state)
+            write_model_dir(tmp, weights, {**metadata, "step": step}, tokenizer_dir, tokenizer_files, trainer_state)
     except WRITE_ERRORS as error:
         reason = write_error_reason(error)
         free = shutil.disk_usage(root).free / 2**20

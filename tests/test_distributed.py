@@ -178,3 +178,34 @@ def test_sigterm_to_torchrun_saves_a_checkpoint_and_stops_every_rank(corpus, tmp
     ((step, directory),) = list_checkpoints(str(run_dir))  # one complete checkpoint, written by rank 0
     state = load_trainer_state(directory)
     assert state["step"] == step > 0 and len(state["rng_ranks"]) == 2
+
+
+@pytest.mark.slow
+def test_fsdp_makes_one_process_updates_and_its_checkpoints_resume_sharded_or_not(corpus, tmp_path):
+    """train.distributed: fsdp on 2 processes: the updates of one process that sees the same
+    batches (as DDP's test above), a resume under FSDP exactly like the run never stopped, and its
+    checkpoints go on in one process (and translate there)."""
+    single = run_cli("mt-train", "--config", config_for(corpus, tmp_path, "single", accumulate=2))
+    assert single.returncode == 0, single.stderr
+    sharded = config_for(corpus, tmp_path, "sharded", distributed="fsdp")
+    finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config", sharded))
+    assert gradient_gap(tmp_path / "single", tmp_path / "sharded") < GRADIENT_TOLERANCE
+    assert np.allclose(
+        [x for _, x in losses(tmp_path / "sharded")], [x for _, x in losses(tmp_path / "single")], atol=1e-3
+    )
+    assert weights(tmp_path / "sharded", 3).keys() == weights(tmp_path / "single", 3).keys()
+
+    for name in ("split", "one"):  # the same run stopped after its step-2 checkpoint
+        shutil.copytree(tmp_path / "sharded", tmp_path / name)
+        shutil.rmtree(tmp_path / name / "checkpoints" / "step_00000003")
+        os.remove(tmp_path / name / "checkpoints" / "best.json")
+    resume = ("--config", sharded, "--set", f"train.output_dir={tmp_path / 'split'}")
+    assert "resuming from" in finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), *resume))
+    assert losses(tmp_path / "split") == losses(tmp_path / "sharded")
+    split_weights, whole_weights = weights(tmp_path / "split", 3), weights(tmp_path / "sharded", 3)
+    assert all(np.array_equal(split_weights[name], whole_weights[name]) for name in whole_weights)
+    one = run_cli("mt-train", "--config", sharded, "--set", f"train.output_dir={tmp_path / 'one'}")
+    assert one.returncode == 0 and "resuming 2 processes' run with 1" in one.stderr, one.stderr
+    assert len(losses(tmp_path / "one")) == 3
+    translated = run_cli("mt-translate", "--checkpoint", str(tmp_path / "one"), input="a red apple\n")
+    assert translated.returncode == 0 and translated.stdout.count("\n") == 1, translated.stderr

@@ -150,6 +150,7 @@ def test_adapters_refuse_a_base_that_changed(trained_run, corpus, tmp_path):
         ("train.init_from=null", "train.lora: adapts a trained model: name it in train.init_from"),
         ("train.lora.targets=[q_proj, fc1]", "train.lora.targets: each one of q_proj, kv_proj, out_proj, linear1, "),
         ("train.init_from_reset=false", "train.lora: trains new adapters; train.init_from_reset must be true"),
+        ("train.distributed=fsdp", "train.distributed: fsdp shards a whole model's training; unset train.lora"),
     ],
 )
 def test_a_bad_lora_setting_is_one_line(trained_run, corpus, tmp_path, setting, says):

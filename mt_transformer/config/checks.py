@@ -69,6 +69,12 @@ def _check_guided_alignment(guided, model: ModelConfig) -> None:
 
 
 def _check_lora(train: TrainConfig) -> None:
+    fsdp = train.distributed == "fsdp"
+    _check(not (fsdp and train.lora.rank), "train.distributed: fsdp shards a whole model's training; unset train.lora")
+    _check(
+        not (fsdp and train.weights_dtype == "bf16"),
+        "train.distributed: fsdp keeps fp32 weights; unset train.weights_dtype",
+    )
     lora, names = train.lora, ("q_proj", "kv_proj", "out_proj", "linear1", "linear2")
     _check(lora.rank >= 0, f"train.lora.rank: must be 0 (off) or more, got {lora.rank}")
     if lora.rank:

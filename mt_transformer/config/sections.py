@@ -281,6 +281,9 @@ class TrainConfig:
     # keep no layer's inner activations for the backward pass, compute them again there: less
     # memory for more compute (docs/configs.md)
     checkpoint_activations: bool = False
+    # under torchrun: ddp replicates the model on every process; fsdp shards weights, gradients and
+    # Adam's state over them (FSDP2, a unit per layer: training/sharding.py)
+    distributed: Literal["ddp", "fsdp"] = "ddp"
     tensorboard: bool = False  # also log to {output_dir}/tensorboard (needs the tensorboard package)
     init_from: str | None = None  # fine-tune: start from this run or checkpoint's weights and tokenizer
     init_from_reset: bool = True  # with init_from: a fresh optimizer; false keeps the parent's optimizer state

@@ -95,9 +95,9 @@ def read_lora(directory: str):
 
 
 def start_from(step, parent: str, reset: bool) -> None:
-    """The parent's weights into `step`'s model (a train.lora run has them already), and its
+    """The parent's weights into `step`'s model (a train.lora or sharded run has them already), and its
     optimizer state unless `reset`."""
-    if not lora.has_adapters(step.model):
+    if not lora.has_adapters(step.model) and not step.sharded:
         checkpoint.load_weights(step.model, parent)
     if not reset:
         step.load_optimizer_state(checkpoint.load_trainer_state(parent)["optimizer"])

@@ -204,21 +204,31 @@ class TrainingLoop:
                 entry["tokens_per_s"],
             )
 
+    def validated(self) -> dict:
+        """validate()'s metrics on rank 0 ({} elsewhere and without a valid set). A sharded model's
+        other ranks validate alongside: its layers are gathered from all of them."""
+        sharded = self.step.sharded
+        if "valid" not in self.data or not (self.processes.is_main or sharded):
+            return {}
+        if sharded:
+            self.step.model.unshard()  # the embeddings, norms and output projection, for the searches
+        metrics = validate(self.step.model, self.tokenizer, self.data["valid"], self.config, self.device)
+        return metrics if self.processes.is_main else {}
+
     def validate_start(self) -> None:
         """Validate the weights the run starts from, logged as step 0; nothing is saved."""
-        if "valid" in self.data and self.processes.is_main:
-            metrics = {
-                "step": 0,
-                **validate(self.step.model, self.tokenizer, self.data["valid"], self.config, self.device),
-            }
+        validated = self.validated()
+        if validated:
+            metrics = {"step": 0, **validated}
             log_validation(0, metrics)
             self.log.write(metrics)
 
     def validate_and_save(self) -> dict:
         state = self.state
         metrics, started = {"step": state.step}, time.monotonic()
-        if "valid" in self.data and self.processes.is_main:
-            metrics.update(validate(self.step.model, self.tokenizer, self.data["valid"], self.config, self.device))
+        validated = self.validated()
+        if validated:
+            metrics.update(validated)
             log_validation(state.step, metrics)
             metrics["valid_s"] = round(time.monotonic() - started, 2)  # what validating costs the budget
         metrics["elapsed_s"] = round(state.elapsed, 1)
@@ -245,15 +255,16 @@ class TrainingLoop:
         """Write a checkpoint (rank 0; every rank contributes its random state). Returns its directory."""
         rng_ranks = distributed.gather(random_state.rng_state(self.device), self.processes)
         directory = checkpoint.step_dir(self.run_dir, self.state.step)
+        weights, optimizer_state = self.step.saved_state()  # gathered from every rank when sharded
         if self.processes.is_main:
             step = self.step
             trainer_state = self.state.saved_with(
-                step.optimizer, step.scheduler, step.scaler, rng_ranks, self.processes.enabled
+                optimizer_state, step.scheduler, step.scaler, rng_ranks, self.processes.enabled
             )
             directory = checkpoint.save_checkpoint(
                 self.run_dir,
                 self.state.step,
-                step.model,
+                weights,
                 self.metadata,
                 trainer_state,
                 self.run_dir,

@@ -36,12 +36,12 @@ class TrainerState:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def saved_with(self, optimizer, scheduler, scaler, rng_ranks: list, all_ranks: bool) -> dict:
+    def saved_with(self, optimizer_state: dict, scheduler, scaler, rng_ranks: list, all_ranks: bool) -> dict:
         """What a checkpoint's trainer file holds, for a resumed run to continue exactly: the optimizer,
         schedule and gradient scaler, these counters, rank 0's random generators, and under torchrun
         (`all_ranks`) every rank's."""
         state = {
-            "optimizer": optimizer.state_dict(),
+            "optimizer": optimizer_state,
             "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict(),
             "rng": rng_ranks[0],

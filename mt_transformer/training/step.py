@@ -16,11 +16,12 @@ from dataclasses import dataclass
 import torch
 from packaging.version import Version
 
+from mt_transformer import checkpoint
 from mt_transformer.config import GuidedAlignmentConfig, TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
-from mt_transformer.training import distributed
+from mt_transformer.training import distributed, sharding
 from mt_transformer.training.bf16_adam import StochasticRoundingAdam
 from mt_transformer.training.loss import LogitBuffers, alignment_loss, linear_cross_entropy
 from mt_transformer.training.schedule import base_lr, scheduler_for
@@ -145,10 +146,25 @@ class TrainingStep:
         self.bad_in_a_row = 0  # non-finite updates in a row
         self.buffers = LogitBuffers()
 
+    @property
+    def sharded(self) -> bool:
+        """Whether the model is sharded over the processes (train.distributed: fsdp)."""
+        return isinstance(self.ddp, sharding.Sharded)
+
+    def saved_state(self) -> tuple[dict, dict]:
+        """(weights, optimizer state) as a checkpoint holds them; when sharded, gathered from every
+        rank (all call it) onto rank 0."""
+        if self.sharded:
+            return sharding.gathered_state(self.model, self.optimizer)
+        return checkpoint.weights_of(self.model), self.optimizer.state_dict()
+
     def load_optimizer_state(self, saved: dict) -> None:
         """Adam's state from a checkpoint, run with this device's kernel whatever device or torch
         wrote it."""
         try:
+            if self.sharded:
+                sharding.load_optimizer_state(self.model, self.optimizer, saved)
+                return
             self.optimizer.load_state_dict(saved)
         except ValueError:
             raise UserError(

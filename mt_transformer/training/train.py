@@ -26,7 +26,7 @@ from mt_transformer.devices import select_device, slow_precision, use_fast_matmu
 from mt_transformer.errors import UserError
 from mt_transformer.files import mark_output, write_text, written_by
 from mt_transformer.model.transformer import Transformer, count_parameters
-from mt_transformer.training import distributed, finetune, random_state, teacher
+from mt_transformer.training import distributed, finetune, random_state, sharding, teacher
 from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.loop import TrainingLoop
 from mt_transformer.training.precision import choose_precision, first_batches
@@ -179,7 +179,10 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
             settings.keep_last,
             saves=math.ceil(settings.max_steps / checkpoint_every) + 1,
         )
-    forward, ddp = wrap_for_processes(model, device, processes, settings.compile)
+    sharded = settings.distributed == "fsdp" and processes.enabled
+    if sharded and (found or parent):  # whole weights go in before the model is cut into shards
+        checkpoint.load_weights(model, found[-1][1] if found else parent)
+    forward, ddp = wrap_for_processes(model, device, processes, settings.compile, sharded)
     state = TrainerState(world_size=processes.world_size)
     optimizer, scheduler, scaler = optimizer_for(
         model, settings, config.model.d_model, device, elapsed=lambda: state.elapsed
@@ -235,8 +238,10 @@ def log_setup(model, settings: TrainConfig, device: torch.device, processes: dis
 
 
 def resume(step: TrainingStep, directory: str, processes: distributed.Processes, seed: int) -> None:
-    """Take back a checkpoint's weights, optimizer, schedule, scaler, counters and random state."""
-    checkpoint.load_weights(step.model, directory)
+    """Take back a checkpoint's weights (a sharded model has them already), optimizer, schedule,
+    scaler, counters and random state."""
+    if not step.sharded:
+        checkpoint.load_weights(step.model, directory)
     saved = checkpoint.load_trainer_state(directory)
     step.load_optimizer_state(saved["optimizer"])
     step.scheduler.load_state_dict(saved["scheduler"])
@@ -256,11 +261,14 @@ def resume(step: TrainingStep, directory: str, processes: distributed.Processes,
     log.info("resuming from %s (step %d, epoch %d)", directory, state.step, state.epoch + 1)
 
 
-def wrap_for_processes(model, device: torch.device, processes: distributed.Processes, compile: bool):
+def wrap_for_processes(model, device: torch.device, processes: distributed.Processes, compile: bool, sharded=False):
     """What runs the forward pass: the model, under torchrun its DistributedDataParallel wrapper
-    (also returned, for no_sync), and with train.compile all of it under torch.compile."""
+    (also returned, for no_sync) or, `sharded`, the model itself sharded in place (and its no_sync),
+    and with train.compile all of it under torch.compile."""
     ddp = None
-    if processes.enabled:
+    if sharded:
+        ddp = sharding.shard(model, device, processes.world_size)
+    elif processes.enabled:
         # the only buffers are the sinusoidal position tables, equal everywhere: no syncing at each forward
         # (torch 2.13 renamed the option; older versions know only broadcast_buffers)
         parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
@@ -268,7 +276,7 @@ def wrap_for_processes(model, device: torch.device, processes: distributed.Proce
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync
         )
-    forward = ddp or model
+    forward = model if sharded else ddp or model
     if compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
         forward = torch.compile(forward)
     return forward, ddp
