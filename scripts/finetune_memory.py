@@ -8,8 +8,10 @@ the real shapes (the hub's weights are not needed for memory and speed) and rand
 
 Options: full (fp32 weights, gradients and Adam state), checkpoint (train.checkpoint_activations),
 bf16 (train.weights_dtype bf16 with train.precision bf16), lora (train.lora rank 16 on every
-attention projection), and their combinations. Each row also states the bytes of weights,
-gradients and optimizer state the option keeps, counted from its parameters.
+attention projection), their combinations, and fsdp (train.distributed: fsdp, 2 processes under
+torchrun, each with its own batch). Each row also states the bytes of weights, gradients and
+optimizer state a process keeps, counted from its parameters (its shards), and the peak RSS of
+its largest process.
 """
 
 from __future__ import annotations
@@ -30,14 +32,17 @@ from mt_transformer.data.batching import Batch
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.model import lora
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.training import distributed
 from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for
+from mt_transformer.training.train import wrap_for_processes
 
 # facebook/nllb-200-*: d_model, encoder and decoder layers, FFN width; 16 heads, 256,206 pieces
 SHAPES = {"600M": (1024, 12, 4096), "1.3B": (1024, 24, 8192), "3.3B": (2048, 24, 8192), "tiny": (32, 1, 64)}
 VOCAB = 256_206
-OPTIONS = ("full", "checkpoint", "bf16", "lora", "lora+checkpoint", "lora+bf16", "lora+bf16+checkpoint")
+OPTIONS = ("full", "checkpoint", "bf16", "lora", "lora+checkpoint", "lora+bf16", "lora+bf16+checkpoint", "fsdp")
+PROCESSES = 2  # fsdp's, under torchrun, each on one thread and its own batch of --sentences
 LORA = {"rank": 16, "alpha": 32.0, "targets": ("q_proj", "kv_proj", "out_proj")}
 
 
@@ -52,10 +57,14 @@ def nllb_model(shape: str, vocab: int) -> Transformer:
 def state_bytes(model) -> dict:
     """What the option keeps between updates: weights, gradients of the trained parameters, and
     Adam's two moments of each (fp32), in bytes."""
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    def numel(p):  # this process's shard of a sharded parameter
+        return p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+
+    weights = sum(numel(p) * p.element_size() for p in model.parameters())
     trained = [p for p in model.parameters() if p.requires_grad]
-    grads = sum(p.numel() * p.element_size() for p in trained)
-    return {"weights": weights, "gradients": grads, "optimizer": sum(8 * p.numel() for p in trained)}
+    grads = sum(numel(p) * p.element_size() for p in trained)
+    return {"weights": weights, "gradients": grads, "optimizer": sum(8 * numel(p) for p in trained)}
 
 
 def child(args) -> None:
@@ -72,9 +81,12 @@ def child(args) -> None:
     if bf16:
         to_bf16_matrices(model)
     train = TrainConfig(precision="bf16" if bf16 else "fp32", weights_dtype="bf16" if bf16 else "fp32")
-    optimizer, scheduler, scaler = optimizer_for(model, train, model.output.in_features, torch.device("cpu"))
-    step = TrainingStep(model, optimizer, scheduler, scaler, train, TrainerState(), torch.device("cpu"))
-    generator = torch.Generator().manual_seed(1)
+    cpu, processes = torch.device("cpu"), distributed.from_environment()
+    distributed.init_group(processes, cpu)
+    forward, ddp = wrap_for_processes(model, cpu, processes, False, sharded=args.option == "fsdp")
+    optimizer, scheduler, scaler = optimizer_for(model, train, model.output.in_features, cpu)
+    step = TrainingStep(model, optimizer, scheduler, scaler, train, TrainerState(), cpu, forward, ddp, processes)
+    generator = torch.Generator().manual_seed(1 + processes.rank)
 
     def batch() -> Batch:
         shape = (args.sentences, args.length)
@@ -93,11 +105,14 @@ def child(args) -> None:
         "parameters": sum(p.numel() for p in model.parameters()),
         "trained": sum(p.numel() for p in model.parameters() if p.requires_grad),
         **state_bytes(model),
-        "tokens_per_s": args.sentences * args.length / seconds,
-        "own_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "tokens_per_s": processes.world_size * args.sentences * args.length / seconds,
+        "processes": processes.world_size,  # the peak below: the largest process's
+        "own_peak_mb": max(distributed.all_gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)),
     }
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f)
+    distributed.destroy_group()
+    if processes.is_main:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -133,17 +148,30 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "--out",
                 out,
             ]
-            _, peak = run_process([sys.executable, os.path.abspath(__file__), *settings])
+            command = [sys.executable, os.path.abspath(__file__), *settings]
+            if option == "fsdp":
+                command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(PROCESSES)]
+                command += ["--threads", str(max(args.threads // PROCESSES, 1))]
+            run_process(command)
             with open(out, encoding="utf-8") as f:
-                result = {**json.load(f), "peak_mb": peak}
+                result = json.load(f)
         results.append(result)
         gb = {k: f"{result[k] / 1e9:.2f}" for k in ("weights", "gradients", "optimizer")}
-        share = f"{result['peak_mb'] / results[0]['peak_mb']:.0%}"
+        share = f"{result['own_peak_mb'] / results[0]['own_peak_mb']:.0%}"
         rows.append(
             [option, f"{result['trained']:,}", gb["weights"], gb["gradients"], gb["optimizer"]]
-            + [f"{result['peak_mb'] / 1024:.2f}", share, f"{result['tokens_per_s']:.0f}"]
+            + [f"{result['own_peak_mb'] / 1024:.2f}", share, f"{result['tokens_per_s']:.0f}"]
         )
-    header = ["option", "trained", "weights GB", "gradients GB", "Adam GB", "peak RSS GiB", "of the first", "tokens/s"]
+    header = [
+        "option",
+        "trained",
+        "weights GB",
+        "gradients GB",
+        "Adam GB",
+        "peak RSS GiB (a process)",
+        "of the first",
+        "tokens/s",
+    ]
     print(markdown_table(header, rows))
     if args.json:
         write_json(args.json, {"machine": machine_line(), "shape": args.shape, "results": results})
