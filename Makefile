@@ -6,7 +6,7 @@ DEMO_RUN = runs/demo
 
 .PHONY: install demo test test-apps tour lint bench gpu-check clean \
 	bench-engines bench-students bench-serve bench-markup bench-markup-corpus bench-soak bench-corpus bench-exports bench-imports bench-techniques bench-filtering \
-	bench-peers profile recipe-run
+	bench-peers bench-finetune profile recipe-run
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
 # first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels. The package
@@ -117,6 +117,11 @@ CHECKPOINTS ?= $(CHECKPOINT)
 bench-techniques:
 	$(PYTHON) scripts/constrained_eval.py --checkpoint $(CHECKPOINT) --src $(SRC) --ref $(REF) $(ARGS)
 	$(PYTHON) scripts/unseen_characters.py --train $(TRAIN) --src $(SRC) --checkpoints $(CHECKPOINTS)
+
+# an NLLB-shaped fine-tune's memory and speed per option (docs/exports.md): SHAPE=600M|1.3B|3.3B
+SHAPE ?= 600M
+bench-finetune:
+	$(PYTHON) scripts/finetune_memory.py --shape $(SHAPE) $(ARGS)
 
 # a corpus with shuffled targets filtered by the two directions' mt-score (docs/techniques.md):
 # CORPUS=DIR/train SRC_LANG=de TGT_LANG=en, FORWARD and BACKWARD: runs trained on FILTER_DIR/noisy

@@ -24,7 +24,9 @@ def fake_run(tmp_path, steps=(10, 20, 30), keep_last=0):
     (tmp_path / "run" / "spm.model").write_bytes(b"not used here")
     model = small_model()
     for step in steps:
-        checkpoint.save_checkpoint(run, step, model, {"step": step}, {"step": step}, run, ["spm.model"])
+        checkpoint.save_checkpoint(
+            run, step, checkpoint.weights_of(model), {"step": step}, {"step": step}, run, ["spm.model"]
+        )
         checkpoint.prune(run, keep_last)
     return run, model
 
@@ -43,7 +45,7 @@ def test_keep_last_prunes_but_keeps_best(tmp_path):
     checkpoint.write_best(run, 10, 30.0)
     model = small_model()
     for step in (20, 30, 40):
-        checkpoint.save_checkpoint(run, step, model, {}, {"step": step}, run, ["spm.model"])
+        checkpoint.save_checkpoint(run, step, checkpoint.weights_of(model), {}, {"step": step}, run, ["spm.model"])
         checkpoint.prune(run, keep_last=2)
     assert [s for s, _ in checkpoint.list_checkpoints(run)] == [10, 30, 40]
     assert checkpoint.resolve(run).endswith("step_00000010")  # the run directory means its best

@@ -414,9 +414,9 @@ def test_the_readme_imports_trims_fine_tunes_and_teaches_with_nllb(corpus, tmp_p
     commands = lines[start : start + 4]
     assert [c.split()[0] for c in commands] == ["mt-import", "mt-translate", "mt-train", "mt-train"]
     hub_id = commands[0].split()[3]
-    source = str(tmp_path / "saved")
+    source, original = str(tmp_path / "saved"), nllb_directory(corpus, tmp_path / "nllb")
     for kind in (transformers.AutoTokenizer, transformers.AutoModelForSeq2SeqLM):
-        kind.from_pretrained(nllb_directory(corpus, tmp_path / "nllb")).save_pretrained(source)
+        kind.from_pretrained(original).save_pretrained(source)
     assert not os.path.exists(os.path.join(source, "sentencepiece.bpe.model"))
     (tmp_path / "data" / "demo").mkdir(parents=True)
     for name in os.listdir(corpus):

@@ -57,7 +57,7 @@ from mt_transformer.exchange.huggingface_layout import (
     CONFIG_FIELDS,
     from_transformers,
     gap_to,
-    their_log_probs,
+    their_logits,
 )
 from mt_transformer.exchange.huggingface_source import Source, local_directory, read_model
 from mt_transformer.exchange.m2m100_tokenizer import read_m2m100_tokenizer
@@ -119,7 +119,7 @@ def model_config(hf_config) -> ModelConfig:
 
 
 def import_model(
-    hf_model, src_order=None, tgt_order=None, consume: bool = False, tag_after_eos: bool = False
+    hf_model, src_order=None, tgt_order=None, consume: bool = False, tag_after_eos: bool = False, extra_rows=None
 ) -> tuple[Transformer, ModelConfig]:
     """Our Transformer computing a transformers Marian or Pegasus model's function, and its
     settings; a one-line refusal if a test batch's log-probabilities differ by more than
@@ -128,7 +128,8 @@ def import_model(
     ours (OPUS-MT starts from its padding), its output logit is lowered by NEVER_WRITTEN, so that
     the probabilities stay those of the original (a model starting from EOS, M2M100's, does so
     itself). With `consume` each of its weights is freed once copied (`hf_model` is spent);
-    `tag_after_eos`: its tokenizer puts a source's language code after its </s>."""
+    `tag_after_eos`: its tokenizer puts a source's language code after its </s>; `extra_rows`
+    (n, d_model): rows of ours alone after the ordered ones (an added language's)."""
     hf_config = hf_model.config
     src_vocab = hf_config.vocab_size
     tgt_vocab = getattr(hf_config, "decoder_vocab_size", None) or src_vocab
@@ -139,10 +140,11 @@ def import_model(
     settings = model_config(hf_config)
     muted = settings.decoder_start == "bos" and bool((tgt_order == tgt_order[BOS_ID]).sum() > 1)
     config = dataclasses.replace(settings, output_bias=bool(bias.any()) or muted, source_tag_after_eos=tag_after_eos)
-    theirs = their_log_probs(hf_model, src_order, tgt_order)  # before their weights are freed
-    model = Transformer.unfilled(config, len(src_order), len(tgt_order), share_vocab=shared).eval()
-    reorder = config.positions == "sinusoidal"
-    from_transformers(hf_model, model, config.norm == "pre", reorder, rows=(src_order, tgt_order), consume=consume)
+    theirs = their_logits(hf_model, src_order, tgt_order)  # before their weights are freed
+    added = 0 if extra_rows is None else len(extra_rows)
+    model = Transformer.unfilled(config, len(src_order) + added, len(tgt_order) + added, share_vocab=shared).eval()
+    reorder, rows = config.positions == "sinusoidal", (src_order, tgt_order)
+    from_transformers(hf_model, model, config.norm == "pre", reorder, rows, consume=consume, extra_rows=extra_rows)
     if muted:  # starting from EOS, the model never writes BOS itself (model/transformer.py)
         with torch.no_grad():
             model.output.bias[BOS_ID] -= NEVER_WRITTEN
@@ -253,20 +255,24 @@ def import_directory(
                 raise UserError("--add-language and --keep-vocab: for NLLB and M2M100 models (with language tokens)")
             check_files(edits.keep_vocab)
         hf_model = read_model(transformers, directory, source.allow_pickle)
-        orders = torch.tensor(vocabularies.src_order), torch.tensor(vocabularies.tgt_order)
-        model, model_settings = import_model(hf_model, *orders, consume=True, tag_after_eos=vocabularies.legacy)
-        architecture = type(hf_model).__name__
-        del hf_model  # its weights were freed as they were copied
-        sizes = [len(vocabularies.tgt_pieces)]
-        if edits.add_language:
-            model, vocabularies = vocabulary_edits.add_language(
-                model, model_settings, vocabularies, edits.add_language, edits.init_from
+        sizes, added = [len(vocabularies.tgt_pieces)], None
+        if edits.add_language:  # its row from theirs, before any is freed
+            vocabularies, added = vocabulary_edits.add_language(
+                hf_model, vocabularies, edits.add_language, edits.init_from
             )
-        if edits.keep_vocab:
+        if edits.keep_vocab:  # the kept rows alone are ever made: memory near the trimmed model's
             given = [src_lang, tgt_lang, edits.add_language, edits.init_from]  # None: not a code
             kept = [model_code(code, known) for code in given if code]
-            model, vocabularies = vocabulary_edits.trim(model, model_settings, vocabularies, edits.keep_vocab, kept)
+            vocabularies = vocabulary_edits.trim(vocabularies, edits.keep_vocab, kept)
             sizes.append(len(vocabularies.tgt_pieces))
+        orders = [
+            torch.tensor([i for i in order if i >= 0]) for order in (vocabularies.src_order, vocabularies.tgt_order)
+        ]
+        model, model_settings = import_model(
+            hf_model, *orders, consume=True, tag_after_eos=vocabularies.legacy, extra_rows=added
+        )
+        architecture = type(hf_model).__name__
+        del hf_model  # its weights were freed as they were copied
         config = imported_config(model_settings, vocabularies, src_lang, tgt_lang)
         write_checkpoint(out_dir, model, config, vocabularies, source.path)
         return {"architecture": architecture, "config": config, "vocabulary": sizes}

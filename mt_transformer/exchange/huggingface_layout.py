@@ -129,11 +129,14 @@ def to_transformers(ours, hf_model, pre_norm: bool, reorder: bool = True) -> Non
         _copy(theirs, _reorder(mine, dims, order) if reorder else mine)
 
 
-def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True, rows=None, consume: bool = False) -> None:
+def from_transformers(
+    hf_model, ours, pre_norm: bool, reorder: bool = True, rows=None, consume: bool = False, extra_rows=None
+) -> None:
     """A Marian, Pegasus or M2M100 model's weights into ours, the residual stream put back in our
     order (`reorder`, as for to_transformers); `rows` (source, target): for each of our ids the
-    id of theirs whose embedding and output rows it takes (None: the same ids). With `consume`,
-    each of their weights is freed once copied: an import holds the model once, not twice."""
+    id of theirs whose embedding and output rows it takes (None: the same ids), then `extra_rows`
+    ((n, d_model) in their order, or None) for ids of ours alone (an output bias of 0). With
+    `consume`, each of their weights is freed once copied: an import holds the model once, not twice."""
     inverse = stream_order(ours.src_embed.weight.size(1)).argsort()
     by_ids = {}  # our tensors indexed by vocabulary ids, with the order of their rows
     if rows is not None:
@@ -148,6 +151,8 @@ def from_transformers(hf_model, ours, pre_norm: bool, reorder: bool = True, rows
     uses = Counter(id(theirs) for _, theirs, _ in pairs)  # a tied matrix of theirs has several places
     for mine, theirs, dims in pairs:
         source = theirs.index_select(0, by_ids[id(mine)]) if id(mine) in by_ids else theirs
+        if id(mine) in by_ids and extra_rows is not None:
+            source = torch.cat([source, extra_rows if source.dim() == 2 else source.new_zeros(len(extra_rows))])
         _copy(mine, _reorder(source, dims, inverse) if reorder else source)
         uses[id(theirs)] -= 1
         if consume and not uses[id(theirs)] and theirs._base is None:
@@ -165,23 +170,26 @@ def check_batch(src_vocab: int, tgt_vocab: int) -> tuple[torch.Tensor, torch.Ten
     return src, tgt_in
 
 
-def their_log_probs(hf_model, src_order: torch.Tensor, tgt_order: torch.Tensor) -> torch.Tensor:
-    """A transformers model's teacher-forced log-probabilities on check_batch, in our ids (the
-    orders give the id in theirs of each of ours): (2, 7, our target vocabulary)."""
+def their_logits(hf_model, src_order: torch.Tensor, tgt_order: torch.Tensor) -> tuple:
+    """check_batch of our ids (the orders give the id in theirs of each of ours), and a
+    transformers model's teacher-forced logits on it at our ids: (2, 7, len(tgt_order))."""
     src, tgt_in = check_batch(len(src_order), len(tgt_order))
     with torch.inference_mode():
         inputs = dict(input_ids=src_order[src], attention_mask=src.ne(PAD_ID), decoder_input_ids=tgt_order[tgt_in])
-        return hf_model(**inputs).logits.log_softmax(-1)[..., tgt_order]
+        return src, tgt_in, hf_model(**inputs).logits[..., tgt_order]
 
 
-def gap_to(model, theirs: torch.Tensor) -> float:
-    """The largest difference between our model's log-probabilities on check_batch and `theirs`
-    (their_log_probs); our start id, never an output, is left out (an import gives it none)."""
-    src, tgt_in = check_batch(model.src_embed.weight.size(0), model.output.weight.size(0))
-    outputs = torch.arange(model.output.weight.size(0)) != BOS_ID  # (tgt_vocab,)
+def gap_to(model, theirs: tuple) -> float:
+    """The largest difference between our model's log-probabilities and a transformers model's
+    (their_logits), both normalized over the ids theirs covers (a trimmed import's are the
+    original's renormalized over the kept ones; ids of ours alone are left out) but our start id,
+    never an output (an import gives it none)."""
+    src, tgt_in, logits = theirs
+    covered = torch.arange(logits.size(-1)) != BOS_ID  # (their vocabulary at our ids,)
     with torch.inference_mode():
-        ours = model.logits(model(src, tgt_in)).log_softmax(-1)  # (batch, tgt_len, vocab)
-    return float((ours - theirs)[..., outputs].abs().max())
+        ours = model.logits(model(src, tgt_in))[..., : logits.size(-1)]  # (batch, tgt_len, covered)
+    ours, logits = (x[..., covered].float().log_softmax(-1) for x in (ours, logits))
+    return float((ours - logits).abs().max())
 
 
 def log_prob_gap(model, hf_model, src_order=None, tgt_order=None) -> float:
@@ -191,4 +199,4 @@ def log_prob_gap(model, hf_model, src_order=None, tgt_order=None) -> float:
     src_vocab, tgt_vocab = model.src_embed.weight.size(0), model.output.weight.size(0)
     src_order = torch.arange(src_vocab) if src_order is None else src_order
     tgt_order = torch.arange(tgt_vocab) if tgt_order is None else tgt_order
-    return gap_to(model, their_log_probs(hf_model, src_order, tgt_order))
+    return gap_to(model, their_logits(hf_model, src_order, tgt_order))

@@ -1,14 +1,17 @@
-"""Edits of an imported model's vocabulary, made before it is written (mt-import):
+"""Edits of an imported model's vocabulary (mt-import), decided before its weights are copied,
+so that only the rows kept are ever made:
 
 - add a language: a new language token (spelled as the model's others are: NLLB's xxx_Latn,
-  M2M100's __xx__), its embedding row (and output bias) copied from a related language's token,
+  M2M100's __xx__) after the others, its embedding row copied from a related language's token,
   or their mean, for a fine-tune to learn it from;
 - trim to the text at hand: only the special ids, the kept languages' tokens, the pieces that
   given text files use and those these are merged from keep their rows of the embedding and
   output matrices (most of NLLB's 256,206 x 1,024 rows). On a kept piece the trimmed model's
   logits are the full model's; its probabilities are those renormalized over the kept pieces.
 
-Both need one vocabulary for source and target (NLLB's and M2M100's).
+Both need one vocabulary for source and target (NLLB's and M2M100's). Each edit gives the
+vocabularies whose orders say which row of the original each of ours takes (-1: a row of ours
+alone); with_rows makes such a model from one of ours (the export back).
 """
 
 from __future__ import annotations
@@ -58,10 +61,10 @@ def _language_token(languages: dict[str, str], code: str) -> str:
 
 
 def add_language(
-    model: Transformer, config, vocabularies: ImportedVocabularies, code: str, init_from: str | None
-) -> tuple[Transformer, ImportedVocabularies]:
-    """The model and vocabularies with language `code` added, its rows those of `init_from`'s
-    token (None: the mean of every language token's)."""
+    hf_model, vocabularies: ImportedVocabularies, code: str, init_from: str | None
+) -> tuple[ImportedVocabularies, torch.Tensor]:
+    """The vocabularies with language `code` added last, and its embedding row (1, d_model): the
+    transformers model's row of `init_from`'s token (None: the mean of every language token's)."""
     languages = vocabularies.languages
     if not languages or vocabularies.separate:
         raise UserError("--add-language: for a model with language tokens and one vocabulary (NLLB, M2M100)")
@@ -75,13 +78,11 @@ def add_language(
     if token in ids:
         raise UserError(f"--add-language: {token!r} is a piece of the vocabulary already")
     like = [ids[languages[related]]] if related else [ids[t] for t in languages.values()]
+    theirs = [vocabularies.tgt_order[i] for i in like]
     with torch.no_grad():
-        row = model.tgt_embed.weight[like].mean(0, keepdim=True)  # (1, d_model)
-        edited = with_rows(model, config, torch.arange(len(ids)), row)
-        if config.output_bias:
-            edited.output.bias[-1] = model.output.bias[like].mean()
+        row = hf_model.get_input_embeddings().weight[theirs].mean(0, keepdim=True)  # (1, d_model)
     order = [*vocabularies.tgt_order, -1]  # a row of ours alone
-    return edited, _with_pieces(vocabularies, [*vocabularies.tgt_pieces, token], order, {**languages, code: token})
+    return _with_pieces(vocabularies, [*vocabularies.tgt_pieces, token], order, {**languages, code: token}), row
 
 
 def _with_pieces(vocabularies: ImportedVocabularies, pieces, order, languages) -> ImportedVocabularies:
@@ -130,11 +131,9 @@ def with_parts(kept: set[int], pieces: list[str]) -> set[int]:
     return found
 
 
-def trim(
-    model: Transformer, config, vocabularies: ImportedVocabularies, paths: list[str], keep_languages: list[str]
-) -> tuple[Transformer, ImportedVocabularies]:
-    """The model and vocabularies reduced to the special ids, the tokens of `keep_languages` and
-    the pieces the text files `paths` use, in their order."""
+def trim(vocabularies: ImportedVocabularies, paths: list[str], keep_languages: list[str]) -> ImportedVocabularies:
+    """The vocabularies reduced to the special ids, the tokens of `keep_languages` and the pieces
+    the text files `paths` use, in their order."""
     if vocabularies.separate:
         raise UserError("--keep-vocab: for a model with one vocabulary for both sides")
     pieces = vocabularies.tgt_pieces
@@ -144,8 +143,6 @@ def trim(
     kept = {PAD_ID, UNK_ID, BOS_ID, EOS_ID} | {ids[token] for token in languages.values()}
     kept |= {ids[piece] for piece in (IMPORTED_START,) if piece in ids}
     kept = with_parts(kept | used_ids(spm_path, pieces, paths), pieces)
-    rows = torch.tensor(sorted(kept))
-    trimmed = with_rows(model, config, rows)
-    kept_pieces = [pieces[i] for i in rows.tolist()]
-    order = [vocabularies.tgt_order[i] for i in rows.tolist()]
-    return trimmed, _with_pieces(vocabularies, kept_pieces, order, languages)
+    rows = sorted(kept)  # an added language, last, stays last
+    order = [vocabularies.tgt_order[i] for i in rows]
+    return _with_pieces(vocabularies, [pieces[i] for i in rows], order, languages)

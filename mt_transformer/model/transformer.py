@@ -74,13 +74,14 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if pre_norm else nn.Identity()
         self.start_from_eos = c.decoder_start == "eos"  # the decoder reads EOS's embedding for BOS
-        self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=c.output_bias)
+        # a tied output matrix is never allocated apart (NLLB's would be 1 GB for nothing)
+        self.output = nn.Linear(c.d_model, tgt_vocab_size, bias=False, device="meta" if c.tie_embeddings else None)
         # starting from EOS, BOS is no token of the model: never an output
         self.register_buffer(
             "start_mask", start_mask(tgt_vocab_size) if self.start_from_eos else None, persistent=False
         )
         if c.output_bias:
-            nn.init.zeros_(self.output.bias)
+            self.output.bias = nn.Parameter(torch.zeros(tgt_vocab_size))
         if c.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
         else:
