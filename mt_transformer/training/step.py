@@ -43,25 +43,14 @@ def fused_adam(device: torch.device) -> bool:
 def optimizer_for(model: torch.nn.Module, train: TrainConfig, d_model: int, device: torch.device, elapsed=lambda: 0.0):
     """Adam (or AdamW) with train.schedule's learning rates and the gradient scaler (fp16 only);
     `elapsed` gives the seconds trained so far, for a schedule that follows train.max_minutes."""
+    settings = dict(lr=base_lr(train), betas=train.adam_betas, eps=train.adam_eps, weight_decay=train.weight_decay)
     if train.weights_dtype == "bf16":
         optimizer = StochasticRoundingAdam(
-            parameter_groups(model, train),
-            lr=base_lr(train),
-            betas=train.adam_betas,
-            eps=train.adam_eps,
-            weight_decay=train.weight_decay,
-            decoupled=train.optimizer == "adamw",
+            parameter_groups(model, train), decoupled=train.optimizer == "adamw", **settings
         )
-        return optimizer, scheduler_for(optimizer, train, d_model, elapsed), torch.amp.GradScaler(enabled=False)
-    kind = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
-    optimizer = kind(
-        parameter_groups(model, train),
-        lr=base_lr(train),
-        betas=train.adam_betas,
-        eps=train.adam_eps,
-        weight_decay=train.weight_decay,
-        fused=fused_adam(device),
-    )
+    else:
+        kind = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
+        optimizer = kind(parameter_groups(model, train), fused=fused_adam(device), **settings)
     scaler = torch.amp.GradScaler(device.type, init_scale=FP16_INITIAL_SCALE, enabled=train.precision == "fp16")
     return optimizer, scheduler_for(optimizer, train, d_model, elapsed), scaler
 
