@@ -111,6 +111,15 @@ def test_a_lora_run_trains_adapters_alone_resumes_exactly_and_loads_merged(train
     changed = {n for n, t in merged.state_dict().items() if not torch.equal(t, parent[n])}
     assert changed and all(n.endswith(("q_proj.weight", "kv_proj.weight", "linear2.weight")) for n in changed)
 
+    # the commands load it as any checkpoint: CTranslate2's conversion translates as our engine does
+    pytest.importorskip("ctranslate2")
+    lines = "a red apple\nthe green apples\n"
+    by_engine = [
+        run_cli("mt-translate", "--checkpoint", last, "--engine", e, input=lines) for e in ("torch", "ctranslate2")
+    ]
+    assert by_engine[0].returncode == 0 and by_engine[0].stdout == by_engine[1].stdout, by_engine[1].stderr
+    assert run_cli("mt-export", "--checkpoint", last, "--format", "ctranslate2", str(tmp_path / "ct2")).returncode == 0
+
     # mt-average: the mean of the merged models, a whole model of its own
     average = average_checkpoints([p for _, p in checkpoint.list_checkpoints(str(whole_dir))], str(tmp_path / "avg"))
     assert "adapters" not in average and weights(tmp_path / "avg").keys() == weights(base).keys()
