@@ -80,8 +80,9 @@ def parameter_count(config: Config) -> int | None:
 
 
 def check_disk_space(run_dir: str, parameters: int, keep_last: int, saves: int) -> None:
-    """Fail before any work when the checkpoints this run keeps at once cannot fit on the disk."""
-    size = 12 * parameters + (2 << 20)  # fp32 weights and Adam's moments, ~2 MB of tokenizer and state
+    """Fail before any work when the checkpoints this run keeps at once cannot fit on the disk
+    (`parameters`: those it trains, all but a train.lora run's frozen base)."""
+    size = 12 * parameters + (2 << 20)  # fp32 weights and Adam's moments of the trained, ~2 MB more
     kept = min(keep_last or saves, saves) + 1  # the newest is written before the oldest is deleted
     needed = max(kept - len(checkpoint.list_checkpoints(run_dir)), 1) * size
     free = shutil.disk_usage(run_dir).free
@@ -175,7 +176,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         checkpoint_every = min(settings.valid_every, settings.save_every or settings.valid_every)
         check_disk_space(
             run_dir,
-            count_parameters(model),
+            sum(p.numel() for p in model.parameters() if p.requires_grad),  # what a checkpoint holds
             settings.keep_last,
             saves=math.ceil(settings.max_steps / checkpoint_every) + 1,
         )
