@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from mt_transformer.config import Config, ConfigError, config_from_dict
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import WRITE_ERRORS, atomic_dir, read_json, write_error_reason, write_text
+from mt_transformer.files import WRITE_ERRORS, atomic_dir, file_digest, read_json, write_error_reason, write_text
 from mt_transformer.model import lora
 from mt_transformer.model.transformer import Transformer
 
@@ -181,8 +181,7 @@ def read_weights(directory: str) -> dict[str, torch.Tensor]:
 def adapted_base(directory: str) -> dict:
     """What an adapter checkpoint records of the model it adapts (train.lora's train.init_from):
     its directory and the digest of its weights file."""
-    with open(os.path.join(directory, MODEL_FILE), "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    digest = file_digest(os.path.join(directory, MODEL_FILE))  # remembered per version of the file
     return {"base": os.path.abspath(directory), "base_sha256": digest}
 
 

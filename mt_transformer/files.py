@@ -9,6 +9,7 @@ one-line errors, the size of a directory on disk, for reports, and figures saved
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -196,6 +197,28 @@ def user_cache_dir() -> str:
     MT_CACHE_DIR, else $XDG_CACHE_HOME/mt_transformer, else ~/.cache/mt_transformer."""
     home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return os.environ.get("MT_CACHE_DIR") or os.path.join(home, "mt_transformer")
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file's bytes, computed once per version of the file: remembered in the
+    user's cache (digests/) under its device, inode, size and modification and change times (a
+    copy or a rewrite of the file changes its change time, which no program can set back)."""
+    status = os.stat(path)
+    stamp = f"{os.path.realpath(path)}|{status.st_dev}|{status.st_ino}|{status.st_size}|"
+    stamp += f"{status.st_mtime_ns}|{status.st_ctime_ns}"
+    memo = os.path.join(user_cache_dir(), "digests", hashlib.sha256(stamp.encode()).hexdigest()[:32])
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(memo, encoding="ascii") as f:
+            remembered = f.read().strip()
+        if len(remembered) == 64:
+            return remembered
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next hash
+        write_text(memo, digest.hexdigest() + "\n")
+    return digest.hexdigest()
 
 
 def directory_size(path: str) -> int:

@@ -30,32 +30,12 @@ from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.ctranslate2_export import export, import_ctranslate2
-from mt_transformer.files import directory_size, read_json, user_cache_dir, write_text
+from mt_transformer.files import directory_size, file_digest, read_json, user_cache_dir
 
 log = logging.getLogger(__name__)
 
 CONVERSION_DIR = "ctranslate2"
 CONVERTER_VERSION = 3  # raised when the conversion itself changes, so older ones are made again
-
-
-def file_digest(path: str) -> str:
-    """The SHA-256 of a file's bytes, computed once per version of the file (the module says how)."""
-    status = os.stat(path)
-    stamp = f"{os.path.realpath(path)}|{status.st_dev}|{status.st_ino}|{status.st_size}|"
-    stamp += f"{status.st_mtime_ns}|{status.st_ctime_ns}"
-    memo = os.path.join(user_cache_dir(), "digests", hashlib.sha256(stamp.encode()).hexdigest()[:32])
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        with open(memo, encoding="ascii") as f:
-            remembered = f.read().strip()
-        if len(remembered) == 64:
-            return remembered
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next hash
-        write_text(memo, digest.hexdigest() + "\n")
-    return digest.hexdigest()
 
 
 def source_signature(directory: str) -> dict:
