@@ -14,16 +14,9 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 
-GATHERED = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole, on rank 0's CPU alone
+# torch.distributed's fsdp, device_mesh and checkpoint modules are imported where they are used:
+# about a second that every mt-train without train.distributed: fsdp would pay
 
 
 class Sharded:
@@ -45,6 +38,9 @@ class Sharded:
 def shard(model, device: torch.device, world_size: int) -> Sharded:
     """Shard `model` in place over the processes: a unit per layer, then the rest. Its weights
     must be loaded before (a resumed or fine-tuned run's)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh(device.type, (world_size,))
     for layer in (*model.encoder, *model.decoder):
         fully_shard(layer, mesh=mesh)
@@ -71,8 +67,11 @@ def _numbers(model, optimizer) -> dict[str, int]:
 def gathered_state(model, optimizer) -> tuple[dict, dict]:
     """(weights, optimizer state) whole on rank 0 ({} elsewhere): the weights under the model's
     first name of a tied tensor, the state numbered as an unsharded optimizer's. Every rank calls it."""
-    weights = get_model_state_dict(model, options=GATHERED)
-    state = get_optimizer_state_dict(model, optimizer, options=GATHERED)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+    gathered = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole, on rank 0's CPU alone
+    weights = get_model_state_dict(model, options=gathered)
+    state = get_optimizer_state_dict(model, optimizer, options=gathered)
     if not weights:
         return {}, {}
     aliases, numbers = tied_names(model), _numbers(model, optimizer)
@@ -86,6 +85,8 @@ def gathered_state(model, optimizer) -> tuple[dict, dict]:
 def load_optimizer_state(model, optimizer, saved: dict) -> None:
     """A checkpoint's whole optimizer state (numbered as an unsharded optimizer's) into the
     sharded optimizer, each rank keeping its shards. Every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
     names = {i: name for name, i in _numbers(model, optimizer).items()}
     groups = [{**group, "params": [names[i] for i in group["params"]]} for group in saved["param_groups"]]
     state = {"state": {names[i]: s for i, s in saved["state"].items()}, "param_groups": groups}
