@@ -33,21 +33,14 @@ IMPORTED_START = "<unused0>"  # our name for NLLB's and M2M100's <s> row, kept f
 LINES_PER_CALL = 10_000  # lines encoded per sentencepiece call while reading text to keep
 
 
-def with_rows(model: Transformer, config, rows: torch.Tensor, extra: torch.Tensor | None = None) -> Transformer:
-    """A model of the same weights whose vocabulary is the ids `rows` of `model`'s, in that order,
-    then (`extra`, (n, d_model)) n new rows, each with output bias 0 (the caller sets it)."""
-    size = len(rows) + (0 if extra is None else len(extra))
-    edited = Transformer.unfilled(config, size, size, share_vocab=True).eval()  # every weight written below
+def with_rows(model: Transformer, config, rows: torch.Tensor) -> Transformer:
+    """A model of the same weights whose vocabulary is the ids `rows` of `model`'s, in that order."""
+    edited = Transformer.unfilled(config, len(rows), len(rows), share_vocab=True).eval()  # every weight written below
     source = model.state_dict()
     with torch.no_grad():
         for name, tensor in edited.state_dict().items():
-            if name.split(".")[0] not in ROW_MODULES:
-                tensor.copy_(source[name])
-                continue
-            kept = source[name].index_select(0, rows)
-            if extra is not None:
-                kept = torch.cat([kept, extra if kept.dim() == 2 else extra.new_zeros(len(extra))])
-            tensor.copy_(kept)
+            in_rows = name.split(".")[0] in ROW_MODULES
+            tensor.copy_(source[name].index_select(0, rows) if in_rows else source[name])
     return edited
 
 
