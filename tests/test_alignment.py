@@ -1,3 +1,4 @@
+import dataclasses
 import os
 
 import torch
@@ -43,6 +44,12 @@ def test_cover_source_gives_each_source_word_no_target_word_took_its_most_attend
     matrix[1, 1], matrix[2, 1] = 0.4, 0.1
     assert word_alignment(matrix, src, tgt) == [(0, 0), (2, 1), (2, 2)]
     assert word_alignment(matrix, src, tgt, cover_source=True) == [(0, 0), (2, 1), (2, 2), (1, 1)]
+
+
+def test_a_step_a_length_limit_left_out_counts_as_the_last_one():
+    src, tgt = ["▁ein", "▁Ball"], ["▁a", "▁ball"]
+    matrix = torch.tensor([[0.0, 1.0, 0.0]])  # one row for two pieces: the second's step never ran
+    assert word_alignment(matrix, src, tgt) == [(1, 0), (1, 1)]
 
 
 def test_select_means_heads_or_takes_one():
@@ -129,3 +136,34 @@ def test_heatmap_grows_with_the_sentence_and_stays_readable(tmp_path):
     (w1, h1), (w2, h2) = (Image.open(path).size for path in (short, long))
     assert w2 > w1 and h2 > h1
     assert 500 <= w1 and 300 <= h1 and w2 <= 4000 and h2 <= 4000
+
+
+def _reading(translator):
+    """The translator as if train.guided_alignment had taught the steps that read each piece."""
+    config = translator.config
+    guided = dataclasses.replace(config.train.guided_alignment, weight=0.1, step="reads")
+    train = dataclasses.replace(config.train, guided_alignment=guided)
+    return dataclasses.replace(translator, config=dataclasses.replace(config, train=train)).with_attention()
+
+
+def test_both_engines_align_each_piece_by_the_step_that_reads_it_where_that_one_was_taught(trained_run, corpus):
+    from mt_transformer.decoding.alignment import aligned_words
+    from mt_transformer.decoding.engines import open_translator
+
+    with open(f"{corpus}/test.en", encoding="utf-8") as f:
+        lines = [line.strip() for line in f][:12]
+    forced = _reading(open_translator(trained_run, "torch", "cpu"))  # teacher-forced weights
+    for engine in ("torch", "ctranslate2"):
+        for beam in (1, 3):  # a beam search: CTranslate2's first row unread, so not searched again
+            translator = _reading(open_translator(trained_run, engine, "cpu", beam_size=beam))
+            best = [r[0] for r in translator(lines)]
+            sources, outputs = translator.source_ids(lines), [t.tokens for t in best]
+            found = aligned_words(translator, sources, outputs, None, [t.attention for t in best])
+            for ids, t, (pairs, matrix) in zip(sources, best, found):
+                (weights,) = forced.cross_attention(ids, [t.tokens])  # (target + 1, source + 1)
+                if engine == "ctranslate2":  # a row per piece, then the one that wrote EOS (none at the limit)
+                    assert len(matrix) - len(t.tokens) in (0, 1)
+                    rows = weights[1 : len(matrix), : matrix.shape[1]]  # (a beam search's first: unread, unfixed)
+                    torch.testing.assert_close(matrix[1:], rows, atol=2e-3, rtol=0)
+                src, tgt = translator.tokenizer.src_pieces(ids), translator.tokenizer.tgt_pieces(t.tokens)
+                assert pairs == word_alignment(matrix[1:], src, tgt)  # row t + 1 for piece t

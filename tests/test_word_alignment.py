@@ -62,6 +62,16 @@ def test_a_collated_batch_keeps_its_attention_targets_through_a_split():
     assert first.alignment[0, 0].tolist() == [0, 1, 0] and second.alignment[0, 0].tolist() == [0, 0, 0, 1, 0]
 
 
+def test_reading_steps_are_taught_the_links_of_the_piece_they_read_one_row_later():
+    args = [[5, 6], [5, 8, 6, 7]], [[6, 5], [7]]
+    kwargs = dict(alignments=[[0, 1, 1, 0], [2, 0]], word_starts=(STARTS,) * 2)
+    writes, reads = collate(*args, **kwargs), collate(*args, **kwargs, reads=True)
+    assert reads.alignment.shape == writes.alignment.shape == (2, 3, 5)
+    # row t reads piece t (after BOS): the row that wrote it, one step later; BOS's row has no link
+    assert torch.equal(reads.alignment[:, 1:], writes.alignment[:, :-1])
+    assert reads.alignment[:, 0].sum() == 0
+
+
 def test_the_alignment_loss_is_the_cross_entropy_of_the_taught_heads_and_pulls_them_to_the_links():
     target = torch.tensor([[[1.0, 0.0], [0.5, 0.5], [0.0, 0.0]]])  # (1, tgt 3, src 2); row 2 has no link
     weights = torch.tensor([[[[0.8, 0.2], [0.1, 0.9], [0.5, 0.5]], [[0.6, 0.4], [0.3, 0.7], [0.1, 0.9]]]])

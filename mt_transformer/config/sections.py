@@ -210,6 +210,9 @@ class GuidedAlignmentConfig:
     weight: float = 0.0  # of the alignment's cross entropy beside the translation loss, per target token
     layer: int = -1  # the decoder layer it teaches, from 0; -1: the last
     heads: int = 1  # the first `heads` heads of that layer, averaged (CTranslate2's alignment_heads)
+    # the decoder step whose attention aligns a target word: the one that writes it (Marian's), or
+    # the next, which reads it (docs/techniques.md#inline-markup---format-html)
+    step: Literal["writes", "reads"] = "writes"
 
 
 @dataclass(frozen=True)

@@ -158,28 +158,38 @@ def pad_sources(sources: list[list[int]], tag_after_eos: bool = False) -> torch.
 
 
 def collate(
-    src_ids: list[list[int]], tgt_ids: list[list[int]], tag_after_eos: bool = False, alignments=None, word_starts=None
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    tag_after_eos: bool = False,
+    alignments=None,
+    word_starts=None,
+    reads: bool = False,
 ) -> Batch:
     """The padded tensors of pairs; with `alignments` (each pair's flat word pairs) and
-    `word_starts` (word_alignment.tokenizer_word_starts), the attention targets of train.guided_alignment."""
+    `word_starts` (word_alignment.tokenizer_word_starts), the attention targets of train.guided_alignment:
+    of the steps that write each target piece, or (`reads`, its step "reads") of those that read it."""
     batch = Batch(
         src=pad_sources(src_ids, tag_after_eos),
         tgt_in=pad(tgt_ids, prefix=[BOS_ID]),
         tgt_out=pad(tgt_ids, suffix=[EOS_ID]),
     )
     if alignments is not None:
-        batch.alignment = attention_targets(batch.src, batch.tgt_out, alignments, word_starts)
+        rows = batch.tgt_in if reads else batch.tgt_out  # the pieces the steps read, or write
+        batch.alignment = attention_targets(batch.src, rows, alignments, word_starts)
     return batch
 
 
 class BatchedDataset(torch.utils.data.Dataset):
     """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers.
     `dataset[rows]` gives the rows' src_ids and tgt_ids: an encoded split, or an epoch's drawn
-    pairs (epoch_draw.DrawnPairs); with `word_starts`, also their `alignment` (train.guided_alignment)."""
+    pairs (epoch_draw.DrawnPairs); with `word_starts`, also their `alignment` (train.guided_alignment;
+    `reads`: collate's)."""
 
-    def __init__(self, dataset, batches: list[np.ndarray], tag_after_eos: bool = False, word_starts=None):
+    def __init__(
+        self, dataset, batches: list[np.ndarray], tag_after_eos: bool = False, word_starts=None, reads: bool = False
+    ):
         self.dataset, self.batches, self.tag_after_eos = dataset, batches, tag_after_eos
-        self.word_starts = word_starts
+        self.word_starts, self.reads = word_starts, reads
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -188,7 +198,9 @@ class BatchedDataset(torch.utils.data.Dataset):
         rows = self.dataset[self.batches[i].tolist()]
         if self.word_starts is None:
             return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos)
-        return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos, rows["alignment"], self.word_starts)
+        return collate(
+            rows["src_ids"], rows["tgt_ids"], self.tag_after_eos, rows["alignment"], self.word_starts, self.reads
+        )
 
 
 def batch_loader(
@@ -198,11 +210,12 @@ def batch_loader(
     pin_memory: bool = False,
     tag_after_eos: bool = False,
     word_starts=None,
+    reads: bool = False,
 ):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches, tag_after_eos, word_starts),
+        BatchedDataset(dataset, batches, tag_after_eos, word_starts, reads),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

@@ -30,6 +30,13 @@ def alignment_heads(config) -> tuple[int, int]:
     return (guided.layer, guided.heads) if guided.weight > 0 else (-1, config.model.n_heads)
 
 
+def alignment_step(config) -> int:
+    """Which decoder step's attention aligns a target piece, counted from the step that writes it:
+    0, or 1 (the next step, which reads it) where train.guided_alignment taught that one."""
+    guided = config.train.guided_alignment
+    return int(guided.weight > 0 and guided.step == "reads")
+
+
 def grow_diag_final_and(forward: Pairs, reverse: Pairs) -> Pairs:
     """The symmetrized alignment of the two directions' links: their intersection, grown by
     neighbouring (also diagonal) links of the union that align a word not yet aligned, then

@@ -68,7 +68,10 @@ def word_alignment(
     if not tgt_pieces or not src_pieces:
         return []
     src_starts, tgt_starts = first_pieces(src_pieces), first_pieces(tgt_pieces)
-    pieces = matrix[: len(tgt_pieces), : len(src_pieces)].float().numpy()  # (tgt_pieces, src_pieces)
+    rows = matrix[: len(tgt_pieces), : len(src_pieces)]
+    if len(rows) < len(tgt_pieces):  # a step after the last that a length limit ended: as the last
+        rows = torch.cat([rows, rows[-1:].expand(len(tgt_pieces) - len(rows), -1)])
+    pieces = rows.float().numpy()  # (tgt_pieces, src_pieces)
     # a word's pieces stand together: sums over runs of columns, then of rows over their counts
     per_src_word = numpy.add.reduceat(pieces, src_starts, axis=1)  # (tgt_pieces, src_words)
     counts = numpy.diff(tgt_starts + [len(tgt_pieces)])[:, None]
@@ -157,6 +160,7 @@ def aligned_words(
     None; `attend(sources, outputs)` gives the others, by default translator.attention_of (one
     engine call for all of them where CTranslate2 runs); `cover_source`: word_alignment's."""
     source, output = (len(head) for head in translator.heads)
+    step = translator.alignment_step  # each piece's row: the step that writes it, or the next
     found: list = [([], None) for _ in outputs]
     kept = [k for k, (src, out) in enumerate(zip(sources, outputs)) if src[source:] and out[output:]]
     matrices = {k: known[k] for k in kept if known is not None and known[k] is not None}
@@ -167,6 +171,6 @@ def aligned_words(
     for k in kept:
         src_pieces = translator.tokenizer.src_pieces(sources[k])[source:]
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
-        pairs = word_alignment(matrices[k][output:, source:], src_pieces, tgt_pieces, cover_source)
+        pairs = word_alignment(matrices[k][output + step :, source:], src_pieces, tgt_pieces, cover_source)
         found[k] = (pairs, matrices[k])
     return found

@@ -27,6 +27,7 @@ import numpy
 import torch
 
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE
+from mt_transformer.data.special_tokens import EOS_ID
 from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, length_penalty, output_limits
@@ -94,6 +95,8 @@ class Ct2Search:
         # leaves out of its normalisation tokens it never outputs, ours keeps them (costs ~30%)
         self.exact_scores = False
         self.attention = False  # each hypothesis with its cross-attention (Translator.with_attention)
+        self.first_row = True  # whether the alignments read the attention of the first step
+        self.eos_piece = tokenizer.tgt.id_to_piece(EOS_ID)
 
     def __call__(
         self,
@@ -137,6 +140,7 @@ class Ct2Search:
                 max_input_length=0,
                 return_scores=True,
                 return_attention=self.attention and prefixes is None,
+                return_end_token=self.attention and prefixes is None,  # its row: the step reading the last piece
                 max_batch_size=self._per_worker(sources),
             )
         except RuntimeError as error:  # its GPU libraries are loaded at the first translation
@@ -150,7 +154,7 @@ class Ct2Search:
         longest = max(limits)
         found = [
             [
-                self._hypothesis(pieces, score, limit, longest, alpha)
+                self._hypothesis(self._without_eos(pieces), score, limit, longest, alpha)
                 for pieces, score in zip(result.hypotheses, result.scores)
             ]
             for result, limit in zip(results, limits)
@@ -160,14 +164,19 @@ class Ct2Search:
         self._score_again(sources, found)
         return found
 
+    def _without_eos(self, pieces: list[str]) -> list[str]:
+        """An output's pieces without the EOS that return_end_token (asked with attention) adds."""
+        return pieces[:-1] if pieces[-1:] == [self.eos_piece] else pieces
+
     def _attach_attention(self, pieces: list[list[str]], results, found: list[list[Hypothesis]]) -> None:
         """Each hypothesis's attention_of weights, from its own search: the rows of the steps that
-        wrote its pieces, but for the first, which CTranslate2's batched beam search on a CPU returns
-        wrong (another sentence's, as it gathers that step's rows before expanding the beams; every
-        later row equal to a forced pass's): for a beam search that row, the same for every
-        hypothesis of a source, comes from one greedy step over the batch."""
+        wrote its pieces and EOS, but for the first, which CTranslate2's batched beam search on a CPU
+        returns wrong (another sentence's, as it gathers that step's rows before expanding the beams;
+        every later row equal to a forced pass's): for a beam search that row, the same for every
+        hypothesis of a source, comes from one greedy step over the batch, unless the alignments
+        read none of it (`first_row` False: word_alignment.alignment_step 1)."""
         first = None
-        if self.decode.beam_size > 1:
+        if self.decode.beam_size > 1 and self.first_row:
             first = self.translator.translate_batch(
                 pieces,
                 beam_size=1,
@@ -179,7 +188,7 @@ class Ct2Search:
         for k, (source, result, hypotheses) in enumerate(zip(pieces, results, found)):
             for h, weights in zip(hypotheses, result.attention):
                 if h.tokens:
-                    h.attention = _matrix(weights[: len(h.tokens)], len(source))
+                    h.attention = _matrix(weights[: len(h.tokens) + 1], len(source))
                     if first is not None:
                         h.attention[0] = _matrix(first[k].attention[0][:1], len(source))[0]
 
@@ -190,7 +199,7 @@ class Ct2Search:
     def attention_of(self, sources: list[list[int]], outputs: list[list[int]]) -> list[torch.Tensor]:
         """Per (source, output) pair, the (target, source) cross-attention weights of the export's
         alignment heads (data/word_alignment.alignment_heads): each output
-        forced as a target prefix through one more step (no EOS row or column), in one call."""
+        forced as a target prefix through one more step (its row last; no EOS column), in one call."""
         results = self.translator.translate_batch(
             [self.tokenizer.src_pieces(ids) for ids in sources],
             target_prefix=[self.tokenizer.tgt_pieces(ids) for ids in outputs],
@@ -198,9 +207,10 @@ class Ct2Search:
             max_decoding_length=max(map(len, outputs)) + 1,
             max_input_length=0,
             return_attention=True,
+            return_end_token=True,
             max_batch_size=self._per_worker(sources),
         )
-        return [_matrix(result.attention[0][: len(ids)]) for result, ids in zip(results, outputs)]
+        return [_matrix(result.attention[0][: len(ids) + 1]) for result, ids in zip(results, outputs)]
 
     def _per_worker(self, inputs: list) -> int:
         """A call's batch in one part per worker (CTranslate2 gives a whole batch to one)."""

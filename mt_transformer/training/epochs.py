@@ -39,6 +39,7 @@ class TrainingBatches:
         self.src_lens, self.tgt_lens = lengths(dataset)
         self.aligned = "alignment" in dataset.column_names  # the pairs' word alignments (data/word_alignment.py)
         self.word_starts = None  # train.guided_alignment: where each id's word begins, for the batches' targets
+        self.reads = config.train.guided_alignment.step == "reads"
         if self.aligned and config.train.guided_alignment.weight > 0:
             self.word_starts = tokenizer_word_starts(Tokenizer(tokenizer_dir))
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
@@ -92,4 +93,6 @@ class TrainingBatches:
         """The padded batches of `batches` (the rest of `epoch`'s), loaded by train.num_workers."""
         self.epoch(epoch)  # the pairs the batches index
         pairs = self._last_epoch[2]
-        return batch_loader(pairs, batches, self.train.num_workers, cuda, self.tag_after_eos, self.word_starts)
+        return batch_loader(
+            pairs, batches, self.train.num_workers, cuda, self.tag_after_eos, self.word_starts, self.reads
+        )
