@@ -14,8 +14,11 @@ sources sent plain, and both speeds (sentences/s, best of --rounds taken in turn
 tagged sources sent as plain text, as an app that does not say it sends HTML sends them: how many outputs keep the
 element, well-formed, and their BLEU with tags removed (data.augment's inline_tags teaches this).
 
-    python scripts/markup_corpus_bench.py --checkpoint RUN --src test.de --ref test.en \
+    python scripts/markup_corpus_bench.py --checkpoint RUN [RUN ...] --src test.de --ref test.en \
         --train-src train.de --train-tgt train.en [--lines 1000] [--json out.json]
+
+Several checkpoints are judged on the same elements (eflomal draws them anew each run), so that
+their shares compare within one run.
 """
 
 from __future__ import annotations
@@ -118,9 +121,58 @@ def placement(cases, outputs, out_links) -> dict:
     return counts
 
 
+def measure(checkpoint: str, args, cases, sources, references, stats) -> dict:
+    """One model's shares, BLEU and speeds on `cases` (tagged_cases'), judged with `stats`."""
+    model = mt.load(checkpoint, engine=args.engine)
+    translator = model.translator
+    tagged, plain_lines = [c[1] for c in cases], [sources[c[0]] for c in cases]
+    (html, plain), (html_time, plain_time) = alternating(
+        args.rounds, lambda: translate_html(translator, tagged), lambda: [r[0].text for r in translator(plain_lines)]
+    )
+    stripped = [Elements(out).text for out in html]
+    judged = [
+        placement(cases, html, align_words(stats[0] + plain_lines, stats[1] + stripped)[len(stats[0]) :])
+        for _ in range(args.judges)
+    ]
+    counts = {name: sum(c[name] for c in judged) / len(judged) for name in judged[0]}
+    as_text = [r[0].text for r in translator(tagged)]
+    kept = sum(placement([c], [out], [[]])["formed"] for c, out in zip(cases, as_text))
+    refs = [[references[c[0]] for c in cases]]
+    return {
+        "checkpoint": checkpoint,
+        "engine": model.engine,
+        "lines": len(cases),
+        **counts,
+        "judges": {name: [c[name] for c in judged] for name in ("exact", "consistent", "judged")},
+        "bleu_html_without_tags": sacrebleu.corpus_bleu(stripped, refs).score,
+        "bleu_plain": sacrebleu.corpus_bleu(plain, refs).score,
+        "as_text_kept": kept,
+        "bleu_as_text_without_tags": sacrebleu.corpus_bleu([Elements(out).text for out in as_text], refs).score,
+        "html_sentences_per_s": len(cases) / html_time,
+        "plain_sentences_per_s": len(cases) / plain_time,
+    }
+
+
+def report(result: dict) -> None:
+    lines = result["lines"]
+    print(f"{result['checkpoint']}, engine {result['engine']}, {lines} tagged lines")
+    for name in ("exact", "consistent"):
+        shares = [100 * n / max(j, 1) for n, j in zip(result["judges"][name], result["judges"]["judged"])]
+        share = f"{result[name]:.1f}/{result['judged']:.1f} ({sum(shares) / len(shares):.1f}%"
+        print(f"elements on the right words ({name}): {share}, {min(shares):.1f}-{max(shares):.1f}% by judge)")
+    print(f"left unaligned by eflomal: {result['unaligned']:.1f}")
+    print(f"well-formed with the input's elements: {result['formed']:.0f}/{lines}")
+    bleu = result["bleu_html_without_tags"], result["bleu_plain"]
+    print("BLEU without tags {:.2f}, the same sources plain {:.2f}".format(*bleu))
+    html, plain = result["html_sentences_per_s"], result["plain_sentences_per_s"]
+    print(f"sentences/s: html {html:.1f}, plain {plain:.1f} ({html / plain:.2f}x)")
+    print(f"sent as text: element kept well-formed {result['as_text_kept']}/{lines}, BLEU without tags ", end="")
+    print(f"{result['bleu_as_text_without_tags']:.2f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--checkpoint", required=True, nargs="+", help="one or more: each judged on the same elements")
     parser.add_argument("--src", required=True)
     parser.add_argument("--ref", required=True)
     parser.add_argument("--train-src", required=True, help="pairs that give the aligner its statistics")
@@ -134,53 +186,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     sources, references = read(args.src, args.lines), read(args.ref, args.lines)
-    stat_src, stat_tgt = read(args.train_src, args.train_pairs), read(args.train_tgt, args.train_pairs)
-    links = align_words(stat_src + sources, stat_tgt + references)[len(stat_src) :]
+    stats = read(args.train_src, args.train_pairs), read(args.train_tgt, args.train_pairs)
+    links = align_words(stats[0] + sources, stats[1] + references)[len(stats[0]) :]
     cases = tagged_cases(sources, references, links, args.seed)
-    model = mt.load(args.checkpoint, engine=args.engine)
-    translator = model.translator
-    tagged, plain_lines = [c[1] for c in cases], [sources[c[0]] for c in cases]
-    (html, plain), (html_time, plain_time) = alternating(
-        args.rounds, lambda: translate_html(translator, tagged), lambda: [r[0].text for r in translator(plain_lines)]
-    )
-    stripped = [Elements(out).text for out in html]
-    judged = [
-        placement(cases, html, align_words(stat_src + plain_lines, stat_tgt + stripped)[len(stat_src) :])
-        for _ in range(args.judges)
-    ]
-    counts = {name: sum(c[name] for c in judged) / len(judged) for name in judged[0]}
-    as_text = [r[0].text for r in translator(tagged)]
-    kept = sum(placement([c], [out], [[]])["formed"] for c, out in zip(cases, as_text))
-    refs = [[references[c[0]] for c in cases]]
-    result = {
-        "machine": machine_line(),
-        "checkpoint": args.checkpoint,
-        "engine": model.engine,
-        "lines": len(cases),
-        **counts,
-        "judges": {name: [c[name] for c in judged] for name in ("exact", "consistent", "judged")},
-        "bleu_html_without_tags": sacrebleu.corpus_bleu(stripped, refs).score,
-        "bleu_plain": sacrebleu.corpus_bleu(plain, refs).score,
-        "as_text_kept": kept,
-        "bleu_as_text_without_tags": sacrebleu.corpus_bleu([Elements(out).text for out in as_text], refs).score,
-        "html_sentences_per_s": len(cases) / html_time,
-        "plain_sentences_per_s": len(cases) / plain_time,
-    }
-    print(f"{result['machine']}; {args.checkpoint}, engine {model.engine}, {len(cases)} tagged lines")
-    for name in ("exact", "consistent"):
-        shares = [100 * c[name] / max(c["judged"], 1) for c in judged]
-        share = f"{counts[name]:.1f}/{counts['judged']:.1f} ({sum(shares) / len(shares):.1f}%"
-        print(f"elements on the right words ({name}): {share}, {min(shares):.1f}-{max(shares):.1f}% by judge)")
-    print(f"left unaligned by eflomal: {counts['unaligned']:.1f}")
-    print(f"well-formed with the input's elements: {counts['formed']:.0f}/{len(cases)}")
-    bleu = result["bleu_html_without_tags"], result["bleu_plain"]
-    print("BLEU without tags {:.2f}, the same sources plain {:.2f}".format(*bleu))
-    speeds = f"html {len(cases) / html_time:.1f}, plain {len(cases) / plain_time:.1f}"
-    print(f"sentences/s: {speeds} ({plain_time / html_time:.2f}x)")
-    print(f"sent as text: element kept well-formed {kept}/{len(cases)}, BLEU without tags ", end="")
-    print(f"{result['bleu_as_text_without_tags']:.2f}")
+    print(machine_line())
+    runs = []
+    for checkpoint in args.checkpoint:
+        runs.append(measure(checkpoint, args, cases, sources, references, stats))
+        report(runs[-1])
     if args.json:
-        write_json(args.json, result)
+        write_json(args.json, {"machine": machine_line(), "runs": runs})
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def test_the_bench_reports_placement_well_formedness_bleu_and_speed(trained_run,
             str(out),
         ]
     )
-    result = json.loads(out.read_text())
+    (result,) = json.loads(out.read_text())["runs"]
     assert 0 < result["lines"] <= 20 and result["judged"] + result["unaligned"] == result["lines"]
     assert max(result["exact"], result["consistent"]) <= result["judged"]  # neither holds the other
     assert result["formed"] == result["lines"]  # every output well-formed, whatever the model

@@ -171,6 +171,8 @@ def aligned_words(
     for k in kept:
         src_pieces = translator.tokenizer.src_pieces(sources[k])[source:]
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
-        pairs = word_alignment(matrices[k][output + step :, source:], src_pieces, tgt_pieces, cover_source)
+        matrix = matrices[k][output:, source:]
+        rows = matrix[step:] if len(matrix) > step else matrix  # (a one-piece output a limit ended)
+        pairs = word_alignment(rows, src_pieces, tgt_pieces, cover_source)
         found[k] = (pairs, matrices[k])
     return found

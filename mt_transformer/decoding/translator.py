@@ -109,8 +109,8 @@ class Translator:
     ) -> list[torch.Tensor]:
         """Per output of `src_ids` (subword ids, non-empty), the cross-attention of decoder `layer`
         (0-based), `head` (None: the mean of all heads): (target, source) weights, row t the step
-        that wrote piece t (our engine adds the EOS row and column; an ensemble: its first
-        model's). Neither given: the heads that give the model's alignments (those
+        that wrote piece t, then the one that wrote EOS (our engine adds the EOS column; an
+        ensemble: its first model's). Neither given: the heads that give the model's alignments (those
         train.guided_alignment taught, else the last layer's mean), the only ones CTranslate2 gives."""
         if self.model is None:
             if layer is not None or head is not None:
