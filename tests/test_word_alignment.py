@@ -130,13 +130,16 @@ def _agreement(translator, sources: list[str], targets: list[str], links: list, 
 
 
 @pytest.mark.slow
-def test_a_run_with_guided_alignment_aligns_its_words_as_the_aligner_does(corpus, tmp_path):
+@pytest.mark.parametrize("step", ["writes", "reads"])
+def test_a_run_with_guided_alignment_aligns_its_words_as_the_aligner_does(corpus, tmp_path, step):
     """A tiny run whose last layer's first head is taught eflomal's links: that head (what
-    mt-translate --alignment and format html read) agrees with them far more than the others."""
+    mt-translate --alignment and format html read) agrees with them far more than the others;
+    its CTranslate2 conversion reads them at the same step."""
     from mt_transformer.decoding.engines import open_translator
 
     out = str(tmp_path / "guided")
-    train = {"guided_alignment": {"weight": 1.0}, "lr_scale": 0.3, "max_steps": 60, "valid_every": 60}
+    guided = {"weight": 1.0, "step": step}
+    train = {"guided_alignment": guided, "lr_scale": 0.3, "max_steps": 60, "valid_every": 60}
     data = {"augment": {"typos": 0.3, "noise": 0.05}}  # drawn pairs carry their alignments (noise: none)
     config = tiny_config(corpus, out, train=train, data=data)
     result = run_cli("mt-train", "--config", write_config(tmp_path / "c.yaml", config))
@@ -150,3 +153,4 @@ def test_a_run_with_guided_alignment_aligns_its_words_as_the_aligner_does(corpus
     assert taught == _agreement(translator, sources[:60], targets[:60], links, head=0)
     others = [_agreement(translator, sources[:60], targets[:60], links, head=h) for h in (1, 2, 3)]
     assert taught > 0.3 and taught > max(others) + 0.2, (taught, others)
+    assert open_translator(out, "ctranslate2", "cpu").alignment_step == (step == "reads")

@@ -35,7 +35,7 @@ from mt_transformer.files import directory_size, file_digest, read_json, user_ca
 log = logging.getLogger(__name__)
 
 CONVERSION_DIR = "ctranslate2"
-CONVERTER_VERSION = 3  # raised when the conversion itself changes, so older ones are made again
+CONVERTER_VERSION = 4  # raised when the conversion itself changes, so older ones are made again
 
 
 def source_signature(directory: str) -> dict:

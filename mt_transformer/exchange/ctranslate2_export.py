@@ -218,7 +218,10 @@ def export(
                 "engine": "ctranslate2",
                 "quantization": quantization,
                 "max_positions": max_positions,
-                "config": {key: config[key] for key in ("data", "model", "decode")},
+                "config": {
+                    **{key: config[key] for key in ("data", "model", "decode")},
+                    "train": {"guided_alignment": config["train"]["guided_alignment"]},  # where alignments are read
+                },
                 "src_vocab_size": tokenizer.src_vocab_size,
                 "tgt_vocab_size": tokenizer.tgt_vocab_size,
                 "joint_vocab": tokenizer.joint,
