@@ -46,6 +46,14 @@ def test_cover_source_gives_each_source_word_no_target_word_took_its_most_attend
     assert word_alignment(matrix, src, tgt, cover_source=True) == [(0, 0), (2, 1), (2, 2), (1, 1)]
 
 
+def test_a_word_that_gives_the_eos_most_is_left_unaligned_where_the_model_was_taught_so():
+    src, tgt = ["▁ein", "▁Ball"], ["▁a", "▁red", "▁ball"]
+    matrix = torch.tensor([[0.9, 0.0, 0.1], [0.1, 0.3, 0.6], [0.0, 0.8, 0.2]])  # last column: EOS
+    assert word_alignment(matrix, src, tgt) == [(0, 0), (1, 1), (1, 2)]
+    assert word_alignment(matrix, src, tgt, unaligned=True) == [(0, 0), (1, 2)]
+    assert word_alignment(matrix[:, :2], src, tgt, unaligned=True) == [(0, 0), (1, 2)]  # CTranslate2: no EOS column
+
+
 def test_a_step_a_length_limit_left_out_counts_as_the_last_one():
     src, tgt = ["▁ein", "▁Ball"], ["▁a", "▁ball"]
     matrix = torch.tensor([[0.0, 1.0, 0.0]])  # one row for two pieces: the second's step never ran

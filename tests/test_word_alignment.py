@@ -13,6 +13,7 @@ from conftest import run_cli, tiny_config, write_config
 from mt_transformer.data.batching import collate
 from mt_transformer.data.special_tokens import EOS_ID, PAD_ID
 from mt_transformer.data.word_alignment import (
+    GuidedTargets,
     align_words,
     attention_targets,
     grow_diag_final_and,
@@ -54,8 +55,19 @@ def test_attention_targets_spread_each_target_piece_over_the_pieces_of_its_align
     assert torch.allclose(found[1], torch.tensor(expected_1))
 
 
+def test_a_word_the_aligner_left_unaligned_can_be_taught_the_sources_eos():
+    src = torch.tensor([[5, 6, EOS_ID, PAD_ID]])  # "a b"
+    tgt_out = torch.tensor([[5, 6, 7, EOS_ID]])  # "a b c": b unaligned
+    links = [[1, 0, 0, 2]]
+    free = attention_targets(src, tgt_out, links, (STARTS, STARTS))
+    taught = attention_targets(src, tgt_out, links, (STARTS, STARTS), unaligned_to_eos=True)
+    assert free[0, 1].tolist() == [0, 0, 0, 0] and taught[0, 1].tolist() == [0, 0, 1, 0]
+    assert torch.equal(taught[0, [0, 2, 3]], free[0, [0, 2, 3]])  # aligned words and EOS's row as before
+
+
 def test_a_collated_batch_keeps_its_attention_targets_through_a_split():
-    batch = collate([[5, 6], [5, 8, 6, 7]], [[6, 5], [7]], alignments=[[0, 1, 1, 0], [2, 0]], word_starts=(STARTS,) * 2)
+    guided = GuidedTargets((STARTS, STARTS))
+    batch = collate([[5, 6], [5, 8, 6, 7]], [[6, 5], [7]], alignments=[[0, 1, 1, 0], [2, 0]], guided=guided)
     assert batch.alignment.shape == (2, 3, 5)
     first, second = batch.split(2)
     assert first.alignment.shape == (1, 3, 3) and second.alignment.shape == (1, 2, 5)
@@ -64,8 +76,9 @@ def test_a_collated_batch_keeps_its_attention_targets_through_a_split():
 
 def test_reading_steps_are_taught_the_links_of_the_piece_they_read_one_row_later():
     args = [[5, 6], [5, 8, 6, 7]], [[6, 5], [7]]
-    kwargs = dict(alignments=[[0, 1, 1, 0], [2, 0]], word_starts=(STARTS,) * 2)
-    writes, reads = collate(*args, **kwargs), collate(*args, **kwargs, reads=True)
+    alignments = [[0, 1, 1, 0], [2, 0]]
+    writes = collate(*args, alignments=alignments, guided=GuidedTargets((STARTS, STARTS)))
+    reads = collate(*args, alignments=alignments, guided=GuidedTargets((STARTS, STARTS), reads=True))
     assert reads.alignment.shape == writes.alignment.shape == (2, 3, 5)
     # row t reads piece t (after BOS): the row that wrote it, one step later; BOS's row has no link
     assert torch.equal(reads.alignment[:, 1:], writes.alignment[:, :-1])

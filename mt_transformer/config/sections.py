@@ -213,6 +213,8 @@ class GuidedAlignmentConfig:
     # the decoder step whose attention aligns a target word: the one that writes it (Marian's), or
     # the next, which reads it (docs/techniques.md#inline-markup---format-html)
     step: Literal["writes", "reads"] = "writes"
+    # target words the aligner leaves unaligned taught the source's EOS, and read as unaligned
+    unaligned_to_eos: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from mt_transformer.data.word_alignment import attention_targets
+from mt_transformer.data.word_alignment import GuidedTargets
 
 
 def lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -162,45 +162,38 @@ def collate(
     tgt_ids: list[list[int]],
     tag_after_eos: bool = False,
     alignments=None,
-    word_starts=None,
-    reads: bool = False,
+    guided: GuidedTargets | None = None,
 ) -> Batch:
-    """The padded tensors of pairs; with `alignments` (each pair's flat word pairs) and
-    `word_starts` (word_alignment.tokenizer_word_starts), the attention targets of train.guided_alignment:
-    of the steps that write each target piece, or (`reads`, its step "reads") of those that read it."""
+    """The padded tensors of pairs; with `alignments` (each pair's flat word pairs) and `guided`,
+    the attention targets of train.guided_alignment."""
     batch = Batch(
         src=pad_sources(src_ids, tag_after_eos),
         tgt_in=pad(tgt_ids, prefix=[BOS_ID]),
         tgt_out=pad(tgt_ids, suffix=[EOS_ID]),
     )
     if alignments is not None:
-        rows = batch.tgt_in if reads else batch.tgt_out  # the pieces the steps read, or write
-        batch.alignment = attention_targets(batch.src, rows, alignments, word_starts)
+        batch.alignment = guided.of(batch.src, batch.tgt_in, batch.tgt_out, alignments)
     return batch
 
 
 class BatchedDataset(torch.utils.data.Dataset):
     """Item i is batch i, collated: lets a DataLoader prepare the next batches in workers.
     `dataset[rows]` gives the rows' src_ids and tgt_ids: an encoded split, or an epoch's drawn
-    pairs (epoch_draw.DrawnPairs); with `word_starts`, also their `alignment` (train.guided_alignment;
-    `reads`: collate's)."""
+    pairs (epoch_draw.DrawnPairs); with `guided`, also their `alignment` (train.guided_alignment)."""
 
     def __init__(
-        self, dataset, batches: list[np.ndarray], tag_after_eos: bool = False, word_starts=None, reads: bool = False
+        self, dataset, batches: list[np.ndarray], tag_after_eos: bool = False, guided: GuidedTargets | None = None
     ):
-        self.dataset, self.batches, self.tag_after_eos = dataset, batches, tag_after_eos
-        self.word_starts, self.reads = word_starts, reads
+        self.dataset, self.batches, self.tag_after_eos, self.guided = dataset, batches, tag_after_eos, guided
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
         rows = self.dataset[self.batches[i].tolist()]
-        if self.word_starts is None:
+        if self.guided is None:
             return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos)
-        return collate(
-            rows["src_ids"], rows["tgt_ids"], self.tag_after_eos, rows["alignment"], self.word_starts, self.reads
-        )
+        return collate(rows["src_ids"], rows["tgt_ids"], self.tag_after_eos, rows["alignment"], self.guided)
 
 
 def batch_loader(
@@ -209,13 +202,12 @@ def batch_loader(
     num_workers: int = 0,
     pin_memory: bool = False,
     tag_after_eos: bool = False,
-    word_starts=None,
-    reads: bool = False,
+    guided: GuidedTargets | None = None,
 ):
     # A loader of its own generator: every new iterator draws a base seed, and drawing it from
     # the global RNG would shift the dropout masks of a resumed run away from the original's.
     return torch.utils.data.DataLoader(
-        BatchedDataset(dataset, batches, tag_after_eos, word_starts, reads),
+        BatchedDataset(dataset, batches, tag_after_eos, guided),
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 
 import torch
 
@@ -35,6 +36,13 @@ def alignment_step(config) -> int:
     0, or 1 (the next step, which reads it) where train.guided_alignment taught that one."""
     guided = config.train.guided_alignment
     return int(guided.weight > 0 and guided.step == "reads")
+
+
+def leaves_unaligned(config) -> bool:
+    """Whether a target word whose alignment row gives the source's EOS the most is unaligned:
+    where train.guided_alignment taught it to words the aligner left unaligned."""
+    guided = config.train.guided_alignment
+    return guided.weight > 0 and guided.unaligned_to_eos
 
 
 def grow_diag_final_and(forward: Pairs, reverse: Pairs) -> Pairs:
@@ -124,12 +132,17 @@ def word_positions(ids: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
 
 
 def attention_targets(
-    src: torch.Tensor, tgt_out: torch.Tensor, alignments: list[list[int]], starts: tuple[torch.Tensor, torch.Tensor]
+    src: torch.Tensor,
+    tgt: torch.Tensor,
+    alignments: list[list[int]],
+    starts: tuple[torch.Tensor, torch.Tensor],
+    unaligned_to_eos: bool = False,
 ) -> torch.Tensor:
-    """What each target position (the step that writes tgt_out's piece) should attend to: 1/n on
-    each of the n source positions in words aligned to its word, 0 elsewhere and on rows of no
-    aligned word: (batch, tgt_len, src_len). `alignments`: each row's flat word pairs."""
-    src_words, tgt_words = word_positions(src, starts[0]), word_positions(tgt_out, starts[1])
+    """What each target position (the step that writes, or reads, `tgt`'s piece) should attend
+    to: 1/n on each of the n source positions in words aligned to its word, 0 elsewhere and on
+    rows of no word; a word the aligner left unaligned: 0, or (`unaligned_to_eos`) 1 on the
+    source's EOS: (batch, tgt_len, src_len). `alignments`: each row's flat word pairs."""
+    src_words, tgt_words = word_positions(src, starts[0]), word_positions(tgt, starts[1])
     batch = src.size(0)
     size_s, size_t = int(src_words.max()) + 2, int(tgt_words.max()) + 2  # + a column for "no word"
     links = torch.zeros(batch, size_s, size_t)  # (batch, source words + 1, target words + 1)
@@ -141,4 +154,24 @@ def attention_targets(
     t = tgt_words.masked_fill(tgt_words < 0, size_t - 1)
     rows = torch.arange(batch)[:, None, None]
     target = links[rows, s[:, None, :], t[:, :, None]]  # (batch, tgt_len, src_len)
-    return target / target.sum(-1, keepdim=True).clamp(min=1.0)
+    target = target / target.sum(-1, keepdim=True).clamp(min=1.0)
+    if unaligned_to_eos:
+        unaligned = (tgt_words >= 0) & (target.sum(-1) == 0)  # (batch, tgt_len)
+        target = target + unaligned[:, :, None] * (src == EOS_ID)[:, None, :]
+    return target
+
+
+@dataclass(frozen=True)
+class GuidedTargets:
+    """What train.guided_alignment teaches a batch: where each id's word begins
+    (tokenizer_word_starts), whether the steps that read a piece learn its word's links (step
+    reads) or those that write it, and whether words the aligner left unaligned learn the EOS."""
+
+    starts: tuple[torch.Tensor, torch.Tensor]
+    reads: bool = False
+    unaligned_to_eos: bool = False
+
+    def of(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, alignments) -> torch.Tensor:
+        """attention_targets of a batch: (batch, tgt_len, src_len)."""
+        tgt = tgt_in if self.reads else tgt_out
+        return attention_targets(src, tgt, alignments, self.starts, self.unaligned_to_eos)

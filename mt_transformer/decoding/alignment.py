@@ -58,13 +58,18 @@ def first_pieces(pieces: list[str]) -> list[int]:
 
 
 def word_alignment(
-    matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], cover_source: bool = False
+    matrix: torch.Tensor,
+    src_pieces: list[str],
+    tgt_pieces: list[str],
+    cover_source: bool = False,
+    unaligned: bool = False,
 ) -> list[tuple[int, int]]:
     """Hard alignment from one (tgt + 1, src + 1) attention matrix: for every target word, the source
     word it attends to most (pieces' weights summed over the source word, averaged over the target
-    word's pieces; EOS left out). Pairs (source word, target word), 0-based, one per target word;
-    `cover_source`: then also, for each source word no target word took, the target word that
-    attends to it most (markup keeps an element's words where a neighbour drew their weight)."""
+    word's pieces; EOS left out). Pairs (source word, target word), 0-based, one per target word,
+    but (`unaligned`) none for a word that gives the rest of its row (the EOS) more than any
+    source word; `cover_source`: then also, for each source word no target word took, the target
+    word that attends to it most (markup keeps an element's words where a neighbour drew their weight)."""
     if not tgt_pieces or not src_pieces:
         return []
     src_starts, tgt_starts = first_pieces(src_pieces), first_pieces(tgt_pieces)
@@ -77,6 +82,9 @@ def word_alignment(
     counts = numpy.diff(tgt_starts + [len(tgt_pieces)])[:, None]
     words = numpy.add.reduceat(per_src_word, tgt_starts, axis=0) / counts  # (tgt_words, src_words)
     pairs = [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
+    if unaligned:  # the weight on neither word nor language token: the EOS's
+        rest = 1.0 - words.sum(1)  # (tgt_words,)
+        pairs = [(s, t) for s, t in pairs if words[t, s] >= rest[t]]
     if cover_source:
         taken = {s for s, _ in pairs}
         pairs += [(s, int(t)) for s, t in enumerate(words.argmax(0).tolist()) if s not in taken]
@@ -161,6 +169,7 @@ def aligned_words(
     engine call for all of them where CTranslate2 runs); `cover_source`: word_alignment's."""
     source, output = (len(head) for head in translator.heads)
     step = translator.alignment_step  # each piece's row: the step that writes it, or the next
+    unaligned = translator.leaves_unaligned
     found: list = [([], None) for _ in outputs]
     kept = [k for k, (src, out) in enumerate(zip(sources, outputs)) if src[source:] and out[output:]]
     matrices = {k: known[k] for k in kept if known is not None and known[k] is not None}
@@ -173,6 +182,6 @@ def aligned_words(
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
         matrix = matrices[k][output:, source:]
         rows = matrix[step:] if len(matrix) > step else matrix  # (a one-piece output a limit ended)
-        pairs = word_alignment(rows, src_pieces, tgt_pieces, cover_source)
+        pairs = word_alignment(rows, src_pieces, tgt_pieces, cover_source, unaligned)
         found[k] = (pairs, matrices[k])
     return found

@@ -24,7 +24,7 @@ from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.languages import Heads, LanguageScheme, language_scheme
 from mt_transformer.data.text import normalize, with_case_of
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.data.word_alignment import alignment_heads, alignment_step
+from mt_transformer.data.word_alignment import alignment_heads, alignment_step, leaves_unaligned
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints
@@ -154,6 +154,11 @@ class Translator:
         """word_alignment.alignment_step of the model: 1 where its alignments are read from the
         step after the one that writes a piece."""
         return alignment_step(self.config) if self.config else 0
+
+    @property
+    def leaves_unaligned(self) -> bool:
+        """word_alignment.leaves_unaligned of the model."""
+        return leaves_unaligned(self.config) if self.config else False
 
     def reseed(self, offset: int) -> None:
         """Sampling draws from decode.seed + offset from here on: a corpus seeds each window by its

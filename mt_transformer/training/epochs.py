@@ -15,7 +15,7 @@ from mt_transformer.data.batching import batch_loader, corpus_rows, lengths, tok
 from mt_transformer.data.epoch_draw import draw_epoch
 from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.data.word_alignment import tokenizer_word_starts
+from mt_transformer.data.word_alignment import GuidedTargets, tokenizer_word_starts
 from mt_transformer.errors import UserError
 from mt_transformer.training import distributed
 
@@ -38,10 +38,11 @@ class TrainingBatches:
         self.corpus_sizes = list(corpus_sizes)
         self.src_lens, self.tgt_lens = lengths(dataset)
         self.aligned = "alignment" in dataset.column_names  # the pairs' word alignments (data/word_alignment.py)
-        self.word_starts = None  # train.guided_alignment: where each id's word begins, for the batches' targets
-        self.reads = config.train.guided_alignment.step == "reads"
-        if self.aligned and config.train.guided_alignment.weight > 0:
-            self.word_starts = tokenizer_word_starts(Tokenizer(tokenizer_dir))
+        self.guided = None  # what train.guided_alignment teaches the batches
+        guided = config.train.guided_alignment
+        if self.aligned and guided.weight > 0:
+            starts = tokenizer_word_starts(Tokenizer(tokenizer_dir))
+            self.guided = GuidedTargets(starts, guided.step == "reads", guided.unaligned_to_eos)
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
         self._last_epoch = (None, [], self.pairs)  # (epoch, its batches, the pairs they index)
 
@@ -93,6 +94,4 @@ class TrainingBatches:
         """The padded batches of `batches` (the rest of `epoch`'s), loaded by train.num_workers."""
         self.epoch(epoch)  # the pairs the batches index
         pairs = self._last_epoch[2]
-        return batch_loader(
-            pairs, batches, self.train.num_workers, cuda, self.tag_after_eos, self.word_starts, self.reads
-        )
+        return batch_loader(pairs, batches, self.train.num_workers, cuda, self.tag_after_eos, self.guided)
