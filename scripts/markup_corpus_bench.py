@@ -8,7 +8,8 @@ eflomal aligns to its source words, eflomal aligning the sources with the output
 beside --train-pairs pairs of the training corpus for its statistics; or, less strictly, when its
 words are a consistent phrase pair with the source span's (placement()). eflomal samples, so it
 judges --judges times and the shares are their mean (and range). Prints both shares (elements
-whose words eflomal leaves unaligned in the output are counted apart), the share of outputs
+whose words eflomal leaves unaligned in the output are counted apart), the share of the output
+words eflomal aligns that the model's own alignment takes to one of the same words, the share of outputs
 well-formed with the input's elements, the BLEU of the outputs without their tags and of the same
 sources sent plain, and both speeds (sentences/s, best of --rounds taken in turns). Last, the
 tagged sources sent as plain text, as an app that does not say it sends HTML sends them: how many outputs keep the
@@ -35,6 +36,7 @@ import mt_transformer as mt
 from measure import machine_line, write_json
 from mt_transformer.data.augment import inline_tags
 from mt_transformer.data.word_alignment import align_words, flat
+from mt_transformer.decoding.alignment import aligned_words
 from mt_transformer.markup.translation import translate_html
 
 
@@ -121,6 +123,25 @@ def placement(cases, outputs, out_links) -> dict:
     return counts
 
 
+def model_links(translator, lines: list[str]) -> list[list[tuple[int, int]]]:
+    """The model's own word alignment of each line's translation (format html's, before spans)."""
+    best = [r[0] for r in translator.with_attention()(lines)]
+    sources, outputs = translator.source_ids(lines), [t.tokens for t in best]
+    return [pairs for pairs, _ in aligned_words(translator, sources, outputs, known=[t.attention for t in best])]
+
+
+def agreement(found: list, judge: list) -> float:
+    """The share of the output words `judge` aligns whose alignment in `found` (a line's pairs)
+    takes one of the source words the judge gives them."""
+    agree = total = 0
+    for ours, theirs in zip(found, judge):
+        mine = {t: {s for s, u in ours if u == t} for _, t in theirs}
+        for t in {t for _, t in theirs}:
+            total += 1
+            agree += bool(mine[t] & {s for s, u in theirs if u == t})
+    return agree / max(total, 1)
+
+
 def measure(checkpoint: str, args, cases, sources, references, stats) -> dict:
     """One model's shares, BLEU and speeds on `cases` (tagged_cases'), judged with `stats`."""
     model = mt.load(checkpoint, engine=args.engine)
@@ -130,11 +151,10 @@ def measure(checkpoint: str, args, cases, sources, references, stats) -> dict:
         args.rounds, lambda: translate_html(translator, tagged), lambda: [r[0].text for r in translator(plain_lines)]
     )
     stripped = [Elements(out).text for out in html]
-    judged = [
-        placement(cases, html, align_words(stats[0] + plain_lines, stats[1] + stripped)[len(stats[0]) :])
-        for _ in range(args.judges)
-    ]
+    judges = [align_words(stats[0] + plain_lines, stats[1] + stripped)[len(stats[0]) :] for _ in range(args.judges)]
+    judged = [placement(cases, html, links) for links in judges]
     counts = {name: sum(c[name] for c in judged) / len(judged) for name in judged[0]}
+    agreed = [agreement(model_links(translator, plain_lines), links) for links in judges]
     as_text = [r[0].text for r in translator(tagged)]
     kept = sum(placement([c], [out], [[]])["formed"] for c, out in zip(cases, as_text))
     refs = [[references[c[0]] for c in cases]]
@@ -144,6 +164,7 @@ def measure(checkpoint: str, args, cases, sources, references, stats) -> dict:
         "lines": len(cases),
         **counts,
         "judges": {name: [c[name] for c in judged] for name in ("exact", "consistent", "judged")},
+        "words_agreeing": sum(agreed) / len(agreed),
         "bleu_html_without_tags": sacrebleu.corpus_bleu(stripped, refs).score,
         "bleu_plain": sacrebleu.corpus_bleu(plain, refs).score,
         "as_text_kept": kept,
@@ -161,6 +182,7 @@ def report(result: dict) -> None:
         share = f"{result[name]:.1f}/{result['judged']:.1f} ({sum(shares) / len(shares):.1f}%"
         print(f"elements on the right words ({name}): {share}, {min(shares):.1f}-{max(shares):.1f}% by judge)")
     print(f"left unaligned by eflomal: {result['unaligned']:.1f}")
+    print(f"output words eflomal aligns that the model aligns to one of the same words: {result['words_agreeing']:.1%}")
     print(f"well-formed with the input's elements: {result['formed']:.0f}/{lines}")
     bleu = result["bleu_html_without_tags"], result["bleu_plain"]
     print("BLEU without tags {:.2f}, the same sources plain {:.2f}".format(*bleu))

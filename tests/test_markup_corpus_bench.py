@@ -29,6 +29,12 @@ def test_an_element_is_right_where_it_wraps_the_words_aligned_to_its_words_exact
     assert counts == {"exact": 1, "consistent": 2, "judged": 5, "unaligned": 1, "formed": 5}
 
 
+def test_word_agreement_counts_the_output_words_the_judge_aligns():
+    judge = [[(0, 0), (1, 1), (2, 1)], [(0, 1)]]  # words 0 and 1, and word 1 of the second line
+    ours = [[(0, 0), (2, 1), (1, 2)], [(1, 1), (0, 0)]]  # right, right (one of two), wrong
+    assert bench.agreement(ours, judge) == 2 / 3
+
+
 @pytest.mark.slow  # about 10 s: eflomal twice and two translations
 def test_the_bench_reports_placement_well_formedness_bleu_and_speed(trained_run, corpus, tmp_path, capsys):
     out = tmp_path / "bench.json"
@@ -56,4 +62,5 @@ def test_the_bench_reports_placement_well_formedness_bleu_and_speed(trained_run,
     assert result["formed"] == result["lines"]  # every output well-formed, whatever the model
     assert len(result["judges"]["exact"]) == 2 and result["exact"] == sum(result["judges"]["exact"]) / 2
     assert result["bleu_html_without_tags"] >= 0 and result["html_sentences_per_s"] > 0
+    assert 0 <= result["words_agreeing"] <= 1
     assert "elements on the right words" in capsys.readouterr().out
