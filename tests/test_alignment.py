@@ -55,9 +55,21 @@ def test_a_word_that_gives_the_eos_most_is_left_unaligned_where_the_model_was_ta
 
 
 def test_a_step_a_length_limit_left_out_counts_as_the_last_one():
-    src, tgt = ["▁ein", "▁Ball"], ["▁a", "▁ball"]
-    matrix = torch.tensor([[0.0, 1.0, 0.0]])  # one row for two pieces: the second's step never ran
-    assert word_alignment(matrix, src, tgt) == [(1, 0), (1, 1)]
+    from types import SimpleNamespace
+
+    from mt_transformer.decoding.alignment import aligned_words
+
+    pieces = {5: "▁ein", 6: "▁Ball", 7: "▁a", 8: "▁ball"}
+    tokenizer = SimpleNamespace(
+        src_pieces=lambda ids: [pieces[i] for i in ids], tgt_pieces=lambda ids: [pieces[i] for i in ids]
+    )
+    reading = SimpleNamespace(
+        heads=([], []), alignment_step=1, leaves_unaligned=False, tokenizer=tokenizer, attention_of=None
+    )
+    # the rows that wrote "a" and "ball", no more: the step reading "ball" never ran
+    matrix = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    ((pairs, _),) = aligned_words(reading, [[5, 6]], [[7, 8]], known=[matrix])
+    assert pairs == [(1, 0), (1, 1)]
 
 
 def test_select_means_heads_or_takes_one():

@@ -73,10 +73,7 @@ def word_alignment(
     if not tgt_pieces or not src_pieces:
         return []
     src_starts, tgt_starts = first_pieces(src_pieces), first_pieces(tgt_pieces)
-    rows = matrix[: len(tgt_pieces), : len(src_pieces)]
-    if len(rows) < len(tgt_pieces):  # a step after the last that a length limit ended: as the last
-        rows = torch.cat([rows, rows[-1:].expand(len(tgt_pieces) - len(rows), -1)])
-    pieces = rows.float().numpy()  # (tgt_pieces, src_pieces)
+    pieces = matrix[: len(tgt_pieces), : len(src_pieces)].float().numpy()  # (tgt_pieces, src_pieces)
     # a word's pieces stand together: sums over runs of columns, then of rows over their counts
     per_src_word = numpy.add.reduceat(pieces, src_starts, axis=1)  # (tgt_pieces, src_words)
     counts = numpy.diff(tgt_starts + [len(tgt_pieces)])[:, None]
@@ -181,7 +178,9 @@ def aligned_words(
         src_pieces = translator.tokenizer.src_pieces(sources[k])[source:]
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[k])[output:]
         matrix = matrices[k][output:, source:]
-        rows = matrix[step:] if len(matrix) > step else matrix  # (a one-piece output a limit ended)
+        rows = matrix[step:]
+        if len(rows) < len(tgt_pieces):  # a length limit ended it before the step after its last piece
+            rows = torch.cat([rows, matrix[-1:].expand(len(tgt_pieces) - len(rows), -1)])
         pairs = word_alignment(rows, src_pieces, tgt_pieces, cover_source, unaligned)
         found[k] = (pairs, matrices[k])
     return found
