@@ -127,7 +127,7 @@ def model_links(translator, lines: list[str]) -> list[list[tuple[int, int]]]:
     """The model's own word alignment of each line's translation (format html's, before spans)."""
     best = [r[0] for r in translator.with_attention()(lines)]
     sources, outputs = translator.source_ids(lines), [t.tokens for t in best]
-    return [pairs for pairs, _ in aligned_words(translator, sources, outputs, known=[t.attention for t in best])]
+    return [pairs for pairs, _, _ in aligned_words(translator, sources, outputs, known=[t.attention for t in best])]
 
 
 def agreement(found: list, judge: list) -> float:

@@ -12,6 +12,7 @@ from mt_transformer.decoding.alignment import (
     first_pieces,
     format_alignment,
     select,
+    source_cover,
     word_alignment,
 )
 from mt_transformer.model.masks import padding_mask
@@ -37,13 +38,14 @@ def test_alignment_takes_each_target_words_most_attended_source_word():
     assert format_alignment(pairs) == "0-0 1-1 1-2 2-3"
 
 
-def test_cover_source_gives_each_source_word_no_target_word_took_its_most_attending_target_word():
+def test_source_cover_gives_each_source_word_no_target_word_took_its_most_attending_target_word():
     src, tgt = ["▁ein", "▁roter", "▁Ball"], ["▁a", "▁red", "▁ball"]
     matrix = torch.zeros(len(tgt) + 1, len(src) + 1)
     matrix[0, 0], matrix[1, 2], matrix[2, 2] = 1.0, 0.6, 0.9  # "red" draws on "Ball", not "roter"
     matrix[1, 1], matrix[2, 1] = 0.4, 0.1
-    assert word_alignment(matrix, src, tgt) == [(0, 0), (2, 1), (2, 2)]
-    assert word_alignment(matrix, src, tgt, cover_source=True) == [(0, 0), (2, 1), (2, 2), (1, 1)]
+    pairs = word_alignment(matrix, src, tgt)
+    assert pairs == [(0, 0), (2, 1), (2, 2)]
+    assert source_cover(matrix, src, tgt, pairs) == [(1, 1)]
 
 
 def test_a_word_that_gives_the_eos_most_is_left_unaligned_where_the_model_was_taught_so():
@@ -68,7 +70,7 @@ def test_a_step_a_length_limit_left_out_counts_as_the_last_one():
     )
     # the rows that wrote "a" and "ball", no more: the step reading "ball" never ran
     matrix = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
-    ((pairs, _),) = aligned_words(reading, [[5, 6]], [[7, 8]], known=[matrix])
+    ((pairs, _, _),) = aligned_words(reading, [[5, 6]], [[7, 8]], known=[matrix])
     assert pairs == [(1, 0), (1, 1)]
 
 
@@ -179,7 +181,7 @@ def test_both_engines_align_each_piece_by_the_step_that_reads_it_where_that_one_
             best = [r[0] for r in translator(lines)]
             sources, outputs = translator.source_ids(lines), [t.tokens for t in best]
             found = aligned_words(translator, sources, outputs, None, [t.attention for t in best])
-            for ids, t, (pairs, matrix) in zip(sources, best, found):
+            for ids, t, (pairs, _, matrix) in zip(sources, best, found):
                 (weights,) = forced.cross_attention(ids, [t.tokens])  # (target + 1, source + 1)
                 if engine == "ctranslate2":  # a row per piece, then the one that wrote EOS (none at the limit)
                     assert len(matrix) - len(t.tokens) in (0, 1)

@@ -1,9 +1,9 @@
 from mt_transformer.markup.projection import Span, project, render
 
 
-def rendered(target: str, spans: list[Span], alignment, source_words: int) -> str:
+def rendered(target: str, spans: list[Span], alignment, source_words: int, cover=()) -> str:
     words = target.split()
-    ranges = project(spans, alignment, source_words, len(words))
+    ranges = project(spans, alignment, source_words, len(words), cover)
     return render(words, [""] + [" "] * (len(words) - 1) + [""], spans, ranges)
 
 
@@ -32,6 +32,24 @@ def test_an_element_whose_words_lie_apart_takes_the_part_with_most_of_them():
     alignment = [(0, 0), (4, 1), (4, 2), (4, 3), (1, 4), (1, 5), (2, 6)]
     out = rendered("playing with the dog on the beach", spans, alignment, 5)
     assert out == "playing with the dog <b>on the</b> beach"
+
+
+def test_words_between_that_no_outside_word_took_join_the_range():
+    # Männer <b>gehen bergauf</b> -> men are walking up a mountain: "up a" aligned to nothing
+    spans = [Span("<b>", "</b>", 1, 3)]
+    out = rendered("men are walking up a mountain", spans, [(0, 0), (1, 2), (2, 5)], 3)
+    assert out == "men are <b>walking up a mountain</b>"
+
+
+def test_a_word_of_the_element_that_drew_no_target_word_takes_its_cover_only_where_the_others_drew_none():
+    # der <b>Hund bellt</b> -> the dog barks: "bellt" drew nothing, the most attending word is "the"
+    spans = [Span("<b>", "</b>", 1, 3)]
+    cover = [(2, 0)]
+    out = rendered("the dog barks", spans, [(0, 0), (1, 1), (1, 2)], 3, cover)
+    assert out == "the <b>dog barks</b>"
+    # ... but an element with only that word takes it
+    out = rendered("the dog barks", [Span("<i>", "</i>", 2, 3)], [(0, 0), (1, 1), (1, 2)], 3, cover)
+    assert out == "<i>the</i> dog barks"
 
 
 def test_nested_elements_stay_nested_and_siblings_apart():

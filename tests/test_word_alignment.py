@@ -138,7 +138,7 @@ def _agreement(translator, sources: list[str], targets: list[str], links: list, 
 
     outputs = translator.tokenizer.encode_tgt(targets)
     found = aligned_words(translator, translator.source_ids(sources), outputs, None if head is None else one_head)
-    right = sum(len(set(pairs) & set(reference)) for (pairs, _), reference in zip(found, links))
+    right = sum(len(set(pairs) & set(reference)) for (pairs, _, _), reference in zip(found, links))
     return right / sum(len(reference) for reference in links)
 
 

@@ -57,35 +57,43 @@ def first_pieces(pieces: list[str]) -> list[int]:
     return [k for k, piece in enumerate(pieces) if k == 0 or piece.startswith(WORD_START)]
 
 
-def word_alignment(
-    matrix: torch.Tensor,
-    src_pieces: list[str],
-    tgt_pieces: list[str],
-    cover_source: bool = False,
-    unaligned: bool = False,
-) -> list[tuple[int, int]]:
-    """Hard alignment from one (tgt + 1, src + 1) attention matrix: for every target word, the source
-    word it attends to most (pieces' weights summed over the source word, averaged over the target
-    word's pieces; EOS left out). Pairs (source word, target word), 0-based, one per target word,
-    but (`unaligned`) none for a word that gives the rest of its row (the EOS) more than any
-    source word; `cover_source`: then also, for each source word no target word took, the target
-    word that attends to it most (markup keeps an element's words where a neighbour drew their weight)."""
-    if not tgt_pieces or not src_pieces:
-        return []
+def word_weights(matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> numpy.ndarray:
+    """(tgt_words, src_words) from one (tgt + 1, src + 1) attention matrix: the pieces' weights summed
+    over each source word, averaged over each target word's pieces (EOS left out)."""
     src_starts, tgt_starts = first_pieces(src_pieces), first_pieces(tgt_pieces)
     pieces = matrix[: len(tgt_pieces), : len(src_pieces)].float().numpy()  # (tgt_pieces, src_pieces)
-    # a word's pieces stand together: sums over runs of columns, then of rows over their counts
     per_src_word = numpy.add.reduceat(pieces, src_starts, axis=1)  # (tgt_pieces, src_words)
     counts = numpy.diff(tgt_starts + [len(tgt_pieces)])[:, None]
-    words = numpy.add.reduceat(per_src_word, tgt_starts, axis=0) / counts  # (tgt_words, src_words)
+    return numpy.add.reduceat(per_src_word, tgt_starts, axis=0) / counts  # (tgt_words, src_words)
+
+
+def word_alignment(
+    matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], unaligned: bool = False
+) -> list[tuple[int, int]]:
+    """Hard alignment from one (tgt + 1, src + 1) attention matrix: for every target word, the source
+    word it attends to most (word_weights'). Pairs (source word, target word), 0-based, one per
+    target word, but (`unaligned`) none for a word that gives the rest of its row (the EOS) more
+    than any source word."""
+    if not tgt_pieces or not src_pieces:
+        return []
+    words = word_weights(matrix, src_pieces, tgt_pieces)
     pairs = [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
     if unaligned:  # the weight on neither word nor language token: the EOS's
         rest = 1.0 - words.sum(1)  # (tgt_words,)
         pairs = [(s, t) for s, t in pairs if words[t, s] >= rest[t]]
-    if cover_source:
-        taken = {s for s, _ in pairs}
-        pairs += [(s, int(t)) for s, t in enumerate(words.argmax(0).tolist()) if s not in taken]
     return pairs
+
+
+def source_cover(
+    matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], pairs: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """For each source word no pair takes, (it, the target word that attends to it most): where an
+    inline element's words drew no target word (a neighbour took their weight), markup keeps them."""
+    if not tgt_pieces or not src_pieces:
+        return []
+    taken = {s for s, _ in pairs}
+    most = word_weights(matrix, src_pieces, tgt_pieces).argmax(0).tolist()  # (src_words,)
+    return [(s, int(t)) for s, t in enumerate(most) if s not in taken]
 
 
 def format_alignment(pairs: list[tuple[int, int]]) -> str:
@@ -113,10 +121,10 @@ def inspect_translations(
     for index, (line, src_ids, translations) in enumerate(zip(lines, translator.source_ids(lines), results)):
         outputs = [t.tokens for t in translations]
         found = aligned_words(translator, [src_ids] * len(outputs), outputs, one_source(translator, layer, head))
-        alignments.append([format_alignment(pairs) for pairs, _ in found])
-        if heatmap_dir and found and found[0][1] is not None:
+        alignments.append([format_alignment(pairs) for pairs, _, _ in found])
+        if heatmap_dir and found and found[0][2] is not None:
             attention_heatmap(
-                found[0][1][output:, source:],  # (target, source) without the language tokens
+                found[0][2][output:, source:],  # (target, source) without the language tokens
                 translator.tokenizer.src_pieces(src_ids)[source:],
                 translator.tokenizer.tgt_pieces(outputs[0])[output:],
                 os.path.join(heatmap_dir, f"{first_index + index:04d}.png"),
@@ -157,17 +165,18 @@ def one_source(translator, layer: int | None = None, head: int | None = None):
 
 def aligned_words(
     translator, sources: list[list[int]], outputs: list[list[int]], attend=None, known=None, cover_source=False
-) -> list[tuple[list[tuple[int, int]], torch.Tensor | None]]:
+) -> list[tuple[list[tuple[int, int]], list[tuple[int, int]], torch.Tensor | None]]:
     """Per (source, output) pair (sources as translator.source_ids gives them, outputs as the search
     wrote them): its word alignment (word_alignment's pairs, the language tokens of both sides left
-    out) and the (target + 1, source + 1) attention it comes from; ([], None) for an empty side.
-    `known`: per pair, its attention where the search gave it already (Translation.attention), or
-    None; `attend(sources, outputs)` gives the others, by default translator.attention_of (one
-    engine call for all of them where CTranslate2 runs); `cover_source`: word_alignment's."""
+    out), with `cover_source` source_cover's pairs (else []), and the (target + 1, source + 1)
+    attention they come from; ([], [], None) for an empty side. `known`: per pair, its attention
+    where the search gave it already (Translation.attention), or None; `attend(sources, outputs)`
+    gives the others, by default translator.attention_of (one engine call for all of them where
+    CTranslate2 runs)."""
     source, output = (len(head) for head in translator.heads)
     step = translator.alignment_step  # each piece's row: the step that writes it, or the next
     unaligned = translator.leaves_unaligned
-    found: list = [([], None) for _ in outputs]
+    found: list = [([], [], None) for _ in outputs]
     kept = [k for k, (src, out) in enumerate(zip(sources, outputs)) if src[source:] and out[output:]]
     matrices = {k: known[k] for k in kept if known is not None and known[k] is not None}
     wanted = [k for k in kept if k not in matrices]
@@ -181,6 +190,7 @@ def aligned_words(
         rows = matrix[step:]
         if len(rows) < len(tgt_pieces):  # a length limit ended it before the step after its last piece
             rows = torch.cat([rows, matrix[-1:].expand(len(tgt_pieces) - len(rows), -1)])
-        pairs = word_alignment(rows, src_pieces, tgt_pieces, cover_source, unaligned)
-        found[k] = (pairs, matrices[k])
+        pairs = word_alignment(rows, src_pieces, tgt_pieces, unaligned)
+        cover = source_cover(rows, src_pieces, tgt_pieces, pairs) if cover_source else []
+        found[k] = (pairs, cover, matrices[k])
     return found

@@ -195,11 +195,12 @@ class HtmlFragment:
         self._parts = reader.parts
         self.sentences = [s for part in self._parts if isinstance(part, list) for s in part]
 
-    def rebuild(self, translations: list[str], alignments: list[list[tuple[int, int]] | None]) -> str:
-        """`alignments`: per sentence, (source word, target word) pairs; None for one without spans."""
+    def rebuild(self, translations: list[str], alignments: list[list[tuple[int, int]] | None], covers=None) -> str:
+        """`alignments`: per sentence, (source word, target word) pairs; None for one without spans;
+        `covers`: per sentence, pairs for source words without one (projection.project's `cover`)."""
         if len(translations) != len(self.sentences):
             raise ValueError("one translation per sentence")
-        done = iter(zip(self.sentences, translations, alignments))
+        done = iter(zip(self.sentences, translations, alignments, covers or [None] * len(alignments)))
         out = []
         for part in self._parts:
             if isinstance(part, str):
@@ -210,10 +211,10 @@ class HtmlFragment:
         return "".join(out)
 
 
-def _sentence(sentence: Sentence, translation: str, alignment) -> str:
+def _sentence(sentence: Sentence, translation: str, alignment, cover) -> str:
     words = [html.escape(w, False) for w in translation.split()]
     if not sentence.spans:
         return " ".join(words)
-    ranges = project(sentence.spans, alignment or [], len(sentence.words), len(words))
+    ranges = project(sentence.spans, alignment or [], len(sentence.words), len(words), cover or [])
     spaces = [""] + [" "] * max(len(words) - 1, 0) + [""]
     return render(words, spaces, sentence.spans, ranges)

@@ -2,11 +2,14 @@
 
 Each element of the source covers a range of its words (or none: an empty or void element sits
 between two words). On the translation it covers the target words aligned to the words it
-covered, spread to one unbroken range: the first to the last of them, or where they lie apart
-(two words or more between) the part that holds the most of them. Ranges are then made to
-nest as the source's elements do (a child inside its parent, siblings apart), so the output is
-well-formed with exactly the source's elements; an element left with no words sits where the
-target word of the source word after it (or before it) is.
+covered (or, where none of its words has one, the target words that attend to them most), spread
+to one unbroken range: the first to the last of them, or where they lie apart the part that holds
+the most of them. Two of its words stay in one range across one word between them, or across
+more where none of those is aligned to a source word outside the element (as phrase extraction
+keeps a phrase pair consistent). Ranges are then made to nest as the source's elements do (a child
+inside its parent, siblings apart), so the output is well-formed with exactly the source's
+elements; an element left with no words sits where the target word of the source word after it
+(or before it) is.
 """
 
 from __future__ import annotations
@@ -33,39 +36,58 @@ class Span:
 
 
 def project(
-    spans: list[Span], alignment: list[tuple[int, int]], source_words: int, target_words: int
+    spans: list[Span],
+    alignment: list[tuple[int, int]],
+    source_words: int,
+    target_words: int,
+    cover: list[tuple[int, int]] = (),
 ) -> list[tuple[int, int]]:
     """Per span, the (first, stop) range of target words it covers. `alignment`: (source word,
-    target word) pairs, 0-based."""
-    targets: dict[int, list[int]] = {}
-    for s, t in alignment:
-        if 0 <= t < target_words:
-            targets.setdefault(s, []).append(t)
+    target word) pairs, 0-based; `cover`: pairs for source words `alignment` gives no target word
+    (decoding/alignment.py's source_cover), taken by an element none of whose words has another."""
+    targets, fallback = _by_source(alignment, target_words), _by_source(cover, target_words)
     placed: list[tuple[int, int]] = []
     for k, span in enumerate(spans):
         lo, hi = (0, target_words) if span.parent is None else placed[span.parent]
         taken = [placed[j] for j in range(k) if spans[j].parent == span.parent and placed[j][0] < placed[j][1]]
-        covered = sorted(t for w in range(span.first, span.stop) for t in targets.get(w, ()) if lo <= t < hi)
-        found = _largest_free(covered, taken) if covered else None
+        words = range(span.first, span.stop)
+        covered = _within(targets, words, lo, hi) or _within(fallback, words, lo, hi)
+        elsewhere = {t for s, found in targets.items() if s not in words for t in found}
+        found = _largest_free(covered, taken, elsewhere) if covered else None
         if found is None and covered:  # its words went to an earlier sibling: right after that one
             found = (max(b for a, b in taken if a <= covered[-1] < b),) * 2
         if found is None:
-            at = min(max(_anchor(span.first, targets, source_words, target_words), lo), hi)
+            at = min(max(_anchor(span.first, {**targets, **fallback}, source_words, target_words), lo), hi)
             found = (_outside(at, taken),) * 2
         placed.append(found)
     return placed
 
 
-def _largest_free(covered: list[int], taken: list[tuple[int, int]]) -> tuple[int, int] | None:
+def _by_source(pairs: list[tuple[int, int]], target_words: int) -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for s, t in pairs:
+        if 0 <= t < target_words:
+            found.setdefault(s, []).append(t)
+    return found
+
+
+def _within(targets: dict[int, list[int]], words: range, lo: int, hi: int) -> list[int]:
+    """The target words in [lo, hi) aligned to `words`, in order."""
+    return sorted(t for w in words for t in targets.get(w, ()) if lo <= t < hi)
+
+
+def _largest_free(covered: list[int], taken: list[tuple[int, int]], elsewhere: set[int]) -> tuple[int, int] | None:
     """The run of covered words outside the `taken` ranges that holds the most of them (the first of
-    equals), a run broken by a taken word or by two words in a row it does not cover (one stray
-    word, such as an article aligned elsewhere, stays inside; a longer gap is another phrase), as a
-    (first, stop) range; None where every covered word is taken."""
+    equals), as a (first, stop) range; None where every covered word is taken. A run is broken by
+    a taken word, or by two or more words in a row it does not cover of which one is aligned
+    `elsewhere` (one stray word, such as an article aligned elsewhere, stays inside; words aligned
+    to nothing or to the element's own words join it)."""
     runs: list[list[int]] = []
     for t in sorted(set(covered)):
         if any(a <= t < b for a, b in taken):
             continue
-        if runs and t - runs[-1][-1] <= 2 and not any(a <= runs[-1][-1] + 1 < b for a, b in taken):
+        gap = range(runs[-1][-1] + 1, t) if runs else range(0)
+        if runs and not any(a <= g < b for g in gap for a, b in taken) and (len(gap) <= 1 or not elsewhere & set(gap)):
             runs[-1].append(t)
         else:
             runs.append([t])

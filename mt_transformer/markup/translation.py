@@ -32,7 +32,8 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     aligned = aligned_words(
         translator, sources, [t.tokens for t in best], known=[t.attention for t in best], cover_source=True
     )
-    alignments = {key: pairs for key, (pairs, _) in zip(wanted, aligned)}
+    alignments = {key: pairs for key, (pairs, _, _) in zip(wanted, aligned)}
+    covers = {key: cover for key, (_, cover, _) in zip(wanted, aligned)}
     out = []
     for i, fragment in enumerate(parsed):
         if fragment is None:
@@ -40,5 +41,6 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
             continue
         sentences = range(len(texts[i]))
         translations = [found[i, k][0].text for k in sentences]
-        out.append(fragment.rebuild(translations, [alignments.get((i, k)) for k in sentences]))
+        found_pairs = [alignments.get((i, k)) for k in sentences]
+        out.append(fragment.rebuild(translations, found_pairs, [covers.get((i, k)) for k in sentences]))
     return out

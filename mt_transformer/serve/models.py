@@ -152,7 +152,7 @@ def _with_attention(translator: Translator, src_ids: list[int], hypotheses: list
     stopping.check()
     outputs = [h.tokens for h in hypotheses]
     found = aligned_words(translator, [src_ids] * len(outputs), outputs, one_source(translator))
-    matrix, attention = found[0][1] if found else None, None
+    matrix, attention = found[0][2] if found else None, None
     if matrix is not None:
         tgt_pieces = translator.tokenizer.tgt_pieces(outputs[0])
         attention = {
@@ -162,7 +162,7 @@ def _with_attention(translator: Translator, src_ids: list[int], hypotheses: list
             "weights": _rounded(matrix),
             "layers": _every_layer(translator, src_ids, outputs[0]),
         }
-    return Result(hypotheses, [format_alignment(pairs) for pairs, _ in found], attention)
+    return Result(hypotheses, [format_alignment(pairs) for pairs, _, _ in found], attention)
 
 
 def _every_layer(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dict:
