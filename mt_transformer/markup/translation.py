@@ -32,8 +32,12 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     aligned = aligned_words(
         translator, sources, [t.tokens for t in best], known=[t.attention for t in best], cover_source=True
     )
-    alignments = {key: pairs for key, (pairs, _, _) in zip(wanted, aligned)}
-    covers = {key: cover for key, (_, cover, _) in zip(wanted, aligned)}
+    # a model taught to leave words unaligned gives no target word to a source word it does not
+    # translate, so an element takes such a word's cover only where its other words drew none;
+    # another model's attention leaves many words to a neighbour, and their covers count in full
+    alone = translator.leaves_unaligned
+    alignments = {key: pairs if alone else pairs + cover for key, (pairs, cover, _) in zip(wanted, aligned)}
+    covers = {key: cover if alone else [] for key, (_, cover, _) in zip(wanted, aligned)}
     out = []
     for i, fragment in enumerate(parsed):
         if fragment is None:
