@@ -14,6 +14,7 @@ from mt_transformer.decoding.alignment import (
     select,
     source_cover,
     word_alignment,
+    word_weights,
 )
 from mt_transformer.model.masks import padding_mask
 
@@ -45,7 +46,7 @@ def test_source_cover_gives_each_source_word_no_target_word_took_its_most_attend
     matrix[1, 1], matrix[2, 1] = 0.4, 0.1
     pairs = word_alignment(matrix, src, tgt)
     assert pairs == [(0, 0), (2, 1), (2, 2)]
-    assert source_cover(matrix, src, tgt, pairs) == [(1, 1)]
+    assert source_cover(word_weights(matrix, src, tgt), pairs) == [(1, 1)]
 
 
 def test_a_word_that_gives_the_eos_most_is_left_unaligned_where_the_model_was_taught_so():

@@ -70,13 +70,16 @@ def word_weights(matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[s
 def word_alignment(
     matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], unaligned: bool = False
 ) -> list[tuple[int, int]]:
-    """Hard alignment from one (tgt + 1, src + 1) attention matrix: for every target word, the source
-    word it attends to most (word_weights'). Pairs (source word, target word), 0-based, one per
-    target word, but (`unaligned`) none for a word that gives the rest of its row (the EOS) more
-    than any source word."""
+    """Hard alignment from one (tgt + 1, src + 1) attention matrix: best_sources of its word_weights."""
     if not tgt_pieces or not src_pieces:
         return []
-    words = word_weights(matrix, src_pieces, tgt_pieces)
+    return best_sources(word_weights(matrix, src_pieces, tgt_pieces), unaligned)
+
+
+def best_sources(words: numpy.ndarray, unaligned: bool = False) -> list[tuple[int, int]]:
+    """For every target word of a (tgt_words, src_words) word_weights matrix, the source word it
+    attends to most. Pairs (source word, target word), 0-based, one per target word, but
+    (`unaligned`) none for a word that gives the rest of its row (the EOS) more than any source word."""
     pairs = [(int(s), t) for t, s in enumerate(words.argmax(1).tolist())]
     if unaligned:  # the weight on neither word nor language token: the EOS's
         rest = 1.0 - words.sum(1)  # (tgt_words,)
@@ -84,16 +87,12 @@ def word_alignment(
     return pairs
 
 
-def source_cover(
-    matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str], pairs: list[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """For each source word no pair takes, (it, the target word that attends to it most): where an
-    inline element's words drew no target word (a neighbour took their weight), markup keeps them."""
-    if not tgt_pieces or not src_pieces:
-        return []
+def source_cover(words: numpy.ndarray, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """For each source word of a word_weights matrix that no pair takes, (it, the target word that
+    attends to it most): where an inline element's words drew no target word (a neighbour took
+    their weight), markup keeps them."""
     taken = {s for s, _ in pairs}
-    most = word_weights(matrix, src_pieces, tgt_pieces).argmax(0).tolist()  # (src_words,)
-    return [(s, int(t)) for s, t in enumerate(most) if s not in taken]
+    return [(s, int(t)) for s, t in enumerate(words.argmax(0).tolist()) if s not in taken]
 
 
 def format_alignment(pairs: list[tuple[int, int]]) -> str:
@@ -190,7 +189,7 @@ def aligned_words(
         rows = matrix[step:]
         if len(rows) < len(tgt_pieces):  # a length limit ended it before the step after its last piece
             rows = torch.cat([rows, matrix[-1:].expand(len(tgt_pieces) - len(rows), -1)])
-        pairs = word_alignment(rows, src_pieces, tgt_pieces, unaligned)
-        cover = source_cover(rows, src_pieces, tgt_pieces, pairs) if cover_source else []
-        found[k] = (pairs, cover, matrices[k])
+        words = word_weights(rows, src_pieces, tgt_pieces)  # (target words, source words)
+        pairs = best_sources(words, unaligned)
+        found[k] = (pairs, source_cover(words, pairs) if cover_source else [], matrices[k])
     return found
