@@ -62,6 +62,7 @@ def word_weights(matrix: torch.Tensor, src_pieces: list[str], tgt_pieces: list[s
     over each source word, averaged over each target word's pieces (EOS left out)."""
     src_starts, tgt_starts = first_pieces(src_pieces), first_pieces(tgt_pieces)
     pieces = matrix[: len(tgt_pieces), : len(src_pieces)].float().numpy()  # (tgt_pieces, src_pieces)
+    # a word's pieces stand together: sums over runs of columns, then of rows over their counts
     per_src_word = numpy.add.reduceat(pieces, src_starts, axis=1)  # (tgt_pieces, src_words)
     counts = numpy.diff(tgt_starts + [len(tgt_pieces)])[:, None]
     return numpy.add.reduceat(per_src_word, tgt_starts, axis=0) / counts  # (tgt_words, src_words)

@@ -52,7 +52,7 @@ def project(
         taken = [placed[j] for j in range(k) if spans[j].parent == span.parent and placed[j][0] < placed[j][1]]
         words = range(span.first, span.stop)
         covered = _within(targets, words, lo, hi) or _within(fallback, words, lo, hi)
-        elsewhere = {t for s, found in targets.items() if s not in words for t in found}
+        elsewhere = {t for s, linked in targets.items() if s not in words for t in linked}
         found = _largest_free(covered, taken, elsewhere) if covered else None
         if found is None and covered:  # its words went to an earlier sibling: right after that one
             found = (max(b for a, b in taken if a <= covered[-1] < b),) * 2
