@@ -9,6 +9,7 @@ of this costs anything: every collective here returns at once.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 from dataclasses import dataclass
 
@@ -52,7 +53,11 @@ def init_group(processes: Processes, device: torch.device) -> None:
 
 
 def destroy_group() -> None:
+    """Leaves the group. What still holds it (a sharded model's device mesh, in reference cycles)
+    is collected first, while the interpreter is whole: left to its shutdown, a gloo group's threads
+    could abort the process ("terminate called without an active exception")."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
