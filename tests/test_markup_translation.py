@@ -31,3 +31,35 @@ def test_html_lines_come_back_with_every_element_nested_and_plain_lines_as_text(
 def test_html_refuses_what_it_cannot_give(trained_run):
     result = run_cli("mt-translate", "--checkpoint", trained_run, "--format", "html", "--nbest", "2", input="a\n")
     assert result.returncode == 2 and "--format html: one translation per line" in result.stderr
+
+
+def test_a_model_taught_to_leave_words_unaligned_gives_an_element_a_cover_only_where_it_has_nothing_else():
+    """der <b>Hund bellt</b> -> the dog barks, where "bellt" drew no word and "the" attends to it
+    most: a model taught unaligned_to_eos leaves "bellt" untranslated, any other takes "the" too."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from mt_transformer.markup.translation import translate_html
+
+    pieces = {1: "▁der", 2: "▁Hund", 3: "▁bellt", 10: "▁the", 11: "▁dog", 12: "▁barks"}
+    attention = torch.tensor(  # (target + EOS, source + EOS)
+        [[0.6, 0.0, 0.4, 0.0], [0.0, 0.9, 0.1, 0.0], [0.0, 0.7, 0.3, 0.0], [0.0, 0.0, 0.0, 1.0]]
+    )
+    best = SimpleNamespace(tokens=[10, 11, 12], attention=attention, text="the dog barks")
+
+    def translator(leaves_unaligned: bool):
+        return SimpleNamespace(
+            heads=([], []),
+            alignment_step=0,
+            attention_of=None,  # the search gave every attention
+            leaves_unaligned=leaves_unaligned,
+            tokenizer=SimpleNamespace(
+                src_pieces=lambda ids: [pieces[i] for i in ids], tgt_pieces=lambda ids: [pieces[i] for i in ids]
+            ),
+            source_ids=lambda lines: [[1, 2, 3] for _ in lines],
+            with_attention=lambda: lambda lines, progress=False: [[best] for _ in lines],
+        )
+
+    assert translate_html(translator(True), ["der <b>Hund bellt</b>"]) == ["the <b>dog barks</b>"]
+    assert translate_html(translator(False), ["der <b>Hund bellt</b>"]) == ["<b>the dog barks</b>"]
