@@ -46,6 +46,7 @@ def project(
     target word) pairs, 0-based; `cover`: pairs for source words `alignment` gives no target word
     (decoding/alignment.py's source_cover), taken by an element none of whose words has another."""
     targets, fallback = _by_source(alignment, target_words), _by_source(cover, target_words)
+    anchors = {**targets, **fallback}  # disjoint: a cover is for a source word alignment leaves out
     placed: list[tuple[int, int]] = []
     for k, span in enumerate(spans):
         lo, hi = (0, target_words) if span.parent is None else placed[span.parent]
@@ -57,7 +58,7 @@ def project(
         if found is None and covered:  # its words went to an earlier sibling: right after that one
             found = (max(b for a, b in taken if a <= covered[-1] < b),) * 2
         if found is None:
-            at = min(max(_anchor(span.first, {**targets, **fallback}, source_words, target_words), lo), hi)
+            at = min(max(_anchor(span.first, anchors, source_words, target_words), lo), hi)
             found = (_outside(at, taken),) * 2
         placed.append(found)
     return placed

@@ -36,8 +36,7 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     # translate, so an element takes such a word's cover only where its other words drew none;
     # another model's attention leaves many words to a neighbour, and their covers count in full
     alone = translator.leaves_unaligned
-    alignments = {key: pairs if alone else pairs + cover for key, (pairs, cover, _) in zip(wanted, aligned)}
-    covers = {key: cover if alone else [] for key, (_, cover, _) in zip(wanted, aligned)}
+    links = {key: (pairs, cover) if alone else (pairs + cover, []) for key, (pairs, cover, _) in zip(wanted, aligned)}
     out = []
     for i, fragment in enumerate(parsed):
         if fragment is None:
@@ -45,6 +44,6 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
             continue
         sentences = range(len(texts[i]))
         translations = [found[i, k][0].text for k in sentences]
-        found_pairs = [alignments.get((i, k)) for k in sentences]
-        out.append(fragment.rebuild(translations, found_pairs, [covers.get((i, k)) for k in sentences]))
+        chosen = [links.get((i, k), (None, None)) for k in sentences]
+        out.append(fragment.rebuild(translations, [pairs for pairs, _ in chosen], [cover for _, cover in chosen]))
     return out
