@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pickle
 import re
@@ -32,14 +33,19 @@ from safetensors.torch import load_file, save_file
 from mt_transformer.config import Config, ConfigError, config_from_dict
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import WRITE_ERRORS, atomic_dir, file_digest, read_json, write_error_reason, write_text
+from mt_transformer.files import WRITE_ERRORS, file_digest, read_json, write_error_reason, write_text
 from mt_transformer.model import lora
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.outputs import atomic_dir, remove_written
+
+log = logging.getLogger(__name__)
 
 MODEL_FILE, CONFIG_FILE, TRAINER_FILE, BEST_FILE = "model.safetensors", "config.json", "trainer.pt", "best.json"
 # what an export (mt-export: CTranslate2, transformers) records of the checkpoint it came from
 EXPORT_SETTINGS_FILE = "mt_transformer.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")
+SAVING_DIR = re.compile(r"^\.step_\d+\.[a-z0-9_]{8}$")  # atomic_dir's temporary name for a checkpoint being saved
+WRITER = "mt-train"  # whose marker a run and its checkpoints carry (mt-prepare prepares the same run)
 
 
 class SaveError(UserError):
@@ -77,11 +83,11 @@ def save_checkpoint(
     root = checkpoint_root(run_dir)
     os.makedirs(root, exist_ok=True)
     for name in os.listdir(root):  # what a killed save left behind
-        if name.startswith(".step_"):
+        if SAVING_DIR.match(name):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     final = step_dir(run_dir, step)
     try:
-        with atomic_dir(final) as tmp:
+        with atomic_dir(final, written_by=WRITER) as tmp:
             write_model_dir(tmp, weights, {**metadata, "step": step}, tokenizer_dir, tokenizer_files, trainer_state)
     except WRITE_ERRORS as error:
         reason = write_error_reason(error)
@@ -119,13 +125,14 @@ def write_best(run_dir: str, step: int, bleu: float) -> None:
 
 
 def prune(run_dir: str, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` checkpoints, always keeping the best (0 keeps all)."""
+    """Delete all but the newest `keep_last` checkpoints, always keeping the best (0 keeps all):
+    of each, the files its marker lists as written (what else is there stays)."""
     if keep_last <= 0:
         return
     best = read_best(run_dir)
     for step, path in list_checkpoints(run_dir)[:-keep_last]:
-        if best is None or step != best["step"]:
-            shutil.rmtree(path, ignore_errors=True)
+        if (best is None or step != best["step"]) and remove_written(path):
+            log.warning("%s: kept, as its marker does not list all it holds (files added, or an older save)", path)
 
 
 def resolve(path: str) -> str:

@@ -1,9 +1,8 @@
 """Atomic file writing: write a temporary file beside the target, fsync, then rename.
 
-A crash at any moment leaves either the old file or the new one, never half of one. A directory
-a command writes for the user carries a marker naming that command, and is replaced only where
-the marker is its own: no command deletes what it did not write. (And JSON read back with
-one-line errors, the size of a directory on disk, for reports, and figures saved the same way.)
+A crash at any moment leaves either the old file or the new one, never half of one (directories:
+outputs.py). And JSON read back with one-line errors, files' digests, the size of a directory on
+disk, for reports, and figures saved the same way.
 """
 
 from __future__ import annotations
@@ -12,15 +11,11 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tempfile
-import uuid
 
 from safetensors import SafetensorError
 
 from mt_transformer.errors import UserError
-
-OUTPUT_MARKER = ".mt_transformer"  # {"written_by": COMMAND} in a directory a command wrote for the user
 
 # how a full disk shows while weights are written: torch.save raises a RuntimeError, safetensors its own
 WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
@@ -58,7 +53,7 @@ def _usual_mode(path: str, base: int) -> None:
     os.chmod(path, base & ~_umask())
 
 
-def _usual_modes(directory: str) -> None:
+def usual_modes(directory: str) -> None:
     """The usual permissions for `directory` and all below it: some writers (safetensors) create
     their files private, 0600."""
     _usual_mode(directory, 0o777)
@@ -94,59 +89,6 @@ def atomic_path(path: str):
             os.remove(tmp)
 
 
-@contextlib.contextmanager
-def atomic_dir(final_dir: str, written_by: str | None = None):
-    """Yield a new temporary directory beside `final_dir`; on success it replaces `final_dir`
-    (replace_dir), and on any error it is removed, leaving `final_dir` as it was. `written_by`:
-    the command whose marker the directory carries (check_output lets that command replace it)."""
-    parent = os.path.dirname(os.path.abspath(final_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(final_dir))}.", dir=parent)
-    try:
-        yield tmp
-        if written_by is not None:
-            mark_output(tmp, written_by)
-        _usual_modes(tmp)
-        replace_dir(tmp, final_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def mark_output(directory: str, command: str) -> None:
-    """Record in `directory` that `command` wrote it (OUTPUT_MARKER)."""
-    write_text(os.path.join(directory, OUTPUT_MARKER), json.dumps({"written_by": command}) + "\n")
-
-
-def written_by(directory: str) -> str | None:
-    """The command whose marker `directory` carries, or None."""
-    try:
-        with open(os.path.join(directory, OUTPUT_MARKER), encoding="utf-8") as f:
-            found = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return found.get("written_by") if isinstance(found, dict) else None
-
-
-def check_output(path: str, command: str, inputs=(), force: bool = False) -> None:
-    """Refuse, before any work, an output that would lose what the user has: one that is or holds
-    one of `inputs`, a file, or a non-empty directory without `command`'s marker (`force`: replace
-    those two anyway). An empty directory, or one `command` wrote before, is replaced."""
-    real = os.path.realpath(path)
-    for given in inputs:
-        source = os.path.realpath(given)
-        if source == real or source.startswith(real.rstrip(os.sep) + os.sep):
-            raise UserError(f"{path}: the output would replace the input {given}; write it elsewhere")
-    if force or not os.path.lexists(path):
-        return
-    if not os.path.isdir(path):
-        raise UserError(f"{path}: a file is there; choose another output, or add --force to replace it")
-    if os.listdir(path) and written_by(path) != command:
-        raise UserError(
-            f"{path}: a directory {command} did not write, and not empty; choose a new or empty one, "
-            f"or add --force to replace it"
-        )
-
-
 def write_text(path: str, text: str) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
@@ -168,28 +110,6 @@ def read_json(path: str, what: str):
         raise UserError(f"{path}: missing ({what})") from None
     except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
         raise UserError(f"{path}: not readable JSON ({what})") from None
-
-
-def replace_dir(tmp_dir: str, final_dir: str) -> None:
-    """Move a fully written directory into place; what stood there (a directory or, where the
-    caller allowed it, a file) is first renamed to a hidden name beside it, then removed."""
-    for name in os.listdir(tmp_dir):
-        path = os.path.join(tmp_dir, name)
-        if os.path.isfile(path):
-            with open(path, "rb+") as f:
-                os.fsync(f.fileno())
-    parent = os.path.dirname(os.path.abspath(final_dir))
-    if os.path.lexists(final_dir):
-        trash = os.path.join(parent, f".{os.path.basename(os.path.abspath(final_dir))}.replaced-{uuid.uuid4().hex[:8]}")
-        os.replace(final_dir, trash)
-        os.replace(tmp_dir, final_dir)
-        if os.path.isdir(trash) and not os.path.islink(trash):
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.remove(trash)
-    else:
-        os.replace(tmp_dir, final_dir)
-    fsync_dir(parent)
 
 
 def user_cache_dir() -> str:

@@ -15,7 +15,7 @@ PACKAGE = os.path.join(ROOT, "mt_transformer")
 # The package's parts by layer, lowest first (docs/architecture.md): a module imports from its own
 # part, from parts of lower layers, and from nothing above.
 LAYERS = [
-    {"errors", "files", "signals"},
+    {"errors", "files", "outputs", "signals"},
     {"config", "devices"},
     {"data"},
     {"model"},

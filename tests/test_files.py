@@ -1,23 +1,13 @@
-"""Atomic writes: a failure part-way leaves the old file (or directory) whole and no temporary behind;
-JSON read back with one-line errors."""
+"""Atomic writes: a failure part-way leaves the old file whole and no temporary behind; JSON read
+back with one-line errors."""
 
 import os
 
 import pytest
 
 from mt_transformer.errors import UserError
-from mt_transformer.files import (
-    OUTPUT_MARKER,
-    atomic_dir,
-    atomic_path,
-    check_output,
-    mark_output,
-    read_json,
-    replace_dir,
-    write_bytes,
-    write_text,
-    written_by,
-)
+from mt_transformer.files import atomic_path, read_json, write_bytes, write_text
+from mt_transformer.outputs import atomic_dir
 
 
 def test_write_text_replaces_the_file_whole(tmp_path):
@@ -41,24 +31,11 @@ def test_a_failure_while_writing_keeps_the_old_file(tmp_path):
     assert os.listdir(tmp_path) == ["out.txt"]
 
 
-def test_replace_dir_swaps_a_whole_directory(tmp_path):
-    final = tmp_path / "step"
-    final.mkdir()
-    (final / "a").write_text("old")
-    new = tmp_path / ".step.tmp"
-    new.mkdir()
-    (new / "a").write_text("new")
-    (new / "b").write_text("new")
-    replace_dir(str(new), str(final))
-    assert sorted(os.listdir(final)) == ["a", "b"] and (final / "a").read_text() == "new"
-    assert os.listdir(tmp_path) == ["step"]
-
-
 def test_written_files_and_directories_get_the_usual_permissions(tmp_path):
     mask = os.umask(0o022)
     try:
         write_text(str(tmp_path / "a.txt"), "x")
-        with atomic_dir(str(tmp_path / "d")) as tmp:
+        with atomic_dir(str(tmp_path / "d"), written_by="mt-export") as tmp:
             write_text(os.path.join(tmp, "f"), "y")
     finally:
         os.umask(mask)
@@ -80,35 +57,3 @@ def test_read_json_names_the_file_and_what_it_holds(tmp_path):
         read_json(str(path), "the settings")
     with pytest.raises(UserError, match=r"absent\.json: missing \(the settings\)$"):
         read_json(str(tmp_path / "absent.json"), "the settings")
-
-
-def test_check_output_refuses_what_would_lose_the_users_files(tmp_path):
-    inputs = tmp_path / "run"
-    (inputs / "checkpoints" / "step_1").mkdir(parents=True)
-    for output in (inputs, tmp_path, inputs / "checkpoints" / "step_1"):  # the input, or a directory holding it
-        with pytest.raises(UserError, match="would replace the input"):
-            check_output(str(output), "mt-export", [str(inputs / "checkpoints" / "step_1")], force=True)
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "notes.txt").write_text("keep")
-    (tmp_path / "a.txt").write_text("keep")
-    with pytest.raises(UserError, match="mine: a directory mt-export did not write, and not empty; .* --force"):
-        check_output(str(tmp_path / "mine"), "mt-export")
-    with pytest.raises(UserError, match=r"a\.txt: a file is there"):
-        check_output(str(tmp_path / "a.txt"), "mt-export")
-    (tmp_path / "empty").mkdir()
-    mark_output(str(tmp_path / "mine"), "mt-average")  # another command's output is not this one's
-    with pytest.raises(UserError, match="did not write"):
-        check_output(str(tmp_path / "mine"), "mt-export")
-    for allowed in ("empty", "new", "mine"):
-        check_output(str(tmp_path / allowed), "mt-average")
-    check_output(str(tmp_path / "a.txt"), "mt-export", force=True)
-    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep" and (tmp_path / "a.txt").read_text() == "keep"
-
-
-def test_a_forced_replacement_leaves_nothing_renamed_aside(tmp_path):
-    (tmp_path / "out").write_text("a file the user had")
-    with atomic_dir(str(tmp_path / "out"), written_by="mt-export") as tmp:
-        write_text(os.path.join(tmp, "model.bin"), "x")
-    assert written_by(str(tmp_path / "out")) == "mt-export"
-    assert sorted(os.listdir(tmp_path / "out")) == [OUTPUT_MARKER, "model.bin"]
-    assert os.listdir(tmp_path) == ["out"]  # no out.old, no hidden leftover

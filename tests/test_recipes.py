@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_cli
-from mt_transformer.files import OUTPUT_MARKER
+from mt_transformer.outputs import OUTPUT_MARKER
 
 RECIPES = ["configs/recipes/small_cpu.yaml", "configs/recipes/base_gpu.yaml"]
 HAN = [chr(0x4E00 + 37 * i) for i in range(400)]

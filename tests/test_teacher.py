@@ -13,6 +13,7 @@ import yaml
 from conftest import TORCHRUN, run_cli, tiny_config, write_config
 from mt_transformer.config import DataConfig
 from mt_transformer.decoding.translator import Translation
+from mt_transformer.outputs import OUTPUT_MARKER
 from mt_transformer.training import teacher
 
 LINES = 300  # sources of the small corpus the stage translates here
@@ -253,7 +254,13 @@ def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
     )
     assert f"translating {LINES} training sources with the teacher" in stderr
     (directory,) = [d for d in os.listdir(out / "cache") if d.startswith("teacher-")]
-    assert sorted(os.listdir(out / "cache" / directory)) == ["pairs.json", "train.de", "train.en", "translations.tsv"]
+    assert sorted(os.listdir(out / "cache" / directory)) == [
+        OUTPUT_MARKER,
+        "pairs.json",
+        "train.de",
+        "train.en",
+        "translations.tsv",
+    ]
     with open(f"{alone}/translations.tsv", "rb") as a, open(out / "cache" / directory / "translations.tsv", "rb") as b:
         assert a.read() == b.read()
 

@@ -7,9 +7,12 @@ import os
 
 from mt_transformer.cli.common import entry_point
 from mt_transformer.errors import UserError
-from mt_transformer.files import check_output
+from mt_transformer.outputs import check_output
 
-FORCE_HELP = "replace the output even where it is a file or a non-empty directory this command did not write"
+FORCE_HELP = (
+    "also replace another mt_transformer command's earlier output (argos: any Argos package); never a "
+    "directory holding anything else, the home or current directory, or what holds them"
+)
 
 
 def _export_parser() -> argparse.ArgumentParser:

@@ -66,7 +66,7 @@ def prepare_main(argv=None):
     from mt_transformer.files import directory_size
     from mt_transformer.jobs.job import JobStopped
     from mt_transformer.training import distributed, teacher
-    from mt_transformer.training.train import check_output_dir, prepare_for_all_ranks
+    from mt_transformer.training.train import claim_outputs, prepare_for_all_ranks
 
     config = load_config(args.config, args.set)
     check_data_files(config.data)
@@ -78,8 +78,8 @@ def prepare_main(argv=None):
     processes = distributed.from_environment()
     distributed.init_group(processes, device)  # under torchrun: every rank waits for the others' shares
     try:
-        if processes.is_main:  # one rank claims the run directory, before any rank writes there
-            check_output_dir(run_dir)
+        if processes.is_main:  # one rank claims the run and cache directories, before any rank writes there
+            claim_outputs(config)
         distributed.barrier()
         _, encoded, sizes = prepare_for_all_ranks(config, run_dir, processes, device)
     except JobStopped as stopped:

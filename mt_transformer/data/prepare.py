@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 
 import datasets
 
@@ -22,11 +23,16 @@ from mt_transformer.data.languages import language_scheme
 from mt_transformer.data.run_tokenizer import run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.data.word_alignment import align_words, flat
-from mt_transformer.files import atomic_dir, write_text
+from mt_transformer.errors import UserError
+from mt_transformer.files import write_text
+from mt_transformer.outputs import atomic_dir, check_output, claim_dir
 
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = "1"
+CACHE_WRITER = "mt-prepare"  # whose marker an encoded split and a teacher's translations carry
+# what a cache directory holds: encoded splits, teachers' translations, temporary names of those being written
+CACHE_ENTRY = re.compile(r"^\.?(teacher-)?[0-9a-f]{24}(\.[a-z0-9_]{8})?$")
 
 
 def _hash_file(path: str, digest) -> None:
@@ -111,6 +117,7 @@ def encode_split(
             stats = json.load(f)
         return datasets.load_from_disk(path), {**stats, "cached": True}
 
+    check_output(path, CACHE_WRITER)
     pairs = load()
     stats = {"pairs": len(pairs), "empty": 0, "too_long": 0, "bad_ratio": 0}
     if training:
@@ -137,7 +144,7 @@ def encode_split(
             encoded = encoded.remove_columns(list(pairs.column_names))
     stats["kept"] = len(encoded)
 
-    with atomic_dir(path) as tmp:
+    with atomic_dir(path, written_by=CACHE_WRITER) as tmp:
         encoded.save_to_disk(tmp)
         write_text(os.path.join(tmp, "stats.json"), json.dumps(stats))
     return datasets.load_from_disk(path), {**stats, "cached": False}
@@ -157,6 +164,18 @@ def _cleaned(encoded: datasets.Dataset, max_len: int, max_ratio: float, stats: d
     )
     stats["bad_ratio"] = before - len(encoded)
     return encoded
+
+
+def claim_cache(data: DataConfig) -> None:
+    """data.cache_dir, where set, made and marked as the cache's before any work (outputs.claim_dir):
+    a protected path, a file, or a non-empty directory that holds anything but cache entries is refused."""
+    if data.cache_dir:
+        try:
+            claim_dir(
+                data.cache_dir, CACHE_WRITER, also_ours=lambda path: all(map(CACHE_ENTRY.match, os.listdir(path)))
+            )
+        except UserError as error:
+            raise UserError(f"data.cache_dir: {error}") from None
 
 
 def cache_directory(data: DataConfig, run_dir: str) -> str:

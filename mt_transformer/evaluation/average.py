@@ -14,7 +14,8 @@ import torch
 from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import WRITE_ERRORS, atomic_dir, write_error_reason
+from mt_transformer.files import WRITE_ERRORS, write_error_reason
+from mt_transformer.outputs import atomic_dir
 
 
 def last_checkpoints(run_dir: str, count: int) -> list[str]:

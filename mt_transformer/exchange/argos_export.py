@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from mt_transformer.data.tokenizer import JOINT_FILE
 from mt_transformer.errors import UserError
-from mt_transformer.files import atomic_path, check_output, write_text
+from mt_transformer.files import atomic_path, write_text
+from mt_transformer.outputs import check_output
 
 # the names Argos and LibreTranslate show; other codes need --from-name / --to-name
 LANGUAGE_NAMES = {
@@ -184,22 +185,31 @@ class PackageOptions:
     force: bool = False  # replace a file at a package's path that is no package of ours
 
 
-def is_our_package(path: str) -> bool:
-    """Whether `path` is an Argos package mt-export wrote (its metadata's source is ours)."""
+def package_metadata(path: str) -> dict | None:
+    """The metadata of the Argos package at `path` (a zip file holding one directory with a
+    metadata.json), or None where it is no Argos package."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/metadata.json")]
-            return len(names) == 1 and json.loads(archive.read(names[0])).get("source") == "mt_transformer"
-    except (OSError, ValueError, zipfile.BadZipFile, AttributeError):
-        return False
+            found = json.loads(archive.read(names[0])) if len(names) == 1 else None
+    except (OSError, ValueError, RecursionError, zipfile.BadZipFile):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def is_package(path: str) -> bool:
+    return package_metadata(path) is not None
+
+
+def is_our_package(path: str) -> bool:
+    """Whether `path` is an Argos package mt-export wrote (its metadata's source is ours)."""
+    return (package_metadata(path) or {}).get("source") == "mt_transformer"
 
 
 def check_package_path(path: str, inputs: list[str], force: bool) -> None:
-    """Refuse a package path where writing would lose what the user has (files.check_output); an
-    earlier package of ours there is replaced."""
-    if os.path.isdir(path):
-        raise UserError(f"{path}: a directory is there; an Argos package is a file (.argosmodel)")
-    check_output(path, "mt-export", inputs, force or is_our_package(path))
+    """Refuse a package path where writing would lose what the user has (outputs.check_output): an
+    earlier package of ours there is replaced, another Argos package only with `force`."""
+    check_output(path, "mt-export", inputs, force or is_our_package(path), file_format=is_package)
 
 
 def package_paths(out_path: str, found: list) -> list[str]:

@@ -62,8 +62,9 @@ from mt_transformer.exchange.huggingface_layout import (
 from mt_transformer.exchange.huggingface_source import Source, local_directory, read_model
 from mt_transformer.exchange.m2m100_tokenizer import read_m2m100_tokenizer
 from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, read_marian_tokenizer, spm_settings
-from mt_transformer.files import WRITE_ERRORS, atomic_dir, read_json, write_error_reason, write_text
+from mt_transformer.files import WRITE_ERRORS, read_json, write_error_reason, write_text
 from mt_transformer.model.transformer import NEVER_WRITTEN, Transformer
+from mt_transformer.outputs import atomic_dir
 
 FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written beside it
 

@@ -29,7 +29,7 @@ import torch
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, CorpusConfig, DataConfig, config_from_dict, corpus_keys
 from mt_transformer.data.corpus import load_pairs, quiet_datasets
-from mt_transformer.data.prepare import cache_directory, cache_key, split_source
+from mt_transformer.data.prepare import CACHE_WRITER, cache_directory, cache_key, split_source
 from mt_transformer.decoding.ctranslate2_engine import read_settings
 from mt_transformer.decoding.engines import open_translator
 from mt_transformer.decoding.runtime import is_export
@@ -40,6 +40,7 @@ from mt_transformer.files import atomic_path, read_json, write_text
 from mt_transformer.jobs.job import CorpusJob
 from mt_transformer.jobs.records import finished_record, merge_rank_shards
 from mt_transformer.jobs.windows import Shard, Window, read_windows
+from mt_transformer.outputs import claim_dir
 from mt_transformer.training import distributed
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ def _translated(
     source = split_source(corpus, "train")
     directory = os.path.join(cache_dir, "teacher-" + cache_key(source, corpus.files("train"), [], settings))
     output = os.path.join(directory, TRANSLATIONS)
+    if distributed.from_environment().is_main:  # one process claims it, before any writes there
+        claim_dir(directory, CACHE_WRITER)
+    distributed.barrier()
     pairs = load_pairs(corpus, "train", f"{key}.train")
     if os.path.isfile(output):
         log.info("%s: the teacher's translations of %d training sources (cache)", key, len(pairs))

@@ -19,13 +19,14 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, TrainConfig, check_data_files, to_yaml
-from mt_transformer.data.prepare import prepare_data
+from mt_transformer.data.prepare import claim_cache, prepare_data
 from mt_transformer.data.run_tokenizer import chosen_vocab_size, has_run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
 from mt_transformer.errors import UserError
-from mt_transformer.files import mark_output, write_text, written_by
+from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
+from mt_transformer.outputs import claim_dir, written_by
 from mt_transformer.training import distributed, finetune, random_state, sharding, teacher
 from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.loop import TrainingLoop
@@ -35,32 +36,23 @@ from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for
 
 log = logging.getLogger(__name__)
-RUN_MARKER = "mt-train"  # mt-prepare prepares the same run directory
 
 
-def check_output_dir(path: str) -> None:
-    """The run directory, made and marked as mt-train's (OUTPUT_MARKER) before any work: a file there,
-    or a non-empty directory that is no run (neither the marker nor checkpoints), is refused."""
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise UserError(f"train.output_dir: {path} is a file; name a directory for the run")
-    if os.path.isdir(path) and os.listdir(path) and not is_run_dir(path):
-        raise UserError(f"train.output_dir: {path} holds files mt-train did not write; choose a new or empty directory")
+def claim_outputs(config: Config) -> None:
+    """The run directory, made and marked as mt-train's before any work (outputs.claim_dir; a
+    protected path, a file, or a non-empty directory that is no run is refused), and the cache
+    directory where data.cache_dir names one."""
     try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, ".write-test")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-        if written_by(path) != RUN_MARKER:
-            mark_output(path, RUN_MARKER)
-    except OSError as error:
-        raise UserError(f"train.output_dir: cannot write to {path} ({error.strerror})") from None
+        claim_dir(config.train.output_dir, checkpoint.WRITER, also_ours=is_run_dir)
+    except UserError as error:
+        raise UserError(f"train.output_dir: {error}") from None
+    claim_cache(config.data)
 
 
 def is_run_dir(path: str) -> bool:
     """Whether mt_transformer wrote `path` as a run: mt-train's (or mt-prepare's) marker, checkpoints,
     or a run's tokenizer (as the Python API's run_tokenizer writes it)."""
-    return written_by(path) == RUN_MARKER or bool(checkpoint.list_checkpoints(path)) or has_run_tokenizer(path)
+    return written_by(path) == checkpoint.WRITER or bool(checkpoint.list_checkpoints(path)) or has_run_tokenizer(path)
 
 
 def parameter_count(config: Config) -> int | None:
@@ -141,7 +133,7 @@ def prepare_for_all_ranks(config: Config, run_dir: str, processes: distributed.P
 def _train(config: Config, processes: distributed.Processes, device: torch.device, parent: str | None) -> dict:
     settings, run_dir = config.train, config.train.output_dir
     if processes.is_main:
-        check_output_dir(run_dir)
+        claim_outputs(config)
     distributed.barrier()
     if settings.threads:
         torch.set_num_threads(settings.threads)
