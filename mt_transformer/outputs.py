@@ -6,7 +6,7 @@ only where it is recognisably an earlier one: an empty directory, a directory wh
 its marker lists (another command's only with --force), or, for a command that writes a file,
 a file of that format with --force. Some paths are never replaced: the file system's root, the
 home directory and what holds it, the current directory and what holds it, a mount point, and
-whatever is or holds one of the command's inputs; a symbolic link is never followed to them.
+whatever is or holds one of the command's inputs, nor a symbolic link (to them or anything).
 A replaced output is swapped whole, and of the old one only the files its marker lists are
 removed. A directory a command writes its files into and keeps (a run, a cache entry being
 filled) is claimed with a marker that lists nothing: such a directory is never replaced.
@@ -206,8 +206,9 @@ def remove_written(directory: str) -> list[str]:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(directory, name))
     if not kept:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(directory, OUTPUT_MARKER))
+        with contextlib.suppress(OSError):
             os.rmdir(directory)
     return kept
 
@@ -229,7 +230,11 @@ def replace_dir(tmp_dir: str, final_dir: str) -> None:
     else:
         trash = os.path.join(parent, f".{os.path.basename(os.path.abspath(final_dir))}.replaced-{uuid.uuid4().hex[:8]}")
         os.replace(final_dir, trash)
-        os.replace(tmp_dir, final_dir)
+        try:
+            os.replace(tmp_dir, final_dir)
+        except OSError:
+            os.replace(trash, final_dir)  # the earlier output back under its name
+            raise
         kept = remove_written(trash)
         if kept:  # what appeared in the old output while it was being swapped
             log.warning("%s: kept %d entries the earlier output did not hold, in %s", final_dir, len(kept), trash)

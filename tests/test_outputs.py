@@ -144,7 +144,10 @@ def test_replace_dir_swaps_the_whole_directory_and_removes_only_what_was_listed(
     (new / "model.bin").write_text("new")
     replace_dir(str(new), str(final))
     assert os.listdir(final) == ["model.bin"] and (final / "model.bin").read_text() == "new"
-    assert sorted(os.listdir(tmp_path)) == ["home", "out", "work"]  # nothing renamed aside is left
+    (tmp_path / "empty").mkdir()
+    with atomic_dir(str(tmp_path / "empty"), written_by="mt-export") as tmp:
+        write_text(os.path.join(tmp, "model.bin"), "x")
+    assert sorted(os.listdir(tmp_path)) == ["empty", "home", "out", "work"]  # nothing renamed aside is left
     # what appeared after the check is never removed: the swap is refused
     later = tmp_path / "later"
     export(later)

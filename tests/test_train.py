@@ -6,6 +6,7 @@ import torch
 import yaml
 
 from conftest import run_cli, subprocess_env, tiny_config, write_config
+from mt_transformer.outputs import OUTPUT_MARKER
 
 
 def read_metrics(run_dir):
@@ -24,6 +25,7 @@ def test_training_writes_metrics_checkpoints_and_learns(trained_run):
     names = sorted(os.listdir(os.path.join(trained_run, "checkpoints")))
     assert names == ["best.json", "step_00000020", "step_00000040"]
     assert sorted(os.listdir(os.path.join(trained_run, "checkpoints", "step_00000040"))) == [
+        OUTPUT_MARKER,  # what the save wrote, listed: train.keep_last removes only that
         "config.json",
         "model.safetensors",
         "spm.model",

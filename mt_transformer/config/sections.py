@@ -127,7 +127,7 @@ class DataConfig(CorpusConfig):
     # smoothing alpha for unigram models or as the BPE-dropout probability; never at validation
     spm_alpha: float = 0.0
     num_proc: int = 1
-    cache_dir: str | None = None  # default: {train.output_dir}/cache
+    cache_dir: str | None = None  # default: {train.output_dir}/cache; else new, empty or holding cache entries only
 
     def corpus_list(self) -> tuple[CorpusConfig, ...]:
         """The corpora of the run: those of `corpora`, or this section itself."""
