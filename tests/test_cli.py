@@ -124,6 +124,26 @@ def test_translate_errors_are_one_line(trained_run, tmp_path):
     assert too_many.returncode == 2 and "--nbest: 3 exceeds --beam (2)" in too_many.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("mt-prepare", "--config", "c.yaml", "--show-augmented", "-5"),
+        ("mt-translate", "--checkpoint", "run", "--beam", "0"),
+        ("mt-translate", "--checkpoint", "run", "--nbest", "two"),
+        ("mt-translate", "--checkpoint", "run", "--buffer-lines", "-1"),
+        ("mt-average", "--inputs", "run", "--last", "0", "--output", "avg"),
+        ("mt-score", "--checkpoint", "run", "--src", "s", "--tgt", "t", "--max-tokens", "0"),
+        ("mt-serve", "--checkpoint", "run", "--port", "70000"),
+        ("mt-average", "--output", "avg"),  # a missing option
+    ],
+)
+def test_a_number_out_of_range_or_a_missing_option_is_one_line_before_any_work(command):
+    result = run_cli(*command)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and line.endswith(f"({command[0]} --help lists the options)"), line
+
+
 def test_translate_outputs_and_checkpoints_that_cannot_be_used_are_one_line(trained_run, tmp_path):
     (tmp_path / "a-file").write_text("x")
     for output, says in ((tmp_path, ": a directory; -o names the file"), (tmp_path / "a-file" / "out", "")):

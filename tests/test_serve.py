@@ -32,8 +32,12 @@ def test_without_the_serve_extra_a_one_line_error(monkeypatch, trained_run):
     [
         (["--checkpoint", "no/such/run"], "--checkpoint: no/such/run: no such file or directory"),
         (["--api-keys", "no/such/keys.txt"], "--api-keys: no/such/keys.txt: No such file or directory"),
-        (["--max-lines", "0"], "--max-lines: must be at least 1, got 0"),
-        (["--timeout", "-1"], "--timeout: must be 0 or more, got -1.0"),
+        (["--max-lines", "0"], "argument --max-lines: must be at least 1, not 0 (mt-serve --help lists the options)"),
+        (["--timeout", "-1"], "argument --timeout: must be 0 or more, not -1 (mt-serve --help lists the options)"),
+        (
+            ["--req-limit", "x"],
+            "argument --req-limit: must be a whole number, not 'x' (mt-serve --help lists the options)",
+        ),
     ],
 )
 def test_mistakes_are_one_line_errors(trained_run, extra, says):

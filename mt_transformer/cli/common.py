@@ -63,6 +63,45 @@ def entry_point(function):
     return lambda argv=None: sys.exit(main(argv))
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose mistakes (a missing option, a number out of range) are one line, `error: ...`
+    and exit code 2, as every other mistake is."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} ({self.prog} --help lists the options)\n")
+
+
+def whole(minimum: int, maximum: int | None = None):
+    """An argparse type: a whole number from `minimum` (to `maximum`); else argparse's one-line error, exit 2."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            within = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {within}, not {value}")
+        return value
+
+    return parse
+
+
+def at_least(minimum: float):
+    """An argparse type: a finite number from `minimum` on."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+        if not minimum <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be {minimum:g} or more, not {text}")
+        return value
+
+    return parse
+
+
 def config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML config file")
     parser.add_argument(
@@ -122,17 +161,17 @@ def model_options(parser: argparse.ArgumentParser, checkpoint_required: bool) ->
 
 
 def _search_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--beam", type=int, help="beam size (default: the checkpoint's decode.beam_size)")
+    parser.add_argument("--beam", type=whole(1), help="beam size (default: the checkpoint's decode.beam_size)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha (default: decode.alpha)")
-    parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: decode.max_tokens)")
+    parser.add_argument("--max-tokens", type=whole(1), help="source tokens per batch (default: decode.max_tokens)")
     parser.add_argument(
         "--max-input-len",
-        type=int,
+        type=whole(1),
         help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
         "(default: decode.max_input_len, else the training data.max_len)",
     )
     parser.add_argument(
-        "--no-repeat-ngram", type=int, metavar="N", help="no n-gram of N tokens twice in an output (0: allowed)"
+        "--no-repeat-ngram", type=whole(0), metavar="N", help="no n-gram of N tokens twice in an output (0: allowed)"
     )
     parser.add_argument(
         "--sampling",
@@ -140,7 +179,7 @@ def _search_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="draw each translation from the model's distribution instead of searching (--nbest N: N draws)",
     )
-    parser.add_argument("--topk", type=int, help="with --sampling: draw among the K most probable tokens (0: all)")
+    parser.add_argument("--topk", type=whole(0), help="with --sampling: draw among the K most probable tokens (0: all)")
     parser.add_argument(
         "--topp", type=float, help="with --sampling: draw among the most probable tokens holding probability P"
     )
@@ -185,7 +224,7 @@ def runtime_options(parser: argparse.ArgumentParser) -> None:
         help="for CTranslate2: float32, int8, int8_float32, ... (default: --precision's, else as exported)",
     )
     parser.add_argument(
-        "--threads", type=int, default=0, help="for CTranslate2: CPU threads (default: as many as torch uses)"
+        "--threads", type=whole(0), default=0, help="for CTranslate2: CPU threads (default: as many as torch uses)"
     )
 
 

@@ -9,6 +9,7 @@ import datetime
 import logging
 from collections.abc import Callable, Iterator
 
+from mt_transformer.cli.common import whole
 from mt_transformer.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ NOT_SETTINGS = {"input", "output", "restart", "merge", "shard", "buffer_lines", 
 def corpus_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--buffer-lines",
-        type=int,
+        type=whole(1),
         default=BUFFER_LINES,
         metavar="N",
         help=f"read, sort by length and write N lines at a time, so memory does not grow with the input "

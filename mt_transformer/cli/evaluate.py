@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from mt_transformer.cli.common import decode_options, entry_point, translator_from_args, write_output
+from mt_transformer.cli.common import Parser, decode_options, entry_point, translator_from_args, write_output
 from mt_transformer.cli.corpus import translate_file
 from mt_transformer.errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-eval", description="Score translations with sacreBLEU (BLEU, chrF, TER), or translate and score."
     )
     parser.add_argument("--hyp", help="hypothesis file (detokenized)")

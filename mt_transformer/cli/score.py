@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from mt_transformer.cli.common import entry_point, model_options, runtime_options, translator_from_args
+from mt_transformer.cli.common import Parser, entry_point, model_options, runtime_options, translator_from_args, whole
 from mt_transformer.cli.corpus import check_corpus_flags, corpus_options, merge, run_corpus_job
 from mt_transformer.data.text import count_lines, stream_lines
 from mt_transformer.errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-score",
         description="Score given translations: per line, TOTAL<TAB>PER_TOKEN, the model's log-probability "
         "of the target line given the source line (summed over its subwords and EOS) and that sum divided "
@@ -31,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add TAB + the log-probability of every target subword and of the EOS after them, space-separated",
     )
-    parser.add_argument("--max-tokens", type=int, help="tokens per batch (default: the checkpoint's decode.max_tokens)")
+    parser.add_argument(
+        "--max-tokens", type=whole(1), help="tokens per batch (default: the checkpoint's decode.max_tokens)"
+    )
     parser.add_argument(
         "--tgt-lang", metavar="XX", help="for a model trained with data.target_tags: the target files' language"
     )

@@ -10,12 +10,12 @@ import signal
 import socket
 import sys
 
-from mt_transformer.cli.common import entry_point, runtime_options
+from mt_transformer.cli.common import Parser, at_least, entry_point, runtime_options, whole
 from mt_transformer.errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-serve",
         description="Serve trained models over HTTP: LibreTranslate's API, POST /v1/translate, a page at /.",
     )
@@ -28,42 +28,42 @@ def _parser() -> argparse.ArgumentParser:
         "pair; a model trained with target tags serves each of its pairs",
     )
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=5000)
+    parser.add_argument("--port", type=whole(0, 65535), default=5000)
     runtime_options(parser)
-    parser.add_argument("--max-lines", type=int, default=1000, help="lines (items of q) per request; more: 413")
-    parser.add_argument("--max-chars", type=int, default=5000, help="characters per line; more: 413")
+    parser.add_argument("--max-lines", type=whole(1), default=1000, help="lines (items of q) per request; more: 413")
+    parser.add_argument("--max-chars", type=whole(1), default=5000, help="characters per line; more: 413")
     parser.add_argument(
         "--batch-wait-ms",
-        type=float,
+        type=at_least(0),
         default=5.0,
         help="how long a request waits for others to share its translator call (0: it goes alone)",
     )
     parser.add_argument(
-        "--batch-lines", type=int, default=256, help="the most lines in one translator call (1: no batching)"
+        "--batch-lines", type=whole(1), default=256, help="the most lines in one translator call (1: no batching)"
     )
     parser.add_argument(
-        "--char-limit", type=int, help="characters per request, all lines together; more: 413 (default: no limit)"
+        "--char-limit", type=whole(1), help="characters per request, all lines together; more: 413 (default: no limit)"
     )
     parser.add_argument(
         "--req-limit",
-        type=int,
+        type=whole(1),
         help="requests a minute per API key, or per address without one; more: 429 (default: no limit)",
     )
     parser.add_argument(
         "--max-queue",
-        type=int,
+        type=whole(1),
         default=256,
         help="requests waiting or being translated at once; more: 503 with Retry-After (default: 256)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds a request may take; longer: 504, and its work stops"
+        "--timeout", type=at_least(0), default=60.0, help="seconds a request may take; longer: 504, and its work stops"
     )
     parser.add_argument(
         "--api-keys", metavar="FILE", help="require LibreTranslate's api_key: one key per line (# comments)"
     )
     parser.add_argument(
         "--drain-seconds",
-        type=float,
+        type=at_least(0),
         default=30.0,
         help="on SIGTERM or Ctrl-C: stop accepting, finish the requests in flight for up to this long, exit",
     )
@@ -149,24 +149,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _check_args(args) -> None:
-    """One-line errors for limits out of range and checkpoints that do not exist."""
-    for name, value in (
-        ("--max-lines", args.max_lines),
-        ("--max-chars", args.max_chars),
-        ("--batch-lines", args.batch_lines),
-        ("--max-queue", args.max_queue),
-        ("--char-limit", 1 if args.char_limit is None else args.char_limit),
-        ("--req-limit", 1 if args.req_limit is None else args.req_limit),
-    ):
-        if value < 1:
-            raise UserError(f"{name}: must be at least 1, got {value}")
-    for name, value in (
-        ("--batch-wait-ms", args.batch_wait_ms),
-        ("--timeout", args.timeout),
-        ("--drain-seconds", args.drain_seconds),
-    ):
-        if not value >= 0:
-            raise UserError(f"{name}: must be 0 or more, got {value}")
+    """One-line errors for checkpoints that do not exist (the numbers are checked as they are parsed)."""
     for path in args.checkpoint:
         if not os.path.exists(path):
             raise UserError(f"--checkpoint: {path}: no such file or directory")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from mt_transformer.cli.common import entry_point
+from mt_transformer.cli.common import Parser, entry_point, whole
 from mt_transformer.errors import UserError
 from mt_transformer.outputs import check_output
 
@@ -16,7 +16,7 @@ FORCE_HELP = (
 
 
 def _export_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-export", description="Convert a trained checkpoint for deployment with another inference engine."
     )
     parser.add_argument("--checkpoint", required=True, help="a run directory (its best checkpoint) or one checkpoint")
@@ -125,7 +125,7 @@ def export_argos(args, quantization: str | None) -> None:
 
 
 def _import_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-import",
         description="Import a pretrained model as a checkpoint directory like those mt-train writes, for "
         "mt-translate, mt-eval, mt-average, mt-export and train.init_from (fine-tuning). The model's "
@@ -204,13 +204,13 @@ def import_main(argv=None):
 
 @entry_point
 def average_main(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-average", description="Average the weights of several checkpoints of one run (paper section 6.1)."
     )
     parser.add_argument(
         "--inputs", nargs="+", required=True, help="checkpoint directories, or with --last one run directory"
     )
-    parser.add_argument("--last", type=int, help="average the N newest checkpoints of the run given in --inputs")
+    parser.add_argument("--last", type=whole(1), help="average the N newest checkpoints of the run given in --inputs")
     parser.add_argument(
         "--output", required=True, help="the checkpoint directory to write (an earlier mt-average output is replaced)"
     )
@@ -223,8 +223,6 @@ def average_main(argv=None):
     if args.last is not None:
         if len(inputs) != 1:
             raise UserError("--last: give exactly one run directory in --inputs")
-        if args.last < 1:
-            raise UserError(f"--last: must be at least 1, got {args.last}")
         check_output(args.output, "mt-average", inputs, args.force)  # the run itself is an input too
         inputs = last_checkpoints(inputs[0], args.last)
     check_output(args.output, "mt-average", inputs, args.force)
@@ -237,7 +235,7 @@ def average_main(argv=None):
 
 @entry_point
 def plot_main(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-plot",
         description="Draw the training curves of one or several runs on shared axes (from their "
         "metrics.jsonl): loss, valid BLEU, learning rate and tokens/s against the step.",

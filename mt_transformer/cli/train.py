@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mt_transformer.cli.common import config_keys, config_options, entry_point
+from mt_transformer.cli.common import Parser, config_keys, config_options, entry_point, whole
 from mt_transformer.errors import UserError
 
 
 @entry_point
 def train_main(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-train",
         description="Train a Transformer translation model.",
         epilog=config_keys(),
@@ -45,7 +45,7 @@ def train_main(argv=None):
 
 @entry_point
 def prepare_main(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mt-prepare",
         description="Train the tokenizer and encode the training and valid data of a config, without training: "
         "mt-train with the same config (every torchrun rank, and every later run) loads the result.",
@@ -53,7 +53,7 @@ def prepare_main(argv=None):
     config_options(parser)
     parser.add_argument(
         "--show-augmented",
-        type=int,
+        type=whole(1),
         metavar="N",
         default=0,
         help="print N training pairs as data.augment changes them (with the changed source's subword pieces)",

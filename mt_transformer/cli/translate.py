@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mt_transformer.cli.common import decode_options, entry_point, translator_from_args
+from mt_transformer.cli.common import Parser, decode_options, entry_point, translator_from_args, whole
 from mt_transformer.cli.corpus import check_corpus_flags, corpus_options, merge, run_corpus_job
 from mt_transformer.data.text import count_lines, stream_lines
 from mt_transformer.errors import UserError
@@ -28,21 +28,21 @@ def _inspection_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--attention-layer",
-        type=int,
+        type=whole(1),
         metavar="N",
         help="the decoder layer for --attention and --alignment, from 1 (default: the one "
         "train.guided_alignment taught, else the last)",
     )
     parser.add_argument(
         "--attention-head",
-        type=int,
+        type=whole(1),
         metavar="H",
         help="one attention head, from 1 (default: the heads train.guided_alignment taught, else the mean of all)",
     )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mt-translate", description="Translate a text file, one sentence per line.")
+    parser = Parser(prog="mt-translate", description="Translate a text file, one sentence per line.")
     decode_options(parser, checkpoint_required=False)
     parser.add_argument("-i", "--input", help="input file, .gz read as gzip (default and -: stdin)")
     parser.add_argument(
@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         "and renamed to FILE when complete (default and -: stdout, window by window)",
     )
     parser.add_argument(
-        "--nbest", type=int, default=1, help="K best translations per line, printed as INDEX<TAB>SCORE<TAB>TEXT"
+        "--nbest", type=whole(1), default=1, help="K best translations per line, printed as INDEX<TAB>SCORE<TAB>TEXT"
     )
     parser.add_argument(
         "--scores",
