@@ -183,6 +183,17 @@ def test_eval_translates_and_scores(trained_run, corpus, tmp_path):
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 40
 
 
+def test_eval_of_empty_files_is_one_line(trained_run, tmp_path):
+    empty = str(tmp_path / "empty.txt")
+    open(empty, "w").close()
+    for extra in ([], ["--sentence"], ["--json"]):
+        result = run_cli("mt-eval", "--hyp", empty, "--ref", empty, *extra)
+        assert result.returncode == 2 and result.stderr.strip() == f"error: {empty} and {empty}: no lines to score"
+    for extra in ([], ["--variants"]):
+        result = run_cli("mt-eval", "--checkpoint", trained_run, "--src", empty, "--ref", empty, *extra)
+        assert result.returncode == 2 and result.stderr.strip().endswith("no lines to score"), result.stderr
+
+
 def test_eval_split_scores_the_runs_own_data(trained_run, corpus, tmp_path):
     """--split valid translates the valid files the run's config names: the same scores as those
     files given by hand; a split the config lacks or extra files are one-line errors."""

@@ -69,20 +69,19 @@ def eval_main(argv=None):
         return _variants(args)
     if args.split:
         hypotheses, references, tgt_lang = _translate_split(args)
+        _check_lines(hypotheses, "the translations", references, f"the {args.split} split")
     else:
         if not args.ref:
             raise UserError("--ref: required (or --checkpoint with --split)")
         references = read_lines(args.ref)
         hypotheses, tgt_lang = _hypotheses(args)
-        if len(hypotheses) != len(references):
-            raise UserError(f"{args.hyp or args.src} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+        _check_lines(hypotheses, args.hyp or args.src, references, args.ref)
     system = args.hyp or "translations"
     result = score(hypotheses, references, args.metrics, tgt_lang)
     text = [format_scores(result)]
     if args.compare:
         baseline = read_lines(args.compare)
-        if len(baseline) != len(references):
-            raise UserError(f"{args.compare} has {len(baseline)} lines but the references have {len(references)}")
+        _check_lines(baseline, args.compare, references, "the references")
         result["compare"] = paired_significance(hypotheses, baseline, references, args.metrics, tgt_lang, args.tests)
         text.append(format_significance(result["compare"], system, args.compare))
     if args.sentence:
@@ -97,6 +96,15 @@ def eval_main(argv=None):
             )
         )
     print(json.dumps(result) if args.json else "\n".join(text))
+
+
+def _check_lines(lines: list[str], name: str, references: list[str], references_name: str) -> None:
+    """One line saying why these lines cannot be scored against the references: a count that
+    differs, or none at all (sacreBLEU has nothing to score)."""
+    if len(lines) != len(references):
+        raise UserError(f"{name} has {len(lines)} lines but {references_name} has {len(references)}")
+    if not lines:
+        raise UserError(f"{name} and {references_name}: no lines to score")
 
 
 def _hypotheses(args) -> tuple[list[str], str | None]:
@@ -128,10 +136,9 @@ def _variants(args) -> None:
         sources, references = _split_pairs(args)
     elif args.src and args.ref:
         sources, references = read_lines(args.src), read_lines(args.ref)
-        if len(sources) != len(references):
-            raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
     else:
         raise UserError("--variants: needs --src and --ref, or --split")
+    _check_lines(sources, args.src or "the split's sources", references, args.ref or "its references")
     translator = translator_from_args(args)
     rows = evaluate_variants(
         lambda lines: [r[0].text for r in translator(lines, progress=True)],
