@@ -5,6 +5,7 @@ one line that names the key; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import types
@@ -80,6 +81,15 @@ def _build_section(name: str, cls, values) -> object:
     return cls(**kwargs)
 
 
+@contextlib.contextmanager
+def _within_depth(where: str):
+    """A YAML document nested deeper than Python's stack is one line naming where it came from."""
+    try:
+        yield
+    except RecursionError:
+        raise ConfigError(f"{where}: nested deeper than a config can be") from None
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Apply `section.key=value` overrides; each value is parsed as YAML (`5e-4`, `true`, `[1, 2]`)."""
     for item in overrides:
@@ -90,7 +100,8 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if section not in SECTIONS:
             raise ConfigError(f"{section}: unknown section in --set {path} (valid: {', '.join(SECTIONS)})")
         try:
-            value = yaml.safe_load(text)
+            with _within_depth(f"--set {path}"):
+                value = yaml.safe_load(text)
         except yaml.YAMLError:
             value = text
         if value is None and text.strip() not in ("null", "~", ""):
@@ -124,7 +135,7 @@ def load_config(path: str, overrides: list[str] = ()) -> Config:
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: config file not found")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f, _within_depth(path):
             raw = yaml.safe_load(f) or {}
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
@@ -132,8 +143,6 @@ def load_config(path: str, overrides: list[str] = ()) -> Config:
         raise ConfigError(f"{path}: not valid YAML{where}") from None
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); a config is a YAML text file") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested deeper than a config can be") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot be read ({error.strerror})") from None
     if not isinstance(raw, dict):
