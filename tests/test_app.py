@@ -306,5 +306,11 @@ def test_request_and_character_limits_per_client(models):
         third = client.post("/translate", json=body)  # the address's third request this minute
         assert third.status_code == 429 and int(third.headers["retry-after"]) <= 60
         assert third.json()["error"].startswith("Too many requests: 2 a minute from one client")
-        keyed = client.post("/translate", json={**body, "api_key": "k1"})  # a key is a client of its own
-        assert keyed.status_code == 200
+        # without configured keys, a key made up per request is no quota of its own
+        made_up = [client.post("/translate", json={**body, "api_key": f"k{i}"}).status_code for i in range(10)]
+        assert made_up == [429] * 10
+    keyed = ServerSettings(limits=Limits(char_limit=20), req_limit=2, api_keys=frozenset({"k1", "k2"}))
+    with client_of(lambda: models, keyed) as client:
+        for key in ("k1", "k1", "k2"):  # with configured keys, each key is a client of its own
+            assert client.post("/translate", json={**body, "api_key": key}).status_code == 200
+        assert client.post("/translate", json={**body, "api_key": "k1"}).status_code == 429

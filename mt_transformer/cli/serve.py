@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--req-limit",
         type=whole(1),
-        help="requests a minute per API key, or per address without one; more: 429 (default: no limit)",
+        help="requests a minute per API key where --api-keys are set, else per address; more: 429 (default: no limit)",
     )
     parser.add_argument(
         "--max-queue",

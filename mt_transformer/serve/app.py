@@ -74,12 +74,15 @@ class _Server:
         return self.models.pairs
 
     def admit(self, request: Request, key: str | None) -> None:
-        """403 for a missing or wrong key where keys are required; 429 past the client's quota."""
+        """403 for a missing or wrong key where keys are required; 429 past the client's quota: per
+        key where keys are configured (checked above), else per address (a key made up per request
+        would otherwise be a fresh quota each time)."""
         keys = self.settings.api_keys
         if keys is not None and key not in keys:
             raise ApiError(403, "Invalid API key")
         if self.quota is not None:
-            self.quota.take(f"key {key}" if key else f"address {request.client.host if request.client else '-'}")
+            address = request.client.host if request.client else "-"
+            self.quota.take(f"key {key}" if keys is not None else f"address {address}")
 
     async def translate(self, options: Options, items: list[Item], request: Request) -> list[Result]:
         """The results of the items, through the batcher; failures as ApiErrors. The work is given
