@@ -63,3 +63,29 @@ def test_a_model_taught_to_leave_words_unaligned_gives_an_element_a_cover_only_w
 
     assert translate_html(translator(True), ["der <b>Hund bellt</b>"]) == ["the <b>dog barks</b>"]
     assert translate_html(translator(False), ["der <b>Hund bellt</b>"]) == ["<b>the dog barks</b>"]
+
+
+def test_markup_a_model_writes_comes_back_escaped_on_every_html_path():
+    """A model trained on inline tags writes them; on a line without markup of its own, and on
+    one with, what it wrote is text, never markup."""
+    from types import SimpleNamespace
+
+    from mt_transformer.markup.translation import translate_html
+
+    written = "<b>Die</b> rote Katze & <script>x</script>"
+
+    class Translator:
+        leaves_unaligned = False
+
+        def with_attention(self):
+            return self
+
+        def source_ids(self, lines):
+            return [[1] for _ in lines]
+
+        def __call__(self, lines, progress=False):
+            return [[SimpleNamespace(text=written, tokens=[1], attention=None)] for _ in lines]
+
+    escaped = "&lt;b&gt;Die&lt;/b&gt; rote Katze &amp; &lt;script&gt;x&lt;/script&gt;"
+    lines = ["＜b＞The red cat＜/b＞ costs 5 euros.", "<p>The red cat.</p>"]
+    assert translate_html(Translator(), lines) == [escaped, f"<p>{escaped}</p>"]

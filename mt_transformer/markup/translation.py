@@ -4,6 +4,8 @@ of its translation that its attention aligns to theirs (mt-translate --format ht
 
 from __future__ import annotations
 
+import html
+
 from mt_transformer.decoding.alignment import aligned_words
 from mt_transformer.markup.html import HtmlFragment
 
@@ -14,7 +16,7 @@ def has_markup(line: str) -> bool:
 
 
 def translate_html(translator, fragments: list[str], progress=False) -> list[str]:
-    """The translation of each fragment; one without markup is translated exactly as plain text.
+    """The translation of each fragment, as HTML; one without markup is translated as plain text is.
     Sentences with inline elements are translated with their attention (from the same CTranslate2
     call), the others as plain text."""
     parsed = [HtmlFragment(f) if has_markup(f) else None for f in fragments]
@@ -29,8 +31,9 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     wanted = [key for key in keys if key in tagged and found[key][0].tokens]
     best = [found[key][0] for key in wanted]
     sources = translator.source_ids([texts[i][k] for i, k in wanted])
-    aligned = aligned_words(
-        translator, sources, [t.tokens for t in best], known=[t.attention for t in best], cover_source=True
+    known = [t.attention for t in best]
+    aligned = (
+        aligned_words(translator, sources, [t.tokens for t in best], known=known, cover_source=True) if best else []
     )
     # a model taught to leave words unaligned gives no target word to a source word it does not
     # translate, so an element takes such a word's cover only where its other words drew none;
@@ -39,8 +42,8 @@ def translate_html(translator, fragments: list[str], progress=False) -> list[str
     links = {key: (pairs, cover) if alone else (pairs + cover, []) for key, (pairs, cover, _) in zip(wanted, aligned)}
     out = []
     for i, fragment in enumerate(parsed):
-        if fragment is None:
-            out.append(found[i, 0][0].text)
+        if fragment is None:  # what the model wrote is text here too, even where it looks like markup
+            out.append(html.escape(found[i, 0][0].text, False))
             continue
         sentences = range(len(texts[i]))
         translations = [found[i, k][0].text for k in sentences]
