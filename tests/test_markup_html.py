@@ -84,6 +84,17 @@ def test_blocks_entities_scripts_styles_and_comments_come_back_as_they_were():
     assert upper_cased("<p>Run <code>a &lt; b</code> now</p>")[1] == "<p>RUN <code>a &lt; b</code> NOW</p>"
 
 
+def test_an_unclosed_script_or_style_and_cdata_sections_come_back_as_they_came():
+    for fragment, kept in (
+        ("See this <script>if (a<b) x(). And the rest", "<script>if (a<b) x(). And the rest"),
+        ("Red <style>p {color: red} more text", "<style>p {color: red} more text"),
+        ("One <![CDATA[ x < y && z ]]> two.", "<![CDATA[ x < y && z ]]>"),
+    ):
+        found, rebuilt = upper_cased(fragment)
+        assert kept in rebuilt and rebuilt.upper() == fragment.upper(), rebuilt
+    assert upper_cased("<![CDATA[only]]>")[1] == "<![CDATA[only]]>"
+
+
 def test_broken_or_empty_markup_still_gives_text():
     assert [s.text for s in HtmlFragment("<b>never closed <i>nor this").sentences] == ["never closed nor this"]
     assert upper_cased("a < b <b>c")[1] == "A &lt; B <b>C"

@@ -112,6 +112,15 @@ class _Reader(HTMLParser):
     def handle_pi(self, data):
         self._aside(f"<?{data}>")
 
+    def unknown_decl(self, data):  # a marked section: <![CDATA[ ... ]]>
+        self._aside(f"<![{data}]]>")
+
+    def close(self):
+        super().close()
+        if self.rawdata:  # a script or style never closed: the parser holds the rest of the line back
+            rest, self.rawdata = self.rawdata, ""
+            self.handle_data(rest)
+
     def _aside(self, written: str) -> None:
         if self.verbatim:
             self.held += written
