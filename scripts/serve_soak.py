@@ -1,7 +1,9 @@
 """mt-serve soaked: many clients on 127.0.0.1, each sending in turn a mix of requests to one real
 mt-serve process for a bounded time: plain lines, HTML, alternatives (LibreTranslate's
-/translate) and attention maps (/v1/translate). Per kind of request the p50 and p99 latency,
-the answers by status code, and the server's resident memory after a warm-up and at the end.
+/translate) and attention maps (/v1/translate); with --long-html also 100 lines of 833
+`<s>a. ` each, past the server's bounds (a 413 that must stall no one). Per kind of request
+the p50 and p99 latency, the answers by status code, and the server's resident memory after a
+warm-up and at the end.
 
     python3 scripts/serve_soak.py --checkpoint runs/demo --src data/demo/test.en --clients 32 --seconds 60
 
@@ -23,6 +25,7 @@ from serve_bench import request
 from serve_process import ServerProcess, get
 
 KINDS = ("plain", "html", "alternatives", "attention")
+LONG_HTML = ["<s>a. " * 833] * 100  # each line under --max-chars, the whole far past the sentences allowed
 
 
 def body(kind: str, line: str, pair: tuple[str, str]) -> tuple[str, bytes]:
@@ -34,12 +37,14 @@ def body(kind: str, line: str, pair: tuple[str, str]) -> tuple[str, bytes]:
         first, _, rest = line.partition(" ")
         fragment = f"<p><b>{first}</b> {rest} <a href='https://example.org'>{first}</a></p>"
         return "/translate", json.dumps({"q": fragment, "format": "html", **languages}).encode()
+    if kind == "long html":
+        return "/translate", json.dumps({"q": LONG_HTML, "format": "html", **languages}).encode()
     if kind == "alternatives":
         return "/translate", json.dumps({"q": line, "alternatives": 3, **languages}).encode()
     return "/v1/translate", json.dumps({"q": [line], "attention": True, **languages}).encode()
 
 
-async def soak(port: int, lines: list[str], clients: int, seconds: float, most: int, pair) -> dict:
+async def soak(port: int, lines: list[str], clients: int, seconds: float, most: int, pair, kinds=KINDS) -> dict:
     """Every client sends the kinds in turn (each client starting at another) until the time or its count runs out."""
     latencies: dict[str, list[float]] = collections.defaultdict(list)
     statuses: collections.Counter = collections.Counter()
@@ -51,7 +56,7 @@ async def soak(port: int, lines: list[str], clients: int, seconds: float, most: 
             for sent in range(most):
                 if time.monotonic() >= deadline:
                     return
-                kind = KINDS[(number + sent) % len(KINDS)]
+                kind = kinds[(number + sent) % len(kinds)]
                 path, payload = body(kind, lines[(number * most + sent) % len(lines)], pair)
                 began = time.perf_counter()
                 status, _ = await request(reader, writer, f"127.0.0.1:{port}", payload, path)
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the clients send, at most")
     parser.add_argument("--requests", type=int, default=10_000, help="requests per client, at most")
+    parser.add_argument("--long-html", action="store_true", help="add requests of long HTML lines to the mix")
     parser.add_argument("--json", help="write the result here as well")
     args = parser.parse_args(argv)
     lines = [line for line in read_lines(args.src) if line.strip()][:1000]
@@ -86,7 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
         pair = (entry["code"], entry["targets"][0])
         asyncio.run(soak(server.port, lines, len(KINDS), 30.0, 2, pair))  # warm-up: each kind loaded
         start_mb = server.rss_mb()
-        result = asyncio.run(soak(server.port, lines, args.clients, args.seconds, args.requests, pair))
+        kinds = (*KINDS, "long html") if args.long_html else KINDS
+        result = asyncio.run(soak(server.port, lines, args.clients, args.seconds, args.requests, pair, kinds))
         end_mb, peak_mb = server.rss_mb(), server.peak_rss_mb()
     kinds = {
         kind: {
@@ -98,13 +105,15 @@ def main(argv: list[str] | None = None) -> dict:
     }
     summary = {
         "clients": args.clients,
+        "long_html": args.long_html,
         "seconds": result["seconds"],
         "statuses": result["statuses"],
         "kinds": kinds,
         "rss_mb": {"start": start_mb, "end": end_mb, "peak": peak_mb},
     }
     print(f"# {machine_line()}")
-    print(f"# {args.checkpoint}, engine {args.engine}: {args.clients} clients for {result['seconds']:.0f} s")
+    mix = " with long HTML" if args.long_html else ""
+    print(f"# {args.checkpoint}, engine {args.engine}: {args.clients} clients for {result['seconds']:.0f} s{mix}")
     rows = [[kind, k["requests"], f"{k['p50_ms']:.0f}", f"{k['p99_ms']:.0f}"] for kind, k in kinds.items()]
     print(markdown_table(["kind", "requests", "p50 ms", "p99 ms"], rows))
     print("answers by status:", ", ".join(f"{code}: {n}" for code, n in sorted(result["statuses"].items())))

@@ -168,6 +168,7 @@ def test_malformed_requests_are_one_line_4xx_and_the_server_goes_on(client, capl
         (dict(json={"q": "the dog", "format": "pdf", **ok}), 400),
         (dict(json={"q": "the dog", "alternatives": "many", **ok}), 400),
         (dict(json={"q": "<p>the dog", "format": "html", "alternatives": 2, **ok}), 400),
+        (dict(json={"q": ["<s>a. " * 833] * 100, "format": "html", **ok}), 413),  # read up to its limit only
     ]
     for keys, status in requests:
         answer = client.post("/translate", **keys)

@@ -1,3 +1,4 @@
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -100,3 +101,27 @@ def test_broken_or_empty_markup_still_gives_text():
     assert upper_cased("a < b <b>c")[1] == "A &lt; B <b>C"
     assert upper_cased("")[1] == "" and upper_cased("<p> </p>")[1] == "<p> </p>"
     assert HtmlFragment("<p> </p>").sentences == []
+
+
+def test_a_limit_on_sentences_and_elements_stops_the_reading_where_it_is_passed(monkeypatch):
+    from mt_transformer.markup import html
+
+    runs = []
+    real = html.sentences
+    monkeypatch.setattr(html, "sentences", lambda run: runs.append(run) or real(run))
+    fragment = "<p>One <b>red</b> dog.</p>" * 1000  # a sentence and an element a paragraph
+    assert HtmlFragment(fragment, limit=2000).pieces == 2000 and len(runs) == 1000
+    runs.clear()
+    with pytest.raises(html.TooManyPieces, match="more than 20 sentences and inline elements"):
+        HtmlFragment(fragment, limit=20)
+    assert len(runs) == 11  # read up to the paragraph past the limit, not the 989 after it
+
+
+def test_many_elements_on_one_line_are_read_and_rebuilt_whole():
+    """What took time growing with the square of a line's elements (the sentence cut, the
+    projection among siblings) is done by bisection: the result stays the same."""
+    line = "<s>a. " * 3000 + "x " + "<i>y " * 3000 + "<b>z</b> w. " * 3000
+    found, rebuilt = upper_cased(line)
+    assert found.pieces == len(found.sentences) + 9000 and Tags(rebuilt).tags == Tags(line).tags
+    words = [w for w in re.sub(r"<[^>]+>", " ", rebuilt).split()]
+    assert words == re.sub(r"<[^>]+>", " ", line).upper().split()

@@ -29,9 +29,10 @@ def test_the_soak_mixes_every_kind_and_reports_latency_codes_and_memory(trained_
 
     out = tmp_path / "soak.json"
     args = ["--checkpoint", trained_run, "--src", f"{corpus}/valid.en", "--clients", "4", "--seconds", "2"]
-    summary = serve_soak.main([*args, "--requests", "40", "--json", str(out)])
-    assert set(summary["kinds"]) == set(serve_soak.KINDS)
-    assert summary["statuses"] == {200: sum(k["requests"] for k in summary["kinds"].values())}
+    summary = serve_soak.main([*args, "--requests", "40", "--long-html", "--json", str(out)])
+    assert set(summary["kinds"]) == {*serve_soak.KINDS, "long html"}
+    refused = summary["kinds"]["long html"]["requests"]  # 413: past the sentences and elements allowed
+    assert summary["statuses"] == {200: sum(k["requests"] for k in summary["kinds"].values()) - refused, 413: refused}
     assert all(0 < k["p50_ms"] <= k["p99_ms"] for k in summary["kinds"].values())
     assert 0 < summary["rss_mb"]["start"] <= summary["rss_mb"]["peak"]
     assert json.loads(out.read_text())["cpu"]

@@ -11,6 +11,7 @@ text to translate, never an error.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import html
 import re
@@ -29,6 +30,10 @@ VOID = set("area base br col embed hr img input link meta source track wbr".spli
 SENTENCE_END = re.compile(r"[.!?…][\"'”’»)\]]*$")
 
 
+class TooManyPieces(ValueError):
+    """A fragment with more sentences and inline elements than its reader was given leave to read."""
+
+
 @dataclass
 class Sentence:
     words: list[str]
@@ -41,29 +46,54 @@ class Sentence:
 
 @dataclass
 class _Run:
-    """The prose between two pieces of block markup: its text and its inline elements, each as
-    [start tag, end tag, first character, one past the last, parent]."""
+    """The prose between two pieces of block markup: its text (in chunks, joined once) and its
+    inline elements, each as [start tag, end tag, first character, one past the last, parent]."""
 
-    text: str = ""
+    chunks: list[str] = field(default_factory=list)
+    length: int = 0
+    has_words: bool = False  # any text but white space
     elements: list[list] = field(default_factory=list)
     open: list[tuple[int, str]] = field(default_factory=list)  # (element, its tag) not yet closed, innermost last
+    open_tags: dict[str, int] = field(default_factory=dict)  # how many of `open` each tag has
+
+    def write(self, text: str) -> None:
+        self.chunks.append(text)
+        self.length += len(text)
+        self.has_words = self.has_words or not text.isspace()
+
+    @property
+    def text(self) -> str:
+        if len(self.chunks) > 1:
+            self.chunks[:] = ["".join(self.chunks)]
+        return self.chunks[0] if self.chunks else ""
 
     def add(self, written: str, tag: str, closes_later: bool) -> None:
         """An element that starts here, inside the innermost open one; `closes_later`: its end tag
         is still to come (else it holds no text: void, self-closing, or kept as one piece)."""
         parent = self.open[-1][0] if self.open else None
-        self.elements.append([written, "", len(self.text), len(self.text), parent])
+        self.elements.append([written, "", self.length, self.length, parent])
         if closes_later:
             self.open.append((len(self.elements) - 1, tag))
+            self.open_tags[tag] = self.open_tags.get(tag, 0) + 1
+
+    def close(self, tag: str) -> None:
+        """The innermost open `tag` ends here, and the elements opened inside it with it."""
+        while self.open:
+            k, name = self.open.pop()
+            self.open_tags[name] -= 1
+            self.elements[k][1], self.elements[k][3] = f"</{name}>", self.length
+            if name == tag:
+                break
 
 
 class _Reader(HTMLParser):
-    def __init__(self):
+    def __init__(self, limit: int | None = None):
         super().__init__(convert_charrefs=True)
+        self.limit, self.pieces = limit, 0  # sentences and inline elements: read so far, and the most allowed
         self.parts: list[str | list[Sentence]] = []  # markup as written, or a run's sentences
         self.run = _Run()
         self.verbatim: list[str] = []  # the tags of the verbatim element being read, outermost first
-        self.held = ""  # its text so far
+        self.held: list[str] = []  # its text so far
 
     def handle_starttag(self, tag, attrs):
         written = self.get_starttag_text() or f"<{tag}>"
@@ -83,25 +113,21 @@ class _Reader(HTMLParser):
 
     def handle_endtag(self, tag):
         if self.verbatim:
-            self.held += f"</{tag}>"
+            self.held.append(f"</{tag}>")
             if tag == self.verbatim[-1]:
                 self.verbatim.pop()
                 if not self.verbatim:
-                    self._piece(self.held, tag)
+                    self._piece("".join(self.held), tag)
             return
-        if tag in BLOCK or tag not in [name for _, name in self.run.open]:  # no start in this run
+        if tag in BLOCK or not self.run.open_tags.get(tag):  # no start in this run
             return self._markup(f"</{tag}>")
-        while self.run.open:  # an element closed with those opened inside it
-            k, name = self.run.open.pop()
-            self.run.elements[k][1], self.run.elements[k][3] = f"</{name}>", len(self.run.text)
-            if name == tag:
-                break
+        self.run.close(tag)
 
     def handle_data(self, data):
         if self.verbatim:
-            self.held += data if self.cdata_elem else html.escape(data, False)
+            self.held.append(data if self.cdata_elem else html.escape(data, False))
         else:
-            self.run.text += data
+            self.run.write(data)
 
     def handle_comment(self, data):
         self._aside(f"<!--{data}-->")
@@ -123,7 +149,7 @@ class _Reader(HTMLParser):
 
     def _aside(self, written: str) -> None:
         if self.verbatim:
-            self.held += written
+            self.held.append(written)
         else:
             self._piece(written, "")
 
@@ -131,14 +157,14 @@ class _Reader(HTMLParser):
         if not self.verbatim and not has_end:  # a void element: one piece at once
             return self._piece(written, tag)
         if not self.verbatim:
-            self.held = ""
-        self.held += written
+            self.held = []
+        self.held.append(written)
         if has_end:
             self.verbatim.append(tag)
 
     def _piece(self, written: str, tag: str) -> None:
         """Something kept as written: between a run's words if it is inline, else between runs."""
-        if tag in BLOCK or tag in ("script", "style", "pre", "textarea") or not tag and not self.run.text.strip():
+        if tag in BLOCK or tag in ("script", "style", "pre", "textarea") or not tag and not self.run.has_words:
             return self._markup(written)
         self.run.add(written, tag, False)
 
@@ -152,41 +178,55 @@ class _Reader(HTMLParser):
         if run.elements or run.text.strip():
             self.parts.append(run.text[: len(run.text) - len(run.text.lstrip())])
             self.parts.append(sentences(run))
+            self.pieces += len(self.parts[-1]) + len(run.elements)
+            if self.limit is not None and self.pieces > self.limit:
+                raise TooManyPieces(f"more than {self.limit} sentences and inline elements")
             self.parts.append(run.text[len(run.text.rstrip()) :] if run.text.strip() else "")
         else:  # whitespace between blocks
             self.parts.append(run.text)
         if self.verbatim:  # an element never closed: what was read of it, as written
-            self.verbatim, held, self.held = [], self.held, ""
-            self.parts.append(held)
+            self.verbatim, held, self.held = [], self.held, []
+            self.parts.append("".join(held))
 
 
 def sentences(run: _Run) -> list[Sentence]:
-    """A run's words cut into sentences after a word that ends one, where no element is open."""
-    found = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", run.text)]
+    """A run's words cut into sentences after a word that ends one, where no element is open; in
+    time linear in the run's words and elements (bisection and running sums, no pairwise search)."""
+    text = run.text
+    found = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", text)]
+    starts, ends = [s for s, _, _ in found], [e for _, e, _ in found]
     spans = []
     for start, end, first, stop, parent in run.elements:
-        first_word = sum(1 for _, e, _ in found if e <= first)
-        stop_word = max(sum(1 for s, _, _ in found if s < stop) if stop > first else first_word, first_word)
-        gap = " " if run.text[stop : stop + 1].isspace() and first_word == stop_word else ""
+        first_word = bisect.bisect_right(ends, first)  # the words that end before the element starts
+        stop_word = max(bisect.bisect_left(starts, stop) if stop > first else first_word, first_word)
+        gap = " " if text[stop : stop + 1].isspace() and first_word == stop_word else ""
         last = found[stop_word - 1] if stop_word > first_word else None
-        tail = last is not None and stop < last[1] and not re.search(r"[\w\s]", run.text[stop : last[1]])
+        tail = last is not None and stop < last[1] and not re.search(r"[\w\s]", text[stop : last[1]])
         spans.append(Span(start, end, first_word, stop_word, parent, gap, tail))
     if not found:
         return [Sentence([], spans)]
-    cuts = [0]
+    inside = [0] * (len(found) + 1)  # running sum: how many elements go on past word i
+    for span in spans:
+        if span.stop - 1 > span.first:
+            inside[span.first] += 1
+            inside[span.stop - 1] -= 1
+    cuts, open_here = [0], 0
     for i, (_, _, word) in enumerate(found[:-1]):
-        if SENTENCE_END.search(word) and not any(s.first <= i < s.stop - 1 for s in spans):
+        open_here += inside[i]
+        if not open_here and SENTENCE_END.search(word):
             cuts.append(i + 1)
     cuts.append(len(found))
+    owned: list[list[int]] = [[] for _ in cuts[1:]]  # each sentence's spans, by where they begin
+    for k, span in enumerate(spans):
+        owned[min(bisect.bisect_right(cuts, span.first) - 1, len(owned) - 1)].append(k)
     out = []
-    for a, b in zip(cuts, cuts[1:]):
-        owned = [k for k, s in enumerate(spans) if a <= s.first < b or (s.first == b == len(found) and b > a)]
-        index = {k: n for n, k in enumerate(owned)}
+    for (a, b), mine in zip(zip(cuts, cuts[1:]), owned):
+        index = {k: n for n, k in enumerate(mine)}
         shifted = [
             dataclasses.replace(
                 spans[k], first=spans[k].first - a, stop=spans[k].stop - a, parent=index.get(spans[k].parent)
             )
-            for k in owned
+            for k in mine
         ]
         out.append(Sentence([w for _, _, w in found[a:b]], shifted))
     return out
@@ -196,11 +236,14 @@ class HtmlFragment:
     """`sentences`: what to translate, in order; `rebuild(translations, alignments)` writes the
     fragment with each translation in place of its sentence and the markup around it."""
 
-    def __init__(self, fragment: str):
-        reader = _Reader()
+    def __init__(self, fragment: str, limit: int | None = None):
+        """`limit`: the most sentences and inline elements to read; past it, TooManyPieces stops the
+        reading (at the end of the run of text where it is passed)."""
+        reader = _Reader(limit)
         reader.feed(fragment)
         reader.close()
         reader.flush()
+        self.pieces = reader.pieces
         self._parts = reader.parts
         self.sentences = [s for part in self._parts if isinstance(part, list) for s in part]
 

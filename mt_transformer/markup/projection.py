@@ -14,6 +14,7 @@ elements; an element left with no words sits where the target word of the source
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -44,24 +45,60 @@ def project(
 ) -> list[tuple[int, int]]:
     """Per span, the (first, stop) range of target words it covers. `alignment`: (source word,
     target word) pairs, 0-based; `cover`: pairs for source words `alignment` gives no target word
-    (decoding/alignment.py's source_cover), taken by an element none of whose words has another."""
+    (decoding/alignment.py's source_cover), taken by an element none of whose words has another.
+    Each span costs the size of its words' alignments and a bisection among its siblings' ranges."""
     targets, fallback = _by_source(alignment, target_words), _by_source(cover, target_words)
-    anchors = {**targets, **fallback}  # disjoint: a cover is for a source word alignment leaves out
+    anchors = _Anchors({**targets, **fallback}, source_words, target_words)  # disjoint: see `cover`
+    sources: dict[int, list[int]] = {}  # the source words aligned to each target word
+    for s, linked in targets.items():
+        for t in linked:
+            sources.setdefault(t, []).append(s)
     placed: list[tuple[int, int]] = []
-    for k, span in enumerate(spans):
+    siblings: dict[int | None, _Ranges] = {}  # the non-empty ranges placed so far, per parent
+    for span in spans:
         lo, hi = (0, target_words) if span.parent is None else placed[span.parent]
-        taken = [placed[j] for j in range(k) if spans[j].parent == span.parent and placed[j][0] < placed[j][1]]
+        taken = siblings.setdefault(span.parent, _Ranges())
         words = range(span.first, span.stop)
         covered = _within(targets, words, lo, hi) or _within(fallback, words, lo, hi)
-        elsewhere = {t for s, linked in targets.items() if s not in words for t in linked}
+
+        def elsewhere(t: int, words=words) -> bool:  # aligned to a source word outside the span
+            return any(s not in words for s in sources.get(t, ()))
+
         found = _largest_free(covered, taken, elsewhere) if covered else None
         if found is None and covered:  # its words went to an earlier sibling: right after that one
-            found = (max(b for a, b in taken if a <= covered[-1] < b),) * 2
+            found = (taken.holding(covered[-1])[1],) * 2
         if found is None:
-            at = min(max(_anchor(span.first, anchors, source_words, target_words), lo), hi)
-            found = (_outside(at, taken),) * 2
+            at = min(max(anchors.at(span.first), lo), hi)
+            found = (taken.outside(at),) * 2
         placed.append(found)
+        if found[0] < found[1]:
+            taken.add(found)
     return placed
+
+
+class _Ranges:
+    """Disjoint [a, b) ranges, sorted: which holds a word, in a bisection."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ranges: list[tuple[int, int]] = []
+
+    def add(self, found: tuple[int, int]) -> None:
+        k = bisect.bisect_left(self.starts, found[0])
+        self.starts.insert(k, found[0])
+        self.ranges.insert(k, found)
+
+    def holding(self, t: int) -> tuple[int, int] | None:
+        k = bisect.bisect_right(self.starts, t) - 1
+        return self.ranges[k] if k >= 0 and self.ranges[k][0] <= t < self.ranges[k][1] else None
+
+    def outside(self, at: int) -> int:
+        """`at`, or the nearer edge of a range it falls inside."""
+        found = self.holding(at)
+        if found is None or found[0] == at:
+            return at
+        a, b = found
+        return a if at - a <= b - at else b
 
 
 def _by_source(pairs: list[tuple[int, int]], target_words: int) -> dict[int, list[int]]:
@@ -77,7 +114,7 @@ def _within(targets: dict[int, list[int]], words: range, lo: int, hi: int) -> li
     return sorted(t for w in words for t in targets.get(w, ()) if lo <= t < hi)
 
 
-def _largest_free(covered: list[int], taken: list[tuple[int, int]], elsewhere: set[int]) -> tuple[int, int] | None:
+def _largest_free(covered: list[int], taken: _Ranges, elsewhere) -> tuple[int, int] | None:
     """The run of covered words outside the `taken` ranges that holds the most of them (the first of
     equals), as a (first, stop) range; None where every covered word is taken. A run is broken by
     a taken word, or by two or more words in a row it does not cover of which one is aligned
@@ -85,10 +122,10 @@ def _largest_free(covered: list[int], taken: list[tuple[int, int]], elsewhere: s
     to nothing or to the element's own words join it)."""
     runs: list[list[int]] = []
     for t in sorted(set(covered)):
-        if any(a <= t < b for a, b in taken):
+        if taken.holding(t):
             continue
         gap = range(runs[-1][-1] + 1, t) if runs else range(0)
-        if runs and not any(a <= g < b for g in gap for a, b in taken) and (len(gap) <= 1 or not elsewhere & set(gap)):
+        if runs and not any(taken.holding(g) for g in gap) and (len(gap) <= 1 or not any(map(elsewhere, gap))):
             runs[-1].append(t)
         else:
             runs.append([t])
@@ -98,25 +135,27 @@ def _largest_free(covered: list[int], taken: list[tuple[int, int]], elsewhere: s
     return best[0], best[-1] + 1
 
 
-def _anchor(position: int, targets: dict[int, list[int]], source_words: int, target_words: int) -> int:
+class _Anchors:
     """Where something before source word `position` goes among the target words: before the
     first target word of the next aligned source word, else after the last of the one before,
-    else at the same share of the sentence."""
-    for s in range(position, source_words):
-        if s in targets:
-            return min(targets[s])
-    for s in range(position - 1, -1, -1):
-        if s in targets:
-            return max(targets[s]) + 1
-    return round(position * target_words / source_words) if source_words else 0
+    else at the same share of the sentence (each found once for every position)."""
 
+    def __init__(self, targets: dict[int, list[int]], source_words: int, target_words: int):
+        self.source_words, self.target_words = source_words, target_words
+        self.after: list[int | None] = [None] * (source_words + 1)  # the next aligned word's first target
+        for s in range(source_words - 1, -1, -1):
+            self.after[s] = min(targets[s]) if s in targets else self.after[s + 1]
+        self.before: list[int | None] = [None] * (source_words + 1)  # one past the last target before
+        for s in range(source_words):
+            self.before[s + 1] = max(targets[s]) + 1 if s in targets else self.before[s]
 
-def _outside(at: int, taken: list[tuple[int, int]]) -> int:
-    """`at`, or the nearer edge of a taken range it falls inside."""
-    for a, b in taken:
-        if a < at < b:
-            return a if at - a <= b - at else b
-    return at
+    def at(self, position: int) -> int:
+        position = min(max(position, 0), self.source_words)
+        if self.after[position] is not None:
+            return self.after[position]
+        if self.before[position] is not None:
+            return self.before[position]
+        return round(position * self.target_words / self.source_words) if self.source_words else 0
 
 
 def render(words: list[str], spaces: list[str], spans: list[Span], ranges: list[tuple[int, int]]) -> str:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mt_transformer.markup.html import HtmlFragment, TooManyPieces
+from mt_transformer.markup.translation import has_markup
+
 # English names of the languages a client's menu shows; other codes are shown as they are
 NAMES = {
     "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English",
@@ -99,6 +102,23 @@ def check_size(lines: list[str], limits: Limits, what: str) -> None:
     total = sum(map(len, lines))
     if limits.char_limit is not None and total > limits.char_limit:
         raise ApiError(413, f"Invalid request: {total} characters, more than this server's {limits.char_limit}")
+
+
+def check_html(lines: list[str], limits: Limits) -> None:
+    """413 for HTML with more (or longer) sentences and inline elements than the server takes lines:
+    read with the count bounded, so a request past it costs only the reading up to there."""
+    what, pieces, budget = "sentences and inline elements in the HTML of q", [], limits.max_lines
+    for line in lines:
+        if has_markup(line):
+            try:
+                fragment = HtmlFragment(line, limit=budget)
+            except TooManyPieces:
+                raise ApiError(413, f"Invalid request: more {what} than this server's {limits.max_lines}") from None
+            budget -= fragment.pieces
+            pieces += [s.text for s in fragment.sentences] + [
+                span.start for s in fragment.sentences for span in s.spans
+            ]
+    check_size(pieces, limits, what)
 
 
 def check_text(values: list[str], what: str) -> None:

@@ -21,12 +21,11 @@ from importlib import resources
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from mt_transformer.errors import UserError
-from mt_transformer.markup.html import HtmlFragment
-from mt_transformer.markup.translation import has_markup
-from mt_transformer.serve.api import ApiError, Limits, api_key, check_size, languages, parse_translate
+from mt_transformer.serve.api import ApiError, Limits, api_key, check_html, languages, parse_translate
 from mt_transformer.serve.batcher import Busy, DynamicBatcher
 from mt_transformer.serve.bodies import read_payload
 from mt_transformer.serve.middleware import AccessLog, BodyLimit
@@ -236,9 +235,7 @@ def _libretranslate(app: FastAPI, server: _Server) -> None:
             raise ApiError(400, "Invalid request: alternatives are for format text")
         html = asked.format == "html"
         if html:  # each fragment's sentences are translated apart, its inline elements put back
-            sentences = [s for line in asked.lines if has_markup(line) for s in HtmlFragment(line).sentences]
-            pieces = [s.text for s in sentences] + [span.start for s in sentences for span in s.spans]
-            check_size(pieces, settings.limits, "sentences and inline elements in the HTML of q")
+            await run_in_threadpool(check_html, asked.lines, settings.limits)  # not on the event loop
         request.state.lines = len(asked.lines)
         options = Options(asked.source, asked.target, n_best=1 + asked.alternatives, html=html)
         results = await server.translate(options, [Item(text) for text in asked.lines], request)
