@@ -23,6 +23,23 @@ def test_text_files_are_normalized(tmp_path):
     assert dropped == 1 and len(kept) == 3
 
 
+def test_a_line_ends_at_a_newline_only_as_every_command_reads_it(tmp_path):
+    """A lone carriage return inside a line (one side at line 11, the other at line 21) is white
+    space, as mt-translate and mt-eval read it: no pair moves (they did, when the training loader
+    took it for a line end on both sides and the counts still matched)."""
+    from mt_transformer.data.text import normalize, read_lines
+
+    src = [f"Satz {i} hier" for i in range(30)]
+    tgt = [f"sentence {i} here" for i in range(30)]
+    src[10], tgt[20] = "Satz 10\rhier", "sentence 20\rhere"
+    write(tmp_path / "train.de", "\n".join(src) + "\n")
+    write(tmp_path / "train.en", "\r\n".join(tgt) + "\r\n")  # CRLF endings are line ends
+    pairs = read_split("text", str(tmp_path / "train"), "de", "en", "data.train")
+    assert len(pairs) == 30 and all(s.split()[1] == t.split()[1] for s, t in zip(pairs["src"], pairs["tgt"]))
+    assert pairs["src"][10] == "Satz 10 hier" and pairs["tgt"][20] == "sentence 20 here"
+    assert [normalize(line) for line in read_lines(str(tmp_path / "train.de"))] == pairs["src"][:]
+
+
 def test_line_count_mismatch_names_both_files(tmp_path):
     write(tmp_path / "t.de", "a\nb\n")
     write(tmp_path / "t.en", "a\n")

@@ -13,11 +13,14 @@ from typing import BinaryIO
 
 from mt_transformer.errors import UserError
 
+# what ends a line in some programs but not here, where a line ends at "\n": white space inside one
+LINE_BREAKS = str.maketrans({c: " " for c in "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
 
 def normalize(line: str) -> str:
-    """Strip surrounding whitespace and a byte-order mark, and apply Unicode NFC, the same for
-    training and translation."""
-    return unicodedata.normalize("NFC", line.strip().lstrip("\ufeff").strip())
+    """Strip surrounding whitespace and a byte-order mark, make the line breaks a line may hold
+    spaces, and apply Unicode NFC, the same for training and translation."""
+    return unicodedata.normalize("NFC", line.strip().lstrip("\ufeff").strip().translate(LINE_BREAKS))
 
 
 def in_capitals(text: str) -> bool:
@@ -30,17 +33,6 @@ def with_case_of(source: str, translation: str) -> str:
     """The translation in capitals where the source is: a model that reads capitals but writes in
     its usual case (data.augment.case_target false) answers a heading with a heading."""
     return translation.upper() if in_capitals(source) else translation
-
-
-def invalid_utf8_line(path: str) -> int | None:
-    """The 1-based number of the first line that is not valid UTF-8, or None."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return number
-    return None
 
 
 def open_binary(path: str) -> BinaryIO:
