@@ -101,15 +101,25 @@ def write_bytes(path: str, data: bytes) -> None:
             f.write(data)
 
 
-def read_json(path: str, what: str):
-    """The JSON document at `path`; a missing or unreadable file is one line naming `what`."""
+def read_json(path: str, what: str, kind: type | None = None, within: str | None = None):
+    """The JSON document at `path`, the one reader of JSON a user hands over; one line naming
+    `what` where it is missing, no UTF-8 JSON, nested deeper than Python's stack, not of `kind`
+    (dict: an object, list: an array), or (`within`: a directory) reached by a link out of it."""
+    if within is not None:
+        real, home = os.path.realpath(path), os.path.realpath(within)
+        if os.path.lexists(path) and not real.startswith(home.rstrip(os.sep) + os.sep):
+            raise UserError(f"{path}: a link out of {within} ({what}); not read")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            found = json.load(f)
     except FileNotFoundError:
         raise UserError(f"{path}: missing ({what})") from None
     except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
         raise UserError(f"{path}: not readable JSON ({what})") from None
+    if kind is not None and not isinstance(found, kind):
+        shape = {dict: "an object", list: "an array"}.get(kind, kind.__name__)
+        raise UserError(f"{path}: not {shape} of JSON ({what})")
+    return found
 
 
 def user_cache_dir() -> str:

@@ -180,6 +180,36 @@ def test_a_tokenizer_saved_by_transformers_imports_to_the_same_ids(kind, corpus,
         assert exported.convert_ids_to_tokens(exported(text).input_ids) == theirs, text
 
 
+def test_a_damaged_tokenizer_json_is_one_line(corpus, tmp_path):
+    """A tokenizer.json of any other shape, bytes or size, or a link out of the model's directory."""
+    original = nllb_directory(corpus, tmp_path / "hf")
+    saved = tmp_path / "saved"
+    transformers.AutoTokenizer.from_pretrained(original).save_pretrained(str(saved))
+    transformers.AutoModelForSeq2SeqLM.from_pretrained(original).save_pretrained(str(saved))
+    good = (saved / "tokenizer.json").read_text(encoding="utf-8")
+    (tmp_path / "outside.json").write_text(good, encoding="utf-8")
+    damaged = {
+        "random bytes": os.urandom(1 << 20),
+        "a list": b"[" + b"1," * (1 << 19) + b"1]",
+        "a string": json.dumps("x" * (1 << 20)).encode(),
+        "truncated": good[: len(good) // 2].encode(),
+        "nested": b"[" * 100_000 + b"]" * 100_000,
+        "not utf-8": b'{"model": "\xff\xfe"}',
+        "a model of numbers": json.dumps({"model": {"type": "BPE", "merges": 5, "vocab": []}}).encode(),
+        "merges of numbers": json.dumps({**json.loads(good), "model": {"type": "BPE", "merges": [1, 2]}}).encode(),
+    }
+    for what, content in [*damaged.items(), ("a link out", None)]:
+        (saved / "tokenizer.json").unlink()
+        if content is None:
+            (saved / "tokenizer.json").symlink_to(tmp_path / "outside.json")
+        else:
+            (saved / "tokenizer.json").write_bytes(content)
+        result = run_cli("mt-import", "--format", "huggingface", str(saved), str(tmp_path / what), "--src-lang", "de")
+        assert result.returncode == 2, (what, result.stderr[-2000:])
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"error: {saved}") and not os.path.exists(tmp_path / what), (what, line)
+
+
 def _ids(out: str, hf_tokenizer) -> tuple[torch.Tensor, dict[int, int]]:
     """For each of our ids the id of theirs (our start: their </s>), and theirs -> ours for the others."""
     pieces = json.load(open(f"{out}/vocab.json", encoding="utf-8"))  # their unused <s> is our <unused0>

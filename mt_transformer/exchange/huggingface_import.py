@@ -233,8 +233,9 @@ def import_directory(
     directory = local_directory(source.path, source.revision)
     try:
         hf_config = transformers.AutoConfig.from_pretrained(directory, trust_remote_code=False)
-    except (OSError, ValueError, RecursionError) as error:
-        raise UserError(f"{directory}: not a transformers model ({str(error).splitlines()[0][:120]})") from None
+    except Exception as error:  # transformers raises its own types on a config.json of another shape
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
+        raise UserError(f"{directory}: not a transformers model ({first})") from None
     model_config(hf_config)  # a refusal before the weights are read
     with tempfile.TemporaryDirectory() as scratch:  # a sentencepiece model made from tokenizer.json
         if hf_config.model_type == "m2m_100":

@@ -60,8 +60,9 @@ def read_m2m100_tokenizer(directory: str, hf_config, transformers, scratch: str)
             f.write(sentencepiece_from_tokenizer_json(os.path.join(directory, "tokenizer.json")))
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as error:
-        raise UserError(f"{directory}: its tokenizer cannot be read ({str(error).splitlines()[0][:120]})") from None
+    except Exception as error:  # transformers and tokenizers raise their own types on files of other shapes
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
+        raise UserError(f"{directory}: its tokenizer cannot be read ({first})") from None
     vocab = {**tokenizer.get_vocab(), **getattr(tokenizer, "lang_token_to_id", {})}  # M2M100's lacks the languages
     languages = language_tokens(tokenizer)
     if not languages:

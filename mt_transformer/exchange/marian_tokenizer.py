@@ -85,7 +85,7 @@ class ImportedVocabularies:
 def read_marian_tokenizer(directory: str, hf_config) -> ImportedVocabularies:
     """The Marian tokenizer of a model directory, checked against the model's config."""
     path = os.path.join(directory, "tokenizer_config.json")
-    settings = read_json(path, "the tokenizer's settings") if os.path.isfile(path) else {}
+    settings = read_json(path, "the tokenizer's settings", dict, directory) if os.path.isfile(path) else {}
     separate = bool(settings.get("separate_vocabs", False))
     names = ["source.spm", "target.spm", "vocab.json"] + ["target_vocab.json"] * separate
     for name in names:
@@ -96,13 +96,13 @@ def read_marian_tokenizer(directory: str, hf_config) -> ImportedVocabularies:
     src_rows = hf_config.vocab_size
     tgt_rows = getattr(hf_config, "decoder_vocab_size", None) or src_rows
     tgt_path = os.path.join(directory, names[-1])
-    tgt_vocab = read_json(tgt_path, "the target vocabulary")
+    tgt_vocab = read_json(tgt_path, "the target vocabulary", dict, directory)
     tgt_order, tgt_pieces = id_order(tgt_vocab, tgt_rows, hf_config.decoder_start_token_id, tgt_path)
     for field, piece in (("pad_token_id", "<pad>"), ("eos_token_id", "</s>")):
-        if getattr(hf_config, field) != tgt_vocab[piece]:
-            raise UserError(f"{field}: {getattr(hf_config, field)} in the config but {piece} is {tgt_vocab[piece]}")
+        if getattr(hf_config, field) != tgt_vocab.get(piece):
+            raise UserError(f"{field}: {getattr(hf_config, field)} in the config but {piece} is {tgt_vocab.get(piece)}")
     src_order, src_pieces = tgt_order, tgt_pieces
     if separate:
         src_path = os.path.join(directory, "vocab.json")
-        src_order, src_pieces = id_order(read_json(src_path, "the source vocabulary"), src_rows, None, src_path)
+        src_order, src_pieces = id_order(read_json(src_path, "the source vocabulary", dict, directory), src_rows, None, src_path)
     return ImportedVocabularies(directory, settings, separate, src_order, src_pieces, tgt_order, tgt_pieces)

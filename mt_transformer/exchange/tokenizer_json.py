@@ -11,9 +11,10 @@ characters, scored below every merge) and the map as its normalizer: the same pi
 from __future__ import annotations
 
 import base64
-import json
+import os
 
 from mt_transformer.errors import UserError
+from mt_transformer.files import read_json
 
 NOT_MERGED = -1e9  # a piece no merge makes: a single character
 
@@ -38,10 +39,16 @@ def sentencepiece_from_tokenizer_json(path: str) -> bytes:
     """The serialized sentencepiece model of the tokenizer.json at `path`: ids 0-2 <unk>, <s>, </s>
     (sentencepiece.bpe.model's), then the BPE vocabulary's other pieces in the order of their ids
     (tokens added beside the vocabulary, such as language codes, are not pieces)."""
+    try:
+        return _sentencepiece_model(read_json(path, "the tokenizer", dict, os.path.dirname(path)), path)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:  # a shape other than the one described
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}" if str(error) else type(error).__name__
+        raise UserError(f"{path}: not a tokenizer made from a sentencepiece BPE model ({reason})") from None
+
+
+def _sentencepiece_model(found: dict, path: str) -> bytes:
     from sentencepiece import sentencepiece_model_pb2 as proto
 
-    with open(path, encoding="utf-8") as f:
-        found = json.load(f)
     model = found.get("model", {})
     if model.get("type") != "BPE" or "merges" not in model:
         raise UserError(f"{path}: not a BPE tokenizer with merges (NLLB's and M2M100's are)")
