@@ -174,7 +174,32 @@ def identity(path: str) -> str:
 
 
 def read_metadata(directory: str) -> dict:
-    return read_json(os.path.join(directory, CONFIG_FILE), "the checkpoint's settings")
+    return read_json(os.path.join(directory, CONFIG_FILE), "the checkpoint's settings", dict)
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """What an adapter checkpoint (train.lora) records of the model it adapts: its directory, the
+    SHA-256 of its weights file, and the adapters' scale (alpha / rank)."""
+
+    base: str
+    base_sha256: str
+    scale: float
+
+
+def read_adapters(directory: str) -> Adapters | None:
+    """A checkpoint's adapter record (None: its weights are whole), checked field by field."""
+    found = read_metadata(directory).get("adapters")
+    if not found:
+        return None
+    path = os.path.join(directory, CONFIG_FILE)
+    if not isinstance(found, dict):
+        raise UserError(f"{path}: adapters: expected an object with base, base_sha256 and scale")
+    for name, kind in (("base", str), ("base_sha256", str), ("scale", (int, float))):
+        value = found.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool) or value == "":
+            raise UserError(f"{path}: adapters.{name}: missing or of another type ({value!r:.60})")
+    return Adapters(found["base"], found["base_sha256"], float(found["scale"]))
 
 
 def read_weights(directory: str) -> dict[str, torch.Tensor]:
@@ -192,19 +217,22 @@ def adapted_base(directory: str) -> dict:
     return {"base": os.path.abspath(directory), "base_sha256": digest}
 
 
-def merged_weights(directory: str) -> dict[str, torch.Tensor]:
+def merged_weights(directory: str, adapted: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
     """A checkpoint's weights; an adapter checkpoint's are its base's with the adapters merged in
-    (train.lora), the base checked to be the model they were trained on."""
+    (train.lora), the base checked to be the model they were trained on. `adapted`: the adapter
+    checkpoints that led here, so a base that leads back to one of them is refused."""
     weights = read_weights(directory)
-    adapters = read_metadata(directory).get("adapters")
-    if not adapters:
+    adapters = read_adapters(directory)
+    if adapters is None:
         return weights
-    base = adapters["base"]
+    base, adapted = adapters.base, (*adapted, os.path.realpath(directory))
+    if os.path.realpath(base) in adapted:
+        raise UserError(f"{directory}: its adapters' base {base} leads back to an adapter checkpoint, not a model")
     if not os.path.isfile(os.path.join(base, MODEL_FILE)):
         raise UserError(f"{directory}: holds adapters of the model in {base}, which is gone; put it back there")
-    if adapted_base(base)["base_sha256"] != adapters["base_sha256"]:
+    if adapted_base(base)["base_sha256"] != adapters.base_sha256:
         raise UserError(f"{directory}: its adapters were trained on another model than {base} holds now")
-    return lora.merged(merged_weights(base), weights, adapters["scale"])
+    return lora.merged(merged_weights(base, adapted), weights, adapters.scale)
 
 
 def load_weights(model: torch.nn.Module, directory: str) -> None:

@@ -153,6 +153,36 @@ def test_adapters_refuse_a_base_that_changed(trained_run, corpus, tmp_path):
         checkpoint.load(str(run_dir), torch.device("cpu"))
 
 
+def test_hostile_adapter_metadata_is_one_line_naming_the_field(trained_run, corpus, tmp_path):
+    """config.json's adapters record of another shape, or a base that leads back to an adapter
+    checkpoint (itself, or one naming it): a one-line error of mt-translate, never a traceback."""
+    import json
+    import shutil
+
+    base = shutil.copytree(checkpoint.resolve(trained_run), tmp_path / "base")
+    config, run_dir = lora_run(corpus, tmp_path, str(base), "run", max_steps=2)
+    train_module.train(load_config(config))
+    last = checkpoint.list_checkpoints(str(run_dir))[-1][1]
+    other = shutil.copytree(last, tmp_path / "other")
+    settings = json.loads(open(os.path.join(last, "config.json"), encoding="utf-8").read())
+    record = settings["adapters"]
+    cases = [
+        ({**record, "base": 5}, "adapters.base: missing or of another type (5)"),
+        ({k: v for k, v in record.items() if k != "scale"}, "adapters.scale: missing or of another type (None)"),
+        ({**record, "scale": "2"}, "adapters.scale: missing or of another type ('2')"),
+        ([record["base"]], "adapters: expected an object with base, base_sha256 and scale"),
+        ({**record, "base": last}, "leads back to an adapter checkpoint, not a model"),
+        ({**record, **checkpoint.adapted_base(other)}, "leads back to an adapter checkpoint, not a model"),
+    ]
+    with open(os.path.join(other, "config.json"), "w", encoding="utf-8") as f:  # other's base: the first
+        json.dump({**settings, "adapters": {**record, **checkpoint.adapted_base(last)}}, f)
+    for adapters, says in cases:
+        with open(os.path.join(last, "config.json"), "w", encoding="utf-8") as f:
+            json.dump({**settings, "adapters": adapters}, f)
+        result = run_cli("mt-translate", "--checkpoint", last, "--engine", "torch", input="a red apple\n")
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].endswith(says), result.stderr[-500:]
+
+
 @pytest.mark.parametrize(
     "setting, says",
     [

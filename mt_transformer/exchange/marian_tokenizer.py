@@ -104,5 +104,6 @@ def read_marian_tokenizer(directory: str, hf_config) -> ImportedVocabularies:
     src_order, src_pieces = tgt_order, tgt_pieces
     if separate:
         src_path = os.path.join(directory, "vocab.json")
-        src_order, src_pieces = id_order(read_json(src_path, "the source vocabulary", dict, directory), src_rows, None, src_path)
+        src_vocab = read_json(src_path, "the source vocabulary", dict, directory)
+        src_order, src_pieces = id_order(src_vocab, src_rows, None, src_path)
     return ImportedVocabularies(directory, settings, separate, src_order, src_pieces, tgt_order, tgt_pieces)

@@ -69,13 +69,13 @@ def add_adapters(model, config: Config, parent: str | None, resumed: str | None)
         return {}
     base = parent
     if resumed:
-        saved = checkpoint.read_metadata(resumed)
-        if not saved.get("adapters") or read_lora(resumed) != settings:
+        saved = checkpoint.read_adapters(resumed)
+        if saved is None or read_lora(resumed) != settings:
             raise UserError(
                 f"train.lora: {settings} in the config but {read_lora(resumed)} in {resumed}; "
                 f"use a new train.output_dir or restore the setting"
             )
-        base = saved["adapters"]["base"]
+        base = saved.base
     checkpoint.load_weights(model, base)
     adapted = lora.add_adapters(model, settings.rank, settings.alpha, settings.targets)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
