@@ -4,6 +4,7 @@ requests on SIGTERM, and the page in a headless Chromium."""
 import json
 import os
 import re
+import select
 import socket
 import sys
 import threading
@@ -209,9 +210,29 @@ def test_a_real_server_bounds_every_request_and_its_shutdown(trained_run):
     plain_pair = {"source": "en", "target": "de"}
     plain = {"q": "a red house", **plain_pair}
     args = ["--checkpoint", trained_run, "--engine", "torch", "--timeout", "1", "--max-queue", "3"]
-    with ServerProcess([*args, "--drain-seconds", "1"], prelude=SLOW_BIG_BATCHES) as server:
+    with ServerProcess([*args, "--drain-seconds", "1", "--body-timeout", "1"], prelude=SLOW_BIG_BATCHES) as server:
         assert post(server.url + "/translate", plain)[0] == 200
         idle = server.rss_mb()
+
+        # a body sent a byte at a time is answered 408 at --body-timeout, and its connection closed
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+            body = json.dumps(plain).encode()
+            head = (
+                f"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+            )
+            connection.sendall(head.encode() + b"\r\n\r\n")
+            began, answer = time.monotonic(), b""
+            for byte in body:
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:  # closed by the server
+                    break
+                if select.select([connection], [], [], 0.2)[0]:
+                    break
+            while chunk := connection.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408") and b"took more than 1 s to arrive" in answer, answer
+        assert time.monotonic() - began < 4
         for path, body, kind in hostile_bodies():  # every one a 4xx with LibreTranslate's body
             began = time.monotonic()
             status, answer, _ = raw_post(server.url, path, body, kind)

@@ -59,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=at_least(0), default=60.0, help="seconds a request may take; longer: 504, and its work stops"
     )
     parser.add_argument(
+        "--body-timeout",
+        type=at_least(0),
+        default=30.0,
+        help="seconds a request's body may take to arrive; longer: 408, and the connection is closed",
+    )
+    parser.add_argument(
         "--api-keys", metavar="FILE", help="require LibreTranslate's api_key: one key per line (# comments)"
     )
     parser.add_argument(
@@ -93,6 +99,7 @@ def serve_main(argv=None):
         _api_keys(args.api_keys),
         args.max_queue,
         args.req_limit,
+        body_timeout=args.body_timeout,
     )
     listening = _listen(args.host, args.port)
     failure: list[str] = []

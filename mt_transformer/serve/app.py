@@ -44,8 +44,9 @@ class ServerSettings:
     timeout: float = 60.0  # seconds a request may take before it is answered 504
     api_keys: frozenset[str] | None = None  # None: no key needed
     max_pending: int = 256  # requests waiting or being translated at once; more: 503 with Retry-After
-    req_limit: int | None = None  # requests a minute per API key, or per address without one; more: 429
+    req_limit: int | None = None  # requests a minute per API key where keys are set, else per address; more: 429
     stop_grace: float = 5.0  # seconds a call may go on at shutdown after its requests were given up on
+    body_timeout: float = 30.0  # seconds a request's body may take to arrive; longer: 408
 
     @property
     def max_body(self) -> int:
@@ -156,7 +157,7 @@ def create_app(
         request.state.lines = len(items)
         return v1_response(body, options, await server.translate(options, items, request))
 
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body, seconds=settings.body_timeout)
     app.add_middleware(AccessLog)  # the last added is the outermost: it sees the 413s too
     return app
 

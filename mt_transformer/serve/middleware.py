@@ -7,6 +7,7 @@ it is still arriving, and the log line holds the status the client really got.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -18,11 +19,12 @@ access_log = logging.getLogger("mt_transformer.serve.access")
 
 class BodyLimit:
     """Bodies of more than `max_bytes` are answered 413 before the app sees them: at once when
-    Content-Length says so, else as soon as the bytes received pass the bound. The body is read
-    here and handed on whole (the app would hold it whole anyway)."""
+    Content-Length says so, else as soon as the bytes received pass the bound; a body still
+    arriving `seconds` after its request began is answered 408 (a client sending a byte a second
+    holds no connection). The body is read here and handed on whole (the app would hold it whole anyway)."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, seconds: float):
+        self.app, self.max_bytes, self.seconds = app, max_bytes, seconds
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -30,9 +32,13 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
             return await answer_error(scope, send, 413, self._message(int(declared)))
-        body, more = bytearray(), True
+        body, more, deadline = bytearray(), True, asyncio.get_running_loop().time() + self.seconds
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                message = f"Request Timeout: the body took more than {self.seconds:g} s to arrive"
+                return await answer_error(scope, send, 408, message, close=True)
             if message["type"] != "http.request":  # the client went away
                 return
             body += message.get("body", b"")
@@ -89,10 +95,12 @@ class AccessLog:
             access_log.info(json.dumps(entry, ensure_ascii=False))
 
 
-async def answer_error(scope, send, status: int, message: str) -> None:
-    """A JSON error answered from middleware, noted for the access log."""
+async def answer_error(scope, send, status: int, message: str, close: bool = False) -> None:
+    """A JSON error answered from middleware, noted for the access log; `close`: the connection
+    ends with it (its body is not read to the end)."""
     scope.setdefault("state", {})["error"] = message
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(b"connection", b"close")] if close else []
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
