@@ -166,7 +166,7 @@ def _search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=whole(1), help="source tokens per batch (default: decode.max_tokens)")
     parser.add_argument(
         "--max-input-len",
-        type=whole(1),
+        type=whole(0),
         help="inputs of more subwords are cut at sentence or word boundaries and translated in parts "
         "(default: decode.max_input_len, else the training data.max_len)",
     )

@@ -59,7 +59,7 @@ class _Run:
     def write(self, text: str) -> None:
         self.chunks.append(text)
         self.length += len(text)
-        self.has_words = self.has_words or not text.isspace()
+        self.has_words = self.has_words or (bool(text) and not text.isspace())
 
     @property
     def text(self) -> str:
