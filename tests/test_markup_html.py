@@ -125,3 +125,19 @@ def test_many_elements_on_one_line_are_read_and_rebuilt_whole():
     assert found.pieces == len(found.sentences) + 9000 and Tags(rebuilt).tags == Tags(line).tags
     words = [w for w in re.sub(r"<[^>]+>", " ", rebuilt).split()]
     assert words == re.sub(r"<[^>]+>", " ", line).upper().split()
+
+
+def test_the_quick_bound_never_counts_more_elements_than_the_reader_finds():
+    import random
+
+    from mt_transformer.markup.html import least_pieces
+
+    rng = random.Random(0)
+    units = ["a", "b.", "<b>", "</b>", "<i x=1>", "<a href=x>", "</a>", "<br>", "<p>", "<img src=y/>", "<s>", " "]
+    units += ["<!-- <b> -->", "<script><b></script>", '<a title="<b><i>">', "<span translate=no><b>x</b></span>", "<"]
+    for _ in range(2000):
+        fragment = " ".join(rng.choice(units) for _ in range(rng.randint(1, 30)))
+        found = HtmlFragment(fragment)
+        elements = sum(len(s.spans) for s in found.sentences)
+        assert least_pieces(fragment) <= elements, fragment
+    assert least_pieces("<s>a. " * 833) == 833 and least_pieces('<a title="x">y</a>') == 0

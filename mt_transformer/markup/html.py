@@ -232,6 +232,21 @@ def sentences(run: _Run) -> list[Sentence]:
     return out
 
 
+START_TAG = re.compile(r"<([a-zA-Z][^\t\n\r\f />\x00]*)[^<>]*>")
+# what can hide a start tag from the reader, or make one tag of two: quotes, comments and
+# declarations, raw-text elements, translate="no"
+UNSURE = re.compile(r"[\"']|<[!?]|<(?:" + "|".join(sorted(VERBATIM)) + r")\b|translate", re.IGNORECASE)
+
+
+def least_pieces(fragment: str) -> int:
+    """How many inline elements the reader will find in `fragment` at least, by one regular
+    expression (a bound a server checks before reading): each start tag of an element that is not
+    a block, where nothing can hide a tag from the reader (UNSURE); 0 where something can."""
+    if UNSURE.search(fragment):
+        return 0
+    return sum(1 for name in START_TAG.findall(fragment) if name.lower() not in BLOCK)
+
+
 class HtmlFragment:
     """`sentences`: what to translate, in order; `rebuild(translations, alignments)` writes the
     fragment with each translation in place of its sentence and the markup around it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mt_transformer.markup.html import HtmlFragment, TooManyPieces
+from mt_transformer.markup.html import HtmlFragment, TooManyPieces, least_pieces
 from mt_transformer.markup.translation import has_markup
 
 # English names of the languages a client's menu shows; other codes are shown as they are
@@ -108,6 +108,11 @@ def check_html(lines: list[str], limits: Limits) -> None:
     """413 for HTML with more (or longer) sentences and inline elements than the server takes lines:
     read with the count bounded, so a request past it costs only the reading up to there."""
     what, pieces, budget = "sentences and inline elements in the HTML of q", [], limits.max_lines
+    least = 0
+    for line in lines:  # a bound found at once (one regular expression a line), before any reading
+        least += least_pieces(line) if has_markup(line) else 0
+        if least > budget:
+            raise ApiError(413, f"Invalid request: more {what} than this server's {limits.max_lines}")
     for line in lines:
         if has_markup(line):
             try:
