@@ -1,7 +1,9 @@
 """mt-serve soaked: many clients on 127.0.0.1, each sending in turn a mix of requests to one real
 mt-serve process for a bounded time: plain lines, HTML, alternatives (LibreTranslate's
-/translate) and attention maps (/v1/translate); with --long-html also 100 lines of 833
-`<s>a. ` each, past the server's bounds (a 413 that must stall no one). Per kind of request
+/translate) and attention maps (/v1/translate); with --long html also 100 lines of 833
+`<s>a. ` each, past the server's bounds (a 413 that must stall no one), and with --long text
+as many bytes of plain text, each line a character past --max-chars (the same 413 without HTML,
+to tell the cost of the bytes from that of the HTML). Per kind of request
 the p50 and p99 latency, the answers by status code, and the server's resident memory after a
 warm-up and at the end.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import json
 import time
 
@@ -25,7 +28,10 @@ from serve_bench import request
 from serve_process import ServerProcess, get
 
 KINDS = ("plain", "html", "alternatives", "attention")
-LONG_HTML = ["<s>a. " * 833] * 100  # each line under --max-chars, the whole far past the sentences allowed
+LONG = {  # 500 KB: each HTML line under --max-chars, the whole far past the sentences allowed
+    "html": {"q": ["<s>a. " * 833] * 100, "format": "html"},
+    "text": {"q": ["a" * 5001] * 100},  # each line past --max-chars 5000
+}
 
 
 def body(kind: str, line: str, pair: tuple[str, str]) -> tuple[str, bytes]:
@@ -37,11 +43,17 @@ def body(kind: str, line: str, pair: tuple[str, str]) -> tuple[str, bytes]:
         first, _, rest = line.partition(" ")
         fragment = f"<p><b>{first}</b> {rest} <a href='https://example.org'>{first}</a></p>"
         return "/translate", json.dumps({"q": fragment, "format": "html", **languages}).encode()
-    if kind == "long html":
-        return "/translate", json.dumps({"q": LONG_HTML, "format": "html", **languages}).encode()
+    if kind.startswith("long "):
+        return "/translate", _long(kind.split()[1], *pair)
     if kind == "alternatives":
         return "/translate", json.dumps({"q": line, "alternatives": 3, **languages}).encode()
     return "/v1/translate", json.dumps({"q": [line], "attention": True, **languages}).encode()
+
+
+@functools.cache
+def _long(kind: str, source: str, target: str) -> bytes:
+    """A long body, encoded once: the clients' own work stays that of the other kinds."""
+    return json.dumps({**LONG[kind], "source": source, "target": target}).encode()
 
 
 async def soak(port: int, lines: list[str], clients: int, seconds: float, most: int, pair, kinds=KINDS) -> dict:
@@ -83,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the clients send, at most")
     parser.add_argument("--requests", type=int, default=10_000, help="requests per client, at most")
-    parser.add_argument("--long-html", action="store_true", help="add requests of long HTML lines to the mix")
+    parser.add_argument("--long", choices=sorted(LONG), help="add requests of 500 KB of long lines to the mix")
     parser.add_argument("--json", help="write the result here as well")
     args = parser.parse_args(argv)
     lines = [line for line in read_lines(args.src) if line.strip()][:1000]
@@ -92,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
         pair = (entry["code"], entry["targets"][0])
         asyncio.run(soak(server.port, lines, len(KINDS), 30.0, 2, pair))  # warm-up: each kind loaded
         start_mb = server.rss_mb()
-        kinds = (*KINDS, "long html") if args.long_html else KINDS
+        kinds = (*KINDS, f"long {args.long}") if args.long else KINDS
         result = asyncio.run(soak(server.port, lines, args.clients, args.seconds, args.requests, pair, kinds))
         end_mb, peak_mb = server.rss_mb(), server.peak_rss_mb()
     kinds = {
@@ -105,14 +117,14 @@ def main(argv: list[str] | None = None) -> dict:
     }
     summary = {
         "clients": args.clients,
-        "long_html": args.long_html,
+        "long": args.long,
         "seconds": result["seconds"],
         "statuses": result["statuses"],
         "kinds": kinds,
         "rss_mb": {"start": start_mb, "end": end_mb, "peak": peak_mb},
     }
     print(f"# {machine_line()}")
-    mix = " with long HTML" if args.long_html else ""
+    mix = f" with long {args.long} requests" if args.long else ""
     print(f"# {args.checkpoint}, engine {args.engine}: {args.clients} clients for {result['seconds']:.0f} s{mix}")
     rows = [[kind, k["requests"], f"{k['p50_ms']:.0f}", f"{k['p99_ms']:.0f}"] for kind, k in kinds.items()]
     print(markdown_table(["kind", "requests", "p50 ms", "p99 ms"], rows))

@@ -29,7 +29,7 @@ def test_the_soak_mixes_every_kind_and_reports_latency_codes_and_memory(trained_
 
     out = tmp_path / "soak.json"
     args = ["--checkpoint", trained_run, "--src", f"{corpus}/valid.en", "--clients", "4", "--seconds", "2"]
-    summary = serve_soak.main([*args, "--requests", "40", "--long-html", "--json", str(out)])
+    summary = serve_soak.main([*args, "--requests", "40", "--long", "html", "--json", str(out)])
     assert set(summary["kinds"]) == {*serve_soak.KINDS, "long html"}
     refused = summary["kinds"]["long html"]["requests"]  # 413: past the sentences and elements allowed
     assert summary["statuses"] == {200: sum(k["requests"] for k in summary["kinds"].values()) - refused, 413: refused}

@@ -104,26 +104,37 @@ def check_size(lines: list[str], limits: Limits, what: str) -> None:
         raise ApiError(413, f"Invalid request: {total} characters, more than this server's {limits.char_limit}")
 
 
+HTML_PIECES = "sentences and inline elements in the HTML of q"
+
+
+def check_html_bound(lines: list[str], limits: Limits) -> None:
+    """413 at once where the HTML holds more inline elements than the server takes lines, by a
+    bound one regular expression a line finds (markup/html.py's least_pieces): no reading."""
+    least = 0
+    for line in lines:
+        least += least_pieces(line) if has_markup(line) else 0
+        if least > limits.max_lines:
+            raise ApiError(413, f"Invalid request: more {HTML_PIECES} than this server's {limits.max_lines}")
+
+
 def check_html(lines: list[str], limits: Limits) -> None:
     """413 for HTML with more (or longer) sentences and inline elements than the server takes lines:
     read with the count bounded, so a request past it costs only the reading up to there."""
-    what, pieces, budget = "sentences and inline elements in the HTML of q", [], limits.max_lines
-    least = 0
-    for line in lines:  # a bound found at once (one regular expression a line), before any reading
-        least += least_pieces(line) if has_markup(line) else 0
-        if least > budget:
-            raise ApiError(413, f"Invalid request: more {what} than this server's {limits.max_lines}")
+    check_html_bound(lines, limits)
+    pieces, budget = [], limits.max_lines
     for line in lines:
         if has_markup(line):
             try:
                 fragment = HtmlFragment(line, limit=budget)
             except TooManyPieces:
-                raise ApiError(413, f"Invalid request: more {what} than this server's {limits.max_lines}") from None
+                raise ApiError(
+                    413, f"Invalid request: more {HTML_PIECES} than this server's {limits.max_lines}"
+                ) from None
             budget -= fragment.pieces
             pieces += [s.text for s in fragment.sentences] + [
                 span.start for s in fragment.sentences for span in s.spans
             ]
-    check_size(pieces, limits, what)
+    check_size(pieces, limits, HTML_PIECES)
 
 
 def check_text(values: list[str], what: str) -> None:

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from mt_transformer.errors import UserError
-from mt_transformer.serve.api import ApiError, Limits, api_key, check_html, languages, parse_translate
+from mt_transformer.serve.api import ApiError, Limits, api_key, check_html, check_html_bound, languages, parse_translate
 from mt_transformer.serve.batcher import Busy, DynamicBatcher
 from mt_transformer.serve.bodies import read_payload
 from mt_transformer.serve.middleware import AccessLog, BodyLimit
@@ -236,7 +236,8 @@ def _libretranslate(app: FastAPI, server: _Server) -> None:
             raise ApiError(400, "Invalid request: alternatives are for format text")
         html = asked.format == "html"
         if html:  # each fragment's sentences are translated apart, its inline elements put back
-            await run_in_threadpool(check_html, asked.lines, settings.limits)  # not on the event loop
+            check_html_bound(asked.lines, settings.limits)  # a regular expression a line: at once
+            await run_in_threadpool(check_html, asked.lines, settings.limits)  # reading HTML: off the event loop
         request.state.lines = len(asked.lines)
         options = Options(asked.source, asked.target, n_best=1 + asked.alternatives, html=html)
         results = await server.translate(options, [Item(text) for text in asked.lines], request)
