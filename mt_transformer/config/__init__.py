@@ -2,6 +2,7 @@
 validated there (checks.py). This is the only place that reads YAML or holds defaults."""
 
 from mt_transformer.config.checks import check_data_files, corpus_keys, validate
+from mt_transformer.config.cleaning import CleanConfig
 from mt_transformer.config.loading import (
     SECTIONS,
     apply_overrides,
@@ -27,6 +28,7 @@ from mt_transformer.errors import ConfigError
 __all__ = [
     "SECTIONS",
     "AugmentConfig",
+    "CleanConfig",
     "Config",
     "ConfigError",
     "CorpusConfig",

