@@ -13,15 +13,23 @@ written, and three examples of each reason taken.
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import os
 import time
 from collections.abc import Iterator
 
 import numpy as np
 import xxhash
 
-from mt_transformer.config import CleanConfig
+from mt_transformer.config import CleanConfig, CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.clean_rules import PairRules, repair
-from mt_transformer.files import atomic_path
+from mt_transformer.data.corpus import load_pairs
+from mt_transformer.data.prepare import CACHE_WRITER, cache_directory, cache_key, split_source
+from mt_transformer.files import atomic_path, read_json, write_text
+from mt_transformer.outputs import atomic_dir, check_output
+
+log = logging.getLogger(__name__)
 
 # why a pair is dropped, in the order the rules ask; 0: kept
 REASONS = (
@@ -43,6 +51,8 @@ REASONS = (
 CODE = {reason: code for code, reason in enumerate(REASONS)}
 BATCH = 10_000
 EXAMPLES = 3
+REPORT = "report.json"  # in a cleaned corpus's cache directory
+REPORT_FILE = "cleaning.json"  # in the run directory: each corpus's report, by its key
 
 
 def _hash(text: str) -> int:
@@ -137,3 +147,43 @@ def clean_pairs(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str, out_
         "pairs_per_second": round(len(codes) / seconds) if seconds else None,
         "settings": settings.to_key(),
     }
+
+
+def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True) -> dict[str, CorpusConfig]:
+    """Each corpus whose data.clean has a rule on, by its key (data, data.corpora[i]): the text
+    corpus of its cleaned training pairs, made once into the run's cache (under the pairs' files
+    and the rules) and its report kept in the run directory's cleaning.json. Under torchrun the
+    `main` process calls it first, the others after: they read what it made."""
+    found, reports = {}, {}
+    for corpus, key in corpus_keys(data):
+        settings = data.clean_of(corpus)
+        if not settings.active or corpus.train is None:
+            continue
+        source = split_source(corpus, "train")
+        directory = os.path.join(
+            cache_directory(data, run_dir), "clean-" + cache_key(source, corpus.files("train"), [], settings.to_key())
+        )
+        report_path = os.path.join(directory, REPORT)
+        if not os.path.isfile(report_path):
+            check_output(directory, CACHE_WRITER)
+            pairs = load_pairs(corpus, "train", f"{key}.train")
+            with atomic_dir(directory, written_by=CACHE_WRITER) as tmp:
+                report = clean_pairs(pairs, settings, corpus.src_lang, corpus.tgt_lang, os.path.join(tmp, "train"))
+                write_text(os.path.join(tmp, REPORT), json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+        reports[key] = report = read_json(report_path, "the cleaning report")
+        dropped = ", ".join(f"{n} {reason}" for reason, n in report["dropped"].items()) or "none"
+        log.info(
+            "%s: cleaning kept %d of %d training pairs; dropped: %s", key, report["kept"], report["pairs"], dropped
+        )
+        found[key] = CorpusConfig(
+            src_lang=corpus.src_lang,
+            tgt_lang=corpus.tgt_lang,
+            format="text",
+            train=os.path.join(directory, "train"),
+            tag=corpus.tag,
+            teacher=corpus.teacher,
+            augment=corpus.augment,
+        )
+    if reports and main:
+        write_text(os.path.join(run_dir, REPORT_FILE), json.dumps(reports, indent=1, ensure_ascii=False) + "\n")
+    return found

@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 
 CACHE_VERSION = "2"  # raised when what an encoded split holds changes (2: a lone \r is a space, not a line end)
 CACHE_WRITER = "mt-prepare"  # whose marker an encoded split and a teacher's translations carry
-# what a cache directory holds: encoded splits, teachers' translations, temporary names of those being written
-CACHE_ENTRY = re.compile(r"^\.?(teacher-)?[0-9a-f]{24}(\.[a-z0-9_]{8})?$")
+# what a cache directory holds: encoded splits, cleaned and distilled pairs, temporary names of those being written
+CACHE_ENTRY = re.compile(r"^\.?(teacher-|clean-)?[0-9a-f]{24}(\.[a-z0-9_]{8})?$")
 
 
 def _hash_file(path: str, digest) -> None:

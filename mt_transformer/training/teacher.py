@@ -72,14 +72,16 @@ def teacher_config(path: str) -> Config:
 
 
 def distilled_corpora(
-    data: DataConfig, run_dir: str, device: torch.device, threads: int = 0
+    data: DataConfig, run_dir: str, device: torch.device, threads: int = 0, sources: dict | None = None
 ) -> dict[str, CorpusConfig]:
     """Each corpus with a teacher, by its key (data, data.corpora[i]): the text corpus of its
-    distilled training pairs, translated first where the cache lacks them. Every rank of a
-    torchrun group calls it (each translates its shard) and gets the same answer."""
+    distilled training pairs, translated first where the cache lacks them; `sources`: by key, the
+    corpus to translate instead (its cleaned pairs). Every rank of a torchrun group calls it (each
+    translates its shard) and gets the same answer."""
     quiet_datasets()
     distilled = {}
     for corpus, key in corpus_keys(data):
+        corpus = (sources or {}).get(key, corpus)
         if corpus.teacher:
             directory = _translated(data, corpus, key, cache_directory(data, run_dir), device, threads)
             distilled[key] = CorpusConfig(

@@ -19,6 +19,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, TrainConfig, check_data_files, to_yaml
+from mt_transformer.data.cleaning import cleaned_corpora
 from mt_transformer.data.prepare import claim_cache, prepare_data
 from mt_transformer.data.run_tokenizer import chosen_vocab_size, has_run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
@@ -108,15 +109,22 @@ def train(config: Config) -> dict:
 
 
 def prepare_for_all_ranks(config: Config, run_dir: str, processes: distributed.Processes, device):
-    """The teacher's translations of the training sources where a corpus has a teacher (each rank
-    translates its share); then rank 0 trains the tokenizer and encodes the data (with word
-    alignments for train.guided_alignment and data.augment's inline_tags), and the other ranks
-    load both from the run directory, which must be shared by every node."""
+    """The training pairs cleaned (data.clean), then the teacher's translations of their sources
+    where a corpus has a teacher (each rank translates its share); then rank 0 trains the tokenizer
+    and encodes the data (with word alignments for train.guided_alignment and data.augment's
+    inline_tags), and the other ranks load both from the run directory, which must be shared by
+    every node."""
     data_config, seed = config.data, config.train.seed
     aligned = config.train.guided_alignment.weight > 0 or any(
         data_config.augment_of(corpus).inline_tags for corpus in data_config.corpus_list()
     )
-    train_from = teacher.distilled_corpora(data_config, run_dir, device, config.train.threads)
+    if processes.is_main:  # the training pairs cleaned first (data.clean), by one rank
+        cleaned = cleaned_corpora(data_config, run_dir)
+    distributed.barrier()
+    if not processes.is_main:
+        cleaned = cleaned_corpora(data_config, run_dir, main=False)
+    distilled = teacher.distilled_corpora(data_config, run_dir, device, config.train.threads, cleaned)
+    train_from = {**cleaned, **distilled}
     if processes.is_main:
         prepared = prepare_data(data_config, run_dir, seed, train_from=train_from, aligned=aligned)
     distributed.barrier()
