@@ -156,6 +156,7 @@ def subprocess_env(**extra: str) -> dict:
 COMMANDS = {
     "mt-train": "train_main",
     "mt-prepare": "prepare_main",
+    "mt-clean": "clean_main",
     "mt-translate": "translate_main",
     "mt-eval": "eval_main",
     "mt-score": "score_main",

@@ -1,10 +1,11 @@
-"""Command-line entry points: mt-train, mt-prepare, mt-translate, mt-eval, mt-score, mt-export, mt-import,
-mt-average, mt-plot, mt-serve.
+"""Command-line entry points: mt-train, mt-prepare, mt-clean, mt-translate, mt-eval, mt-score, mt-export,
+mt-import, mt-average, mt-plot, mt-serve.
 
 Each parses its arguments, calls into the package, and turns a UserError into one line on
 stderr and exit code 2.
 """
 
+from mt_transformer.cli.clean import clean_main
 from mt_transformer.cli.evaluate import eval_main
 from mt_transformer.cli.score import score_main
 from mt_transformer.cli.serve import serve_main
@@ -14,6 +15,7 @@ from mt_transformer.cli.translate import translate_main
 
 __all__ = [
     "average_main",
+    "clean_main",
     "eval_main",
     "export_main",
     "import_main",

@@ -101,7 +101,7 @@ class PairRules:
 
 
 def _ratio_exceeded(src: str, tgt: str, src_words: list[str], tgt_words: list[str], limit: float) -> bool:
-    if max(len(src), len(tgt)) < 15:
+    if max(len(src), len(tgt)) < 20:
         return False
     chars = max(len(src), len(tgt)) / min(len(src), len(tgt))
     words = max(len(src_words), len(tgt_words)) / min(len(src_words), len(tgt_words))

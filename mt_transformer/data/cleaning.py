@@ -115,14 +115,16 @@ def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, settings: CleanConfig) 
         codes[(codes == 0) & ~_first_of_each(hashes[:, 2], codes == 0)] = CODE["duplicate_target"]
 
 
-def clean_pairs(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str, out_prefix: str) -> dict:
+def clean_pairs(
+    pairs, settings: CleanConfig, src_lang: str, tgt_lang: str, out_prefix: str, examples: int = EXAMPLES
+) -> dict:
     """Clean a Dataset of `src` and `tgt` columns into the text files OUT.SRC_LANG and OUT.TGT_LANG
     (written whole or not at all); returns the report: pairs read and kept, per reason the pairs
-    dropped and three of them, and the speed."""
+    dropped and the first `examples` of them, and the speed."""
     began = time.perf_counter()
     codes, hashes = _judge(pairs, settings, src_lang, tgt_lang)
     _judge_corpus(codes, hashes, settings)
-    examples: dict[str, list] = {}
+    shown: dict[str, list] = {}
     paths = (f"{out_prefix}.{src_lang}", f"{out_prefix}.{tgt_lang}")
     with contextlib.ExitStack() as stack:
         tmps = [stack.enter_context(atomic_path(path)) for path in paths]
@@ -133,7 +135,7 @@ def clean_pairs(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str, out_
                 if code == 0:
                     outs[0].write(s + "\n")
                     outs[1].write(t + "\n")
-                elif len(taken := examples.setdefault(REASONS[code], [])) < EXAMPLES:
+                elif len(taken := shown.setdefault(REASONS[code], [])) < examples:
                     taken.append([s, t])
             row += len(batch)
     seconds = time.perf_counter() - began
@@ -142,7 +144,7 @@ def clean_pairs(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str, out_
         "pairs": int(len(codes)),
         "kept": int(counts[0]),
         "dropped": {reason: int(n) for reason, n in zip(REASONS[1:], counts[1:]) if n},
-        "examples": examples,
+        "examples": shown,
         "seconds": round(seconds, 3),
         "pairs_per_second": round(len(codes) / seconds) if seconds else None,
         "settings": settings.to_key(),

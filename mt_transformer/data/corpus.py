@@ -179,7 +179,19 @@ def load_pairs(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
 
     if len(dataset) == 0:
         raise UserError(f"{key}: {location} holds no pairs")
+    return _normalized(dataset)
 
+
+def load_files(src_path: str, tgt_path: str) -> datasets.Dataset:
+    """The pairs of two line-aligned text files of any names, as load_pairs gives a split."""
+    quiet_datasets()
+    for path in (src_path, tgt_path):
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            raise UserError(f"{path} is empty")
+    return _normalized(_text_pairs(src_path, tgt_path, "--src/--tgt"))
+
+
+def _normalized(dataset: datasets.Dataset) -> datasets.Dataset:
     def clean(batch):
         return {"src": [normalize(s or "") for s in batch["src"]], "tgt": [normalize(t or "") for t in batch["tgt"]]}
 

@@ -1,0 +1,134 @@
+"""data.clean's stage: duplicates and repeated lines over a corpus, language identification offline,
+the stage inside mt-prepare (cached, off with clean: {}), and mt-clean on hostile files."""
+
+import json
+import os
+
+from conftest import run_cli, tiny_config, write_config
+from mt_transformer.config import CleanConfig
+from mt_transformer.data.cleaning import clean_pairs
+
+
+def pairs_of(rows):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"src": [s for s, _ in rows], "tgt": [t for _, t in rows]})
+
+
+def read(path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+RULES = CleanConfig(language_id=None)
+
+
+def test_duplicates_keep_the_first_and_lines_repeated_with_many_partners_are_boilerplate(tmp_path):
+    rows = [(f"Satz Nummer {w} hier.", f"Sentence number {w} here.") for w in "abcdefgh"]
+    rows += [("Satz Nummer a hier.", "Sentence number a here.")]  # an exact duplicate
+    rows += [("Ein anderer Satz a.", "Sentence number a here.")]  # another source, the same target
+    rows += [(f"Klicken Sie hier {w}.", "Click here.") for w in "xyz"]  # one target, three partners
+    report = clean_pairs(pairs_of(rows), CleanConfig(language_id=None, max_repeats=2), "de", "en", str(tmp_path / "o"))
+    assert report["dropped"] == {"repeated": 3, "duplicate_pair": 1, "duplicate_target": 1}
+    assert read(tmp_path / "o.en") == [t for _, t in rows[:8]] and report["kept"] == 8
+    assert report["examples"]["duplicate_target"] == [["Ein anderer Satz a.", "Sentence number a here."]]
+
+
+def test_language_identification_reads_the_model_in_the_wheel_and_never_downloads(tmp_path, monkeypatch):
+    import socket
+
+    def no_network(*args, **keys):
+        raise AssertionError("the language model was fetched")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    from mt_transformer.data.language_id import language_share
+
+    german = ["Zwei Hunde spielen im Schnee.", "Die Kinder laufen über die Wiese.", "Ich habe heute keine Zeit."]
+    english = ["Two dogs are playing in the snow.", "The children run across the meadow.", "I have no time today."]
+    french = ["Deux chiens jouent dans la neige.", "Les enfants courent dans le pré.", "Je n'ai pas le temps."]
+    assert all(share > 0.5 for share in language_share(german, "de"))
+    assert all(share > 0.5 for share in language_share(english, "eng_Latn"))
+    assert all(share < 0.1 for share in language_share(french, "en"))
+    assert language_share(["Hallo", "Berlin 2020"], "en") == [None, None]  # too short to judge
+    rows = list(zip(german, english)) + list(zip(german, french))
+    report = clean_pairs(pairs_of(rows), CleanConfig(), "de", "en", str(tmp_path / "o"))
+    assert report["dropped"] == {"language": 3} and read(tmp_path / "o.en") == english
+
+
+def test_close_relatives_pass_as_the_language():
+    from mt_transformer.data.language_id import accepted
+
+    assert {"no", "da", "sv"} <= accepted("nb") and accepted("deu_Latn") == {"de"} and "pt" in accepted("pb")
+
+
+def test_mt_prepare_cleans_once_keeps_the_report_and_clean_off_prepares_as_without_the_stage(corpus, tmp_path):
+    from mt_transformer.config import load_config
+    from mt_transformer.data.prepare import prepare_data
+
+    run = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(run)))
+    for _ in range(2):
+        result = run_cli("mt-prepare", "--config", config)
+        assert result.returncode == 0, result.stderr
+    report = json.loads((run / "cleaning.json").read_text())["data"]
+    assert report["pairs"] == 2000 and report["kept"] + sum(report["dropped"].values()) == 2000
+    assert result.stderr.count("cleaning kept") == 1 and len(list((run / "cache").glob("clean-*"))) == 1
+
+    off = tmp_path / "off"
+    result = run_cli("mt-prepare", "--config", config, "--set", f"train.output_dir={off}", "data.clean={}")
+    assert result.returncode == 0, result.stderr and not (off / "cleaning.json").exists()
+    data = load_config(config, [f"train.output_dir={tmp_path / 'plain'}", "data.clean={}"]).data
+    _, plain, _ = prepare_data(data, str(tmp_path / "plain"), seed=3)
+    _, cleaned_off, _ = prepare_data(data, str(off), seed=3)
+    assert plain["train"]["src_ids"] == cleaned_off["train"]["src_ids"] and not list(off.glob("cache/clean-*"))
+
+
+def test_a_stage_killed_part_way_leaves_nothing_and_the_next_run_cleans_whole(corpus, tmp_path, monkeypatch):
+    from mt_transformer.data import cleaning
+
+    real = cleaning.clean_pairs
+
+    def killed(pairs, settings, src_lang, tgt_lang, out_prefix, **keys):
+        with open(f"{out_prefix}.{src_lang}", "w") as f:
+            f.write("half\n")
+        raise KeyboardInterrupt
+
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run")))
+    monkeypatch.setattr(cleaning, "clean_pairs", killed)
+    assert run_cli("mt-prepare", "--config", config).returncode == 130
+    assert not [p for p in os.listdir(tmp_path / "run" / "cache") if "clean-" in p]
+    monkeypatch.setattr(cleaning, "clean_pairs", real)
+    assert run_cli("mt-prepare", "--config", config).returncode == 0
+
+
+def test_mt_clean_on_hostile_files(tmp_path):
+    src, tgt = tmp_path / "in.de", tmp_path / "in.en"
+    src.write_bytes(b"\xef\xbb\xbfEin Haus\x00 steht hier.\nZwei\rHunde spielen heute.\n" + b"x" * 10_000_000 + b"\n")
+    tgt.write_bytes(b"A house stands here.\nTwo dogs play today.\nOne line.\n")
+    out = tmp_path / "out"
+    args = ["--src", str(src), "--tgt", str(tgt), "--src-lang", "de", "--tgt-lang", "en", "-o", str(out)]
+    result = run_cli("mt-clean", *args, "--show", "1", "--plot", str(tmp_path / "drops.png"))
+    assert result.returncode == 0, result.stderr
+    assert read(tmp_path / "out.de") == ["Ein Haus steht hier.", "Zwei Hunde spielen heute."]
+    assert "word_too_long\t" in result.stdout and (tmp_path / "drops.png").stat().st_size > 0
+    assert run_cli("mt-clean", *args).returncode == 0  # its own earlier output is replaced
+    for bad, says in (
+        ((b"a\n", b"a\nb\n"), "has 1 lines but"),
+        ((b"a\xff\n", b"a\n"), "line 1 is not valid UTF-8"),
+    ):
+        src.write_bytes(bad[0])
+        tgt.write_bytes(bad[1])
+        result = run_cli("mt-clean", *args)
+        assert result.returncode == 2 and says in result.stderr.strip().splitlines()[-1], result.stderr
+    for extra, says in (
+        (["--set", "data.clean.bogus=1"], "data.clean.bogus: unknown key"),
+        (["--set", "data.clean.language_id=3"], "data.clean.language_id: must be from 0 to 1"),
+    ):
+        result = run_cli("mt-clean", *args, *extra)
+        assert result.returncode == 2 and says in result.stderr, result.stderr
+    (tmp_path / "mine.de").write_text("my own\n")
+    result = run_cli("mt-clean", *args[:-1], str(tmp_path / "mine"))
+    assert result.returncode == 2 and "no earlier mt-clean wrote it" in result.stderr
+    result = run_cli("mt-clean", *args[:-1], str(tmp_path / "in"))
+    assert result.returncode == 2 and "is an input" in result.stderr
