@@ -118,6 +118,7 @@ def tiny_config(corpus: str, output_dir: str, **sections) -> dict:
             "vocab_size": 200,
             "spm_type": "bpe",
             "max_len": 48,
+            "clean": {},  # the generated pairs as they are: data.clean is tested on its own (test_cleaning.py)
         },
         "model": {"d_model": 32, "n_heads": 4, "d_ff": 64, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0},
         "train": {

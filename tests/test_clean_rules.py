@@ -59,5 +59,7 @@ def test_the_script_is_the_languages_and_a_rule_set_to_null_is_off():
     assert judge("A man rides a bike.", "A man rides a bike.", "ru", "en") == "script"  # Latin where Cyrillic is
     assert judge("Мужчина едет на велосипеде.", "A man rides a bike.", "rus_Cyrl", "eng_Latn") is None
     assert judge("Ein Haus kostet 500 Euro.", "A house costs 700 euros.", numbers=False) is None
+    # a language written without spaces: one "word" a third of the English length, never a ratio
+    assert judge("一个男人骑着自行车穿过城市。", "A man rides his bicycle through the busy city.", "zh", "en") is None
     off = PairRules.of(CleanConfig.off(), "de", "en")
     assert off.judge("12345", "x" * 400) is None and off.judge("", "a") == "empty"  # an empty side never passes

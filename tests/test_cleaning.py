@@ -56,10 +56,25 @@ def test_language_identification_reads_the_model_in_the_wheel_and_never_download
     assert report["dropped"] == {"language": 3} and read(tmp_path / "o.en") == english
 
 
-def test_close_relatives_pass_as_the_language():
-    from mt_transformer.data.language_id import accepted
+def test_close_relatives_pass_as_the_language_and_one_the_model_lacks_is_not_judged():
+    from mt_transformer.data.language_id import accepted, language_share
 
     assert {"no", "da", "sv"} <= accepted("nb") and accepted("deu_Latn") == {"de"} and "pt" in accepted("pb")
+    assert language_share(["Das isch e schöne Tag gsi hüt."], "gsw_Latn") == [None]  # not one of its 176
+
+
+def test_a_rule_that_drops_every_pair_is_one_line_naming_it(corpus, tmp_path):
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run")))
+    result = run_cli("mt-prepare", "--config", config, "--set", "data.clean.max_words=1")
+    assert result.returncode == 2
+    assert "data.clean: every training pair was dropped, 2000 by too_many_words" in result.stderr, result.stderr
+
+
+def defaults(corpus: str, run) -> dict:
+    """The tiny config with data.clean's defaults (the other tests leave the pairs as they are)."""
+    config = tiny_config(corpus, str(run))
+    del config["data"]["clean"]
+    return config
 
 
 def test_mt_prepare_cleans_once_keeps_the_report_and_clean_off_prepares_as_without_the_stage(corpus, tmp_path):
@@ -67,7 +82,7 @@ def test_mt_prepare_cleans_once_keeps_the_report_and_clean_off_prepares_as_witho
     from mt_transformer.data.prepare import prepare_data
 
     run = tmp_path / "run"
-    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(run)))
+    config = write_config(tmp_path / "c.yaml", defaults(corpus, run))
     for _ in range(2):
         result = run_cli("mt-prepare", "--config", config)
         assert result.returncode == 0, result.stderr
@@ -94,7 +109,7 @@ def test_a_stage_killed_part_way_leaves_nothing_and_the_next_run_cleans_whole(co
             f.write("half\n")
         raise KeyboardInterrupt
 
-    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run")))
+    config = write_config(tmp_path / "c.yaml", defaults(corpus, tmp_path / "run"))
     monkeypatch.setattr(cleaning, "clean_pairs", killed)
     assert run_cli("mt-prepare", "--config", config).returncode == 130
     assert not [p for p in os.listdir(tmp_path / "run" / "cache") if "clean-" in p]

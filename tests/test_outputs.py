@@ -207,6 +207,7 @@ DIRECTORY_WRITERS = {
     "mt_transformer.data.prepare": "the encoded splits and data.cache_dir (mt-prepare, mt-train)",
     "mt_transformer.training.train": "train.output_dir",
     "mt_transformer.training.teacher": "a teacher's translations",
+    "mt_transformer.data.cleaning": "a corpus's cleaned pairs (mt-prepare, mt-train)",
 }
 # What else moves or removes directories or replaces files, and why it loses nothing of the user's
 OTHER_REMOVALS = {

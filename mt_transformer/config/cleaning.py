@@ -19,7 +19,8 @@ class CleanConfig:
     # the most characters one word may have (URLs without spaces, base64, glued words)
     max_word_chars: int | None = 150
     # the longer side at most this many times the shorter, in characters and in words; judged
-    # where the longer side has 20 characters or more, as short lines vary most
+    # where the longer side has 20 characters or more, as short lines vary most, and only between
+    # languages written with spaces (a Chinese line is one "word" a third of English's length)
     max_length_ratio: float | None = 3.0
     # the least share of a side's characters (spaces aside) that are letters of its language's
     # script: lines of numbers, symbols or another script

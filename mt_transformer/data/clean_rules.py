@@ -41,12 +41,18 @@ SCRIPTS = {
     "Geor": "\u10a0-\u10ff",
 }
 ANY_LETTER = re.compile(r"[^\W\d_]+")
+UNSPACED = {"Hans", "Hant", "Jpan", "Thai", "Khmr", "Laoo", "Mymr", "Tibt"}  # scripts written without spaces
+
+
+def script_of(language: str) -> str:
+    """The script of `language` (two-letter or NLLB code), by its NLLB code (deu_Latn: Latn)."""
+    code = NLLB.get(language, language)
+    return code.split("_")[1] if "_" in code else "Latn"
 
 
 def script_letters(language: str) -> re.Pattern:
-    """What counts as a letter of `language` (two-letter or NLLB code): its script's, where known."""
-    code = NLLB.get(language, language)
-    script = code.split("_")[1] if "_" in code else "Latn"
+    """What counts as a letter of `language`: its script's, where known."""
+    script = script_of(language)
     return re.compile(f"[{SCRIPTS[script]}]+") if script in SCRIPTS else ANY_LETTER
 
 
@@ -67,11 +73,13 @@ class PairRules:
     src_letters: re.Pattern
     tgt_letters: re.Pattern
     boilerplate: tuple[re.Pattern, ...]
+    spaced: bool  # both languages put spaces between words: lengths in words and characters compare
 
     @classmethod
     def of(cls, settings: CleanConfig, src_lang: str, tgt_lang: str) -> PairRules:
         patterns = tuple(re.compile(p) for p in settings.boilerplate)
-        return cls(settings, script_letters(src_lang), script_letters(tgt_lang), patterns)
+        spaced = not {script_of(src_lang), script_of(tgt_lang)} & UNSPACED
+        return cls(settings, script_letters(src_lang), script_letters(tgt_lang), patterns, spaced)
 
     def judge(self, src: str, tgt: str) -> str | None:
         """Why the (repaired) pair is dropped, or None."""
@@ -83,7 +91,11 @@ class PairRules:
             return "too_many_words"
         if s.max_word_chars is not None and max(map(len, src_words + tgt_words)) > s.max_word_chars:
             return "word_too_long"
-        if s.max_length_ratio is not None and _ratio_exceeded(src, tgt, src_words, tgt_words, s.max_length_ratio):
+        if (
+            s.max_length_ratio is not None
+            and self.spaced
+            and _ratio_exceeded(src, tgt, src_words, tgt_words, s.max_length_ratio)
+        ):
             return "length_ratio"
         if s.min_script_share is not None and (
             _share(src, self.src_letters) < s.min_script_share or _share(tgt, self.tgt_letters) < s.min_script_share

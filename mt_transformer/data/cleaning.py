@@ -26,6 +26,7 @@ from mt_transformer.config import CleanConfig, CorpusConfig, DataConfig, corpus_
 from mt_transformer.data.clean_rules import PairRules, repair
 from mt_transformer.data.corpus import load_pairs
 from mt_transformer.data.prepare import CACHE_WRITER, cache_directory, cache_key, split_source
+from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, read_json, write_text
 from mt_transformer.outputs import atomic_dir, check_output
 
@@ -173,6 +174,12 @@ def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True) -> dict[s
                 report = clean_pairs(pairs, settings, corpus.src_lang, corpus.tgt_lang, os.path.join(tmp, "train"))
                 write_text(os.path.join(tmp, REPORT), json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         reports[key] = report = read_json(report_path, "the cleaning report")
+        if not report["kept"]:
+            worst = max(report["dropped"], key=report["dropped"].get)
+            raise UserError(
+                f"{key}.clean: every training pair was dropped, {report['dropped'][worst]} by {worst}; "
+                f"see {report_path}, and loosen or turn off that rule (null)"
+            )
         dropped = ", ".join(f"{n} {reason}" for reason, n in report["dropped"].items()) or "none"
         log.info(
             "%s: cleaning kept %d of %d training pairs; dropped: %s", key, report["kept"], report["pairs"], dropped

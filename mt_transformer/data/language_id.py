@@ -15,6 +15,16 @@ from importlib import resources
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.errors import UserError
 
+# the 176 languages lid.176.ftz knows, as its labels name them (a language it does not know, such
+# as NLLB's gsw_Latn, is never judged)
+LABELS = frozenset(
+    "af als am an ar arz as ast av az azb ba bar bcl be bg bh bn bo bpy br bs bxr ca cbk ce ceb ckb co cs cv cy "
+    "da de diq dsb dty dv el eml en eo es et eu fa fi fr frr fy ga gd gl gn gom gu gv he hi hif hr hsb ht hu hy "
+    "ia id ie ilo io is it ja jbo jv ka kk km kn ko krc ku kv kw ky la lb lez li lmo lo lrc lt lv mai mg mhr min "
+    "mk ml mn mr mrj ms mt mwl my myv mzn nah nap nds ne new nl nn no oc or os pa pam pfl pl pms pnb ps pt qu rm "
+    "ro ru rue sa sah sc scn sco sd sh si sk sl so sq sr su sv sw ta te tg th tk tl tr tt tyv ug uk ur uz vec "
+    "vep vi vls vo wa war wuu xal xmf yi yo yue zh".split()
+)
 MIN_WORDS = 4
 TOP = 5  # the labels asked for each line: the language and its relatives among them
 # languages the model confuses with each other, by two-letter code
@@ -60,9 +70,11 @@ def accepted(language: str) -> set[str]:
 
 def language_share(lines: list[str], language: str) -> list[float | None]:
     """Per line, the probability the model gives `language` and its relatives; None for a line too
-    short to judge."""
-    model, wanted = _model(), accepted(language)
-    shares = []
+    short to judge, and for every line of a language the model does not know."""
+    wanted = accepted(language)
+    if not wanted & LABELS:
+        return [None] * len(lines)
+    model, shares = _model(), []
     for line in lines:
         if line.count(" ") + 1 < MIN_WORDS:
             shares.append(None)
