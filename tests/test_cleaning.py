@@ -152,3 +152,21 @@ def test_mt_clean_on_hostile_files(tmp_path):
     assert result.returncode == 2 and "no earlier mt-clean wrote it" in result.stderr
     result = run_cli("mt-clean", *args[:-1], str(tmp_path / "in"))
     assert result.returncode == 2 and "is an input" in result.stderr
+
+
+def test_a_teacher_translates_the_cleaned_sources(trained_run, corpus, tmp_path):
+    import torch
+
+    from mt_transformer.config import DataConfig
+    from mt_transformer.data.cleaning import cleaned_corpora
+    from mt_transformer.training import teacher
+
+    sources, targets = read(f"{corpus}/train.en")[:40], read(f"{corpus}/train.de")[:40]
+    for lang, lines in (("en", sources + sources[:5]), ("de", targets + targets[:5])):  # 5 duplicates
+        (tmp_path / f"t.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    data = DataConfig(src_lang="en", tgt_lang="de", train=str(tmp_path / "t"), teacher=(trained_run,))
+    cleaned = cleaned_corpora(data, str(tmp_path / "run"))
+    kept = read(f"{cleaned['data'].train}.en")
+    assert len(kept) <= 40 and json.loads((tmp_path / "run" / "cleaning.json").read_text())["data"]["pairs"] == 45
+    distilled = teacher.distilled_corpora(data, str(tmp_path / "run"), torch.device("cpu"), sources=cleaned)
+    assert read(f"{distilled['data'].train}.en") == kept and not distilled["data"].teacher

@@ -87,6 +87,12 @@ class CorpusConfig:
             return [f"{location}.{self.src_lang}", f"{location}.{self.tgt_lang}"]
         return [location]
 
+    def trained_from(self, prefix: str) -> CorpusConfig:
+        """This corpus with its training pairs read from the text files PREFIX.SRC and PREFIX.TGT
+        (what a stage made of them: cleaned pairs, a teacher's translations); its other splits go."""
+        keys = dict(format="text", train=prefix, valid=None, test=None, hub_name=None, hub_config=None)
+        return dataclasses.replace(self, **keys, src_column=None, tgt_column=None)
+
     def source_tags(self, target_tags: bool) -> list[str]:
         """The tokens before each of this corpus's source sentences: <2xx> (xx its target language)
         when the run has target tags, then its own tag."""

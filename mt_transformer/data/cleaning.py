@@ -183,15 +183,7 @@ def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True) -> dict[s
         log.info(
             "%s: cleaning kept %d of %d training pairs; dropped: %s", key, report["kept"], report["pairs"], dropped
         )
-        found[key] = CorpusConfig(
-            src_lang=corpus.src_lang,
-            tgt_lang=corpus.tgt_lang,
-            format="text",
-            train=os.path.join(directory, "train"),
-            tag=corpus.tag,
-            teacher=corpus.teacher,
-            augment=corpus.augment,
-        )
+        found[key] = corpus.trained_from(os.path.join(directory, "train"))  # a teacher translates these
     if reports and main:
         write_text(os.path.join(run_dir, REPORT_FILE), json.dumps(reports, indent=1, ensure_ascii=False) + "\n")
     return found

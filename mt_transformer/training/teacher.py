@@ -18,6 +18,7 @@ so a run with the same three skips the stage:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -84,14 +85,8 @@ def distilled_corpora(
         corpus = (sources or {}).get(key, corpus)
         if corpus.teacher:
             directory = _translated(data, corpus, key, cache_directory(data, run_dir), device, threads)
-            distilled[key] = CorpusConfig(
-                src_lang=corpus.src_lang,
-                tgt_lang=corpus.tgt_lang,
-                format="text",
-                train=os.path.join(directory, "train"),
-                tag=corpus.tag,
-                augment=corpus.augment,  # the distilled pairs are changed as the corpus's were to be
-            )
+            # the distilled pairs are tagged and changed (data.augment) as the corpus's were to be
+            distilled[key] = dataclasses.replace(corpus.trained_from(os.path.join(directory, "train")), teacher=())
     return distilled
 
 
