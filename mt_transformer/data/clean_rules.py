@@ -18,8 +18,8 @@ from mt_transformer.data.language_codes import NLLB
 # control characters (tab aside: it becomes a space), zero-width characters and the soft hyphen
 INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u200b-\u200d\u2060\ufeff]")
 MOSES_ESCAPE = re.compile(r"&(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
-SPACES = re.compile(r"\s+")
-NUMBER = re.compile(r"\d+")
+NUMBER, DIGIT = re.compile(r"\d+"), re.compile(r"\d")
+LINK_HINT = re.compile(r"://|www\.|@", re.IGNORECASE)  # a quick look before the links are read
 LINK = re.compile(r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+\.[\w.-]+", re.IGNORECASE)
 FOLD = re.compile(r"[\W\d_]+")  # what an untranslated copy may differ in: case, punctuation, digits
 
@@ -58,11 +58,15 @@ def script_letters(language: str) -> re.Pattern:
 
 def repair(text: str) -> str:
     """The text without control or zero-width characters, with HTML entities and Moses escapes
-    read (&amp; -> &) and white space as single spaces."""
-    text = INVISIBLE.sub(" ", text.replace("\t", " "))
+    read (&amp; -> &) and white space as single spaces (NFC again where anything was taken out)."""
+    changed = False
+    if INVISIBLE.search(text):
+        text, changed = INVISIBLE.sub(" ", text), True
     if "&" in text and MOSES_ESCAPE.search(text):
-        text = html.unescape(text)
-    return SPACES.sub(" ", unicodedata.normalize("NFC", text)).strip()
+        text, changed = html.unescape(text), True
+    if changed:
+        text = unicodedata.normalize("NFC", text)
+    return " ".join(text.split())
 
 
 @dataclass(frozen=True)
@@ -101,9 +105,9 @@ class PairRules:
             _share(src, self.src_letters) < s.min_script_share or _share(tgt, self.tgt_letters) < s.min_script_share
         ):
             return "script"
-        if s.numbers and _numbers_differ(src, tgt):
+        if s.numbers and DIGIT.search(src) and DIGIT.search(tgt) and _numbers_differ(src, tgt):
             return "numbers"
-        if s.urls and sorted(LINK.findall(src)) != sorted(LINK.findall(tgt)):
+        if s.urls and LINK_HINT.search(src + tgt) and sorted(LINK.findall(src)) != sorted(LINK.findall(tgt)):
             return "urls"
         if s.copy_words is not None and len(src_words) >= s.copy_words and _folded(src) == _folded(tgt):
             return "copy"
