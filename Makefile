@@ -5,7 +5,7 @@ DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
 .PHONY: install demo test test-apps tour lint bench gpu-check clean \
-	bench-engines bench-students bench-serve bench-markup bench-markup-corpus bench-soak bench-corpus bench-exports bench-imports bench-techniques bench-filtering \
+	bench-engines bench-students bench-serve bench-markup bench-markup-corpus bench-soak bench-corpus bench-exports bench-imports bench-techniques bench-filtering bench-cleaning \
 	bench-peers bench-finetune profile recipe-run
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
@@ -122,6 +122,12 @@ bench-techniques:
 SHAPE ?= 600M
 bench-finetune:
 	$(PYTHON) scripts/finetune_memory.py --shape $(SHAPE) $(ARGS)
+
+# data.clean against crawl noise added to a clean corpus, each kind labelled (docs/cleaning.md):
+# CORPUS=DIR/train SRC_LANG=de TGT_LANG=en OTHER=sentences of another language than TGT_LANG
+CLEAN_DIR ?= runs/cleaning
+bench-cleaning:
+	$(PYTHON) scripts/cleaning_bench.py --corpus $(CORPUS) --src $(SRC_LANG) --tgt $(TGT_LANG) --other $(OTHER) --out $(CLEAN_DIR) $(ARGS)
 
 # a corpus with shuffled targets filtered by the two directions' mt-score (docs/techniques.md):
 # CORPUS=DIR/train SRC_LANG=de TGT_LANG=en, FORWARD and BACKWARD: runs trained on FILTER_DIR/noisy

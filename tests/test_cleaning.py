@@ -28,10 +28,21 @@ def test_duplicates_keep_the_first_and_lines_repeated_with_many_partners_are_boi
     rows += [("Satz Nummer a hier.", "Sentence number a here.")]  # an exact duplicate
     rows += [("Ein anderer Satz a.", "Sentence number a here.")]  # another source, the same target
     rows += [(f"Klicken Sie hier {w}.", "Click here.") for w in "xyz"]  # one target, three partners
-    report = clean_pairs(pairs_of(rows), CleanConfig(language_id=None, max_repeats=2), "de", "en", str(tmp_path / "o"))
+    settings = CleanConfig(language_id=None, max_repeats=2, dedup_targets=True)
+    report = clean_pairs(pairs_of(rows), settings, "de", "en", str(tmp_path / "o"))
     assert report["dropped"] == {"repeated": 3, "duplicate_pair": 1, "duplicate_target": 1}
     assert read(tmp_path / "o.en") == [t for _, t in rows[:8]] and report["kept"] == 8
     assert report["examples"]["duplicate_target"] == [["Ein anderer Satz a.", "Sentence number a here."]]
+
+
+def test_a_side_far_longer_than_its_corpus_is_sentences_glued_together(tmp_path):
+    rows = [(f"Ein kurzer Satz Nummer {i}.", f"A short sentence number {i}.") for i in range(20)]
+    glued = (" ".join(s for s, _ in rows[:6]), " ".join(t for _, t in rows[:6]))
+    report = clean_pairs(pairs_of([*rows, glued]), RULES, "de", "en", str(tmp_path / "o"))
+    assert report["dropped"] == {"long": 1} and report["examples"]["long"] == [list(glued)]
+    wider = CleanConfig(language_id=None, max_median_ratio=8)
+    report = clean_pairs(pairs_of([*rows, glued]), wider, "de", "en", str(tmp_path / "w"))
+    assert report["dropped"] == {}
 
 
 def test_language_identification_reads_the_model_in_the_wheel_and_never_downloads(tmp_path, monkeypatch):

@@ -1,12 +1,13 @@
 """data.clean as a stage of the data flow: a corpus's training pairs, as read, become the text
 pairs the tokenizer and the model learn from, less those a rule drops, with a report of what
-each rule dropped. Exact and deterministic; memory grows with the corpus by 25 bytes a pair
-(a reason and three 8-byte hashes), the text itself read in batches.
+each rule dropped. Exact and deterministic; memory grows with the corpus by 33 bytes a pair
+(a reason, three 8-byte hashes, two lengths), the text itself read in batches.
 
 Three passes over the pairs: (1) repair each pair and judge it (data/clean_rules.py), then the
 language of what is left (data/language_id.py), keeping hashes of the repaired pair and sides;
-(2) from the hashes, a side's line repeated with more than data.clean.max_repeats partners,
-duplicate pairs beyond the first and pairs whose target an earlier one has; (3) the kept pairs
+(2) from the hashes and lengths, sides far longer than their corpus's median, a side's line
+repeated with more than data.clean.max_repeats partners, duplicate pairs beyond the first and
+pairs whose target an earlier one has; (3) the kept pairs
 written, and three examples of each reason taken.
 """
 
@@ -45,6 +46,7 @@ REASONS = (
     "copy",
     "boilerplate",
     "language",
+    "long",
     "repeated",
     "duplicate_pair",
     "duplicate_target",
@@ -68,18 +70,20 @@ def _repaired(pairs, settings: CleanConfig) -> Iterator[list[tuple[str, str]]]:
 
 
 def _judge(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str):
-    """Pass 1: per pair, its reason code and the hashes of the pair, its source and its target."""
+    """Pass 1: per pair, its reason code, the hashes of the pair, its source and its target, and
+    the sides' lengths in characters."""
     rules = PairRules.of(settings, src_lang, tgt_lang)
-    codes, hashes = [], []
+    codes, hashes, lengths = [], [], []
     for batch in _repaired(pairs, settings):
         found = [CODE[r] if (r := rules.judge(s, t)) else 0 for s, t in batch]
         if settings.language_id is not None:
             _judge_languages(batch, found, settings.language_id, src_lang, tgt_lang)
         codes.append(np.array(found, dtype=np.uint8))
         hashes.append(np.array([(_hash(s + "\t" + t), _hash(s), _hash(t)) for s, t in batch], dtype=np.uint64))
+        lengths.append(np.array([(len(s), len(t)) for s, t in batch], dtype=np.uint32))
     if not codes:
-        return np.zeros(0, np.uint8), np.zeros((0, 3), np.uint64)
-    return np.concatenate(codes), np.concatenate(hashes)
+        return np.zeros(0, np.uint8), np.zeros((0, 3), np.uint64), np.zeros((0, 2), np.uint32)
+    return np.concatenate(codes), np.concatenate(hashes), np.concatenate(lengths)
 
 
 def _judge_languages(batch, found: list[int], surest: float, src_lang: str, tgt_lang: str) -> None:
@@ -101,8 +105,13 @@ def _first_of_each(keys: np.ndarray, open_: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, settings: CleanConfig) -> None:
-    """Pass 2, from the hashes alone: lines repeated on one side with many partners, duplicates."""
+def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, settings: CleanConfig) -> None:
+    """Pass 2, from the hashes and lengths alone: sides far longer than their corpus's, lines
+    repeated on one side with many partners, duplicates."""
+    if settings.max_median_ratio is not None and len(codes):
+        medians = np.median(lengths[codes == 0], axis=0) if (codes == 0).any() else np.zeros(2)
+        long = (lengths > settings.max_median_ratio * np.maximum(medians, 1)).any(axis=1)
+        codes[(codes == 0) & long] = CODE["long"]
     if settings.max_repeats is not None and len(codes):
         for side in (1, 2):  # the number of distinct partners each line has, over the whole corpus
             pairs = np.unique(hashes[:, [side, 0]], axis=0)
@@ -122,8 +131,8 @@ def clean_pairs(
     (written whole or not at all); returns the report: pairs read and kept, per reason the pairs
     dropped and the first `examples` of them, and the speed."""
     began = time.perf_counter()
-    codes, hashes = _judge(pairs, settings, src_lang, tgt_lang)
-    _judge_corpus(codes, hashes, settings)
+    codes, hashes, lengths = _judge(pairs, settings, src_lang, tgt_lang)
+    _judge_corpus(codes, hashes, lengths, settings)
     shown: dict[str, list] = {}
     paths = (f"{out_prefix}.{src_lang}", f"{out_prefix}.{tgt_lang}")
     with contextlib.ExitStack() as stack:

@@ -1,0 +1,129 @@
+"""data.clean against web-crawl noise: a clean corpus with the noise of a crawl added, each noisy
+pair labelled with its kind, cleaned as mt-train cleans it; per kind the share caught, and the
+share of the clean pairs kept, with and without language identification, and the speed.
+
+    python3 scripts/cleaning_bench.py --corpus DIR/train --src de --tgt en --other OTHER/train.de --out runs/cleaning
+
+The noise, each kind 5% of the clean pairs (the clean ones stay in, in order, the noise spread
+among them by a seeded draw):
+- copy: the target is the source, untranslated
+- language: the target is a sentence of --other (a third language, or the source's: another
+  sentence in the wrong language, as a crawl's language mix-ups are)
+- misaligned: the target of another pair, several lines away
+- duplicate: a clean pair again
+- boilerplate: a site's stock phrases on one side, a different sentence on the other each time
+- long: 6 consecutive pairs glued into one, both sides
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+
+from measure import machine, machine_line, markdown_table, write_json
+from mt_transformer.config import CleanConfig
+from mt_transformer.data.cleaning import REASONS, clean_pairs
+from mt_transformer.data.corpus import load_files
+from mt_transformer.data.text import read_lines
+from mt_transformer.files import write_text
+
+KINDS = ("copy", "language", "misaligned", "duplicate", "boilerplate", "long")
+STOCK = [
+    "Click here to read more",
+    "All rights reserved",
+    "Add to basket",
+    "Home | About us | Contact",
+    "Share this page on Facebook",
+    "Subscribe to our newsletter",
+    "Accept cookies",
+    "Back to top",
+]
+
+
+def noisy_corpus(sources: list[str], targets: list[str], other: list[str], share: float, seed: int):
+    """The clean pairs with each kind of noise added at `share` of their number: (pairs, labels)."""
+    rng = random.Random(seed)
+    n, count = len(sources), int(share * len(sources))
+    noise = []
+    for _ in range(count):
+        i = rng.randrange(n)
+        noise.append(("copy", sources[i], sources[i]))
+        noise.append(("language", sources[i], rng.choice(other)))
+        noise.append(("misaligned", sources[i], targets[(i + rng.randrange(5, 50)) % n]))
+        noise.append(("duplicate", sources[i], targets[i]))
+        j = rng.randrange(n - 6)
+        noise.append(("long", " ".join(sources[j : j + 6]), " ".join(targets[j : j + 6])))
+        phrase = rng.choice(STOCK)
+        noise.append(("boilerplate", sources[i], phrase) if rng.random() < 0.5 else ("boilerplate", phrase, targets[i]))
+    rows = [("clean", s, t) for s, t in zip(sources, targets)]
+    for item in noise:
+        rows.insert(rng.randrange(len(rows) + 1), item)
+    return rows
+
+
+def caught(rows, kept_pairs: set[tuple[str, str]], kept_twice: set[tuple[str, str]]) -> dict[str, float]:
+    """Per kind, the share of its pairs the cleaning dropped; for clean pairs, the share kept. A
+    duplicate counts as caught where its pair is not kept twice."""
+    shares = {}
+    for kind in ("clean", *KINDS):
+        pairs = [(s, t) for k, s, t in rows if k == kind]
+        if kind == "clean":
+            shares[kind] = sum((s, t) in kept_pairs for s, t in pairs) / len(pairs)
+        elif kind == "duplicate":  # caught where no more than one of the pair is kept
+            shares[kind] = sum((s, t) not in kept_twice for s, t in pairs) / len(pairs)
+        else:
+            shares[kind] = sum((s, t) not in kept_pairs for s, t in pairs) / len(pairs)
+    return shares
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", required=True, help="a clean corpus's prefix: PREFIX.SRC, PREFIX.TGT")
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--tgt", required=True)
+    parser.add_argument("--other", required=True, help="sentences of another language than --tgt, one a line")
+    parser.add_argument("--share", type=float, default=0.05, help="each kind of noise, as a share of the clean pairs")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", required=True, help="a directory for the noisy corpus, the cleaned ones and the JSON")
+    args = parser.parse_args(argv)
+    sources, targets = read_lines(f"{args.corpus}.{args.src}"), read_lines(f"{args.corpus}.{args.tgt}")
+    rows = noisy_corpus(
+        sources, targets, [line for line in read_lines(args.other) if line.strip()], args.share, args.seed
+    )
+    os.makedirs(args.out, exist_ok=True)
+    noisy = os.path.join(args.out, "noisy")
+    for side, lang in ((1, args.src), (2, args.tgt)):
+        write_text(f"{noisy}.{lang}", "".join(row[side] + "\n" for row in rows))
+    write_text(f"{noisy}.labels", "".join(row[0] + "\n" for row in rows))
+    pairs = load_files(f"{noisy}.{args.src}", f"{noisy}.{args.tgt}")
+    results = {}
+    for name, settings in (("without language_id", CleanConfig(language_id=None)), ("defaults", CleanConfig())):
+        out = os.path.join(args.out, name.replace(" ", "_"))
+        report = clean_pairs(pairs, settings, args.src, args.tgt, out)
+        kept = list(zip(read_lines(f"{out}.{args.src}"), read_lines(f"{out}.{args.tgt}")))
+        counts: dict = {}
+        for pair in kept:
+            counts[pair] = counts.get(pair, 0) + 1
+        twice = {pair for pair, n in counts.items() if n > 1}
+        results[name] = {"shares": caught(rows, set(kept), twice), "report": report}
+    print(f"# {machine_line()}")
+    print(
+        f"# {args.corpus}: {len(sources):,} clean pairs, {len(rows) - len(sources):,} noisy ({args.share:.0%} a kind)"
+    )
+    header = ["rules", "clean kept", *[f"{kind} caught" for kind in KINDS], "pairs/s"]
+    table = [
+        [name, *(f"{r['shares'][k]:.1%}" for k in ("clean", *KINDS)), f"{r['report']['pairs_per_second']:,}"]
+        for name, r in results.items()
+    ]
+    print(markdown_table(header, table))
+    for name, r in results.items():
+        dropped = {reason: r["report"]["dropped"].get(reason, 0) for reason in REASONS[1:]}
+        print(f"{name}: dropped by rule " + json.dumps({k: v for k, v in dropped.items() if v}))
+    write_json(os.path.join(args.out, "cleaning_bench.json"), {**machine(), "share": args.share, **results})
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""scripts/cleaning_bench.py on the generated corpus: every kind of noise labelled and counted."""
+
+import json
+
+
+def test_each_kind_of_noise_is_added_labelled_and_its_catch_reported(corpus, tmp_path):
+    import cleaning_bench
+
+    results = cleaning_bench.main(
+        ["--corpus", f"{corpus}/train", "--src", "en", "--tgt", "de", "--other", f"{corpus}/train.en"]
+        + ["--share", "0.02", "--out", str(tmp_path)]
+    )
+    labels = (tmp_path / "noisy.labels").read_text().split()
+    assert labels.count("clean") == 2000 and all(labels.count(kind) == 40 for kind in cleaning_bench.KINDS)
+    for name in ("without language_id", "defaults"):
+        shares = results[name]["shares"]
+        assert set(shares) == {"clean", *cleaning_bench.KINDS} and all(0 <= v <= 1 for v in shares.values())
+        # (boilerplate is caught past data.clean.max_repeats partners: 40 lines here, too few)
+        assert shares["copy"] > 0.9 and shares["long"] > 0.9 and shares["duplicate"] == 1
+    # English sentences where German should be: caught by language identification alone
+    assert results["defaults"]["shares"]["language"] > results["without language_id"]["shares"]["language"]
+    assert json.loads((tmp_path / "cleaning_bench.json").read_text())["cpu"]
