@@ -101,13 +101,17 @@ def write_bytes(path: str, data: bytes) -> None:
             f.write(data)
 
 
+def holds(outer: str, inner: str) -> bool:
+    """Whether the real path `inner` is `outer` or lies below it."""
+    return outer == inner or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
 def read_json(path: str, what: str, kind: type | None = None, within: str | None = None):
     """The JSON document at `path`, the one reader of JSON a user hands over; one line naming
     `what` where it is missing, no UTF-8 JSON, nested deeper than Python's stack, not of `kind`
     (dict: an object, list: an array), or (`within`: a directory) reached by a link out of it."""
     if within is not None:
-        real, home = os.path.realpath(path), os.path.realpath(within)
-        if os.path.lexists(path) and not real.startswith(home.rstrip(os.sep) + os.sep):
+        if os.path.lexists(path) and not holds(os.path.realpath(within), os.path.realpath(path)):
             raise UserError(f"{path}: a link out of {within} ({what}); not read")
     try:
         with open(path, encoding="utf-8") as f:

@@ -25,7 +25,7 @@ import tempfile
 import uuid
 
 from mt_transformer.errors import UserError
-from mt_transformer.files import fsync_dir, usual_modes, write_text
+from mt_transformer.files import fsync_dir, holds, usual_modes, write_text
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,6 @@ def _homes() -> set[str]:
     return {os.path.realpath(home) for home in homes if home}
 
 
-def _holds(outer: str, inner: str) -> bool:
-    return outer == inner or inner.startswith(outer.rstrip(os.sep) + os.sep)
-
-
 def protected(path: str, replaced: bool = True) -> str | None:
     """Why `path` (through any symbolic links) is never an output, or None: the root, the home
     directory or what holds it; to be `replaced`, also the current directory or what holds it,
@@ -125,13 +121,13 @@ def protected(path: str, replaced: bool = True) -> str | None:
     if real == os.path.realpath(os.sep):
         return "the file system's root"
     for home in _homes():
-        if _holds(real, home):
+        if holds(real, home):
             return "the home directory" if real == home else "it holds the home directory"
     if not replaced:
         return None
     with contextlib.suppress(OSError):
         cwd = os.path.realpath(os.getcwd())
-        if _holds(real, cwd):
+        if holds(real, cwd):
             return "the current directory" if real == cwd else "it holds the current directory"
     if os.path.isdir(real) and os.path.ismount(real):
         return "a mount point"
@@ -148,7 +144,7 @@ def check_output(path: str, command: str, inputs=(), force: bool = False, file_f
     format; such a file is replaced with `force` (any other file or directory is refused)."""
     real = os.path.realpath(path)
     for given in inputs:
-        if _holds(real, os.path.realpath(given)):
+        if holds(real, os.path.realpath(given)):
             raise UserError(f"{path}: the output would replace the input {given}; write it elsewhere")
     reason = protected(path)
     if reason:

@@ -80,7 +80,3 @@ class CleanConfig:
                 re.compile(pattern)
             except re.error as error:
                 raise ConfigError(f"{key}.boilerplate[{k}]: not a regular expression ({error})") from None
-
-    def to_key(self) -> dict:
-        """The settings as a cache key holds them."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -14,6 +14,7 @@ written, and three examples of each reason taken.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -156,7 +157,7 @@ def clean_pairs(
         "examples": shown,
         "seconds": round(seconds, 3),
         "pairs_per_second": round(len(codes) / seconds) if seconds else None,
-        "settings": settings.to_key(),
+        "settings": dataclasses.asdict(settings),
     }
 
 
@@ -172,7 +173,8 @@ def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True) -> dict[s
             continue
         source = split_source(corpus, "train")
         directory = os.path.join(
-            cache_directory(data, run_dir), "clean-" + cache_key(source, corpus.files("train"), [], settings.to_key())
+            cache_directory(data, run_dir),
+            "clean-" + cache_key(source, corpus.files("train"), [], dataclasses.asdict(settings)),
         )
         report_path = os.path.join(directory, REPORT)
         if not os.path.isfile(report_path):

@@ -49,7 +49,7 @@ from mt_transformer.data.tokenizer import (
     Tokenizer,
 )
 from mt_transformer.data.vocabulary import write_vocabulary
-from mt_transformer.errors import UserError
+from mt_transformer.errors import UserError, first_line
 from mt_transformer.exchange import vocabulary_edits
 from mt_transformer.exchange.huggingface_export import import_transformers
 from mt_transformer.exchange.huggingface_layout import (
@@ -234,8 +234,7 @@ def import_directory(
     try:
         hf_config = transformers.AutoConfig.from_pretrained(directory, trust_remote_code=False)
     except Exception as error:  # transformers raises its own types on a config.json of another shape
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
-        raise UserError(f"{directory}: not a transformers model ({first})") from None
+        raise UserError(f"{directory}: not a transformers model ({first_line(error, 120)})") from None
     model_config(hf_config)  # a refusal before the weights are read
     with tempfile.TemporaryDirectory() as scratch:  # a sentencepiece model made from tokenizer.json
         if hf_config.model_type == "m2m_100":

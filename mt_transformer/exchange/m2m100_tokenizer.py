@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 
-from mt_transformer.errors import UserError
+from mt_transformer.errors import UserError, first_line
 from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, id_order
 from mt_transformer.exchange.tokenizer_json import sentencepiece_from_tokenizer_json
 
@@ -61,8 +61,7 @@ def read_m2m100_tokenizer(directory: str, hf_config, transformers, scratch: str)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as error:  # transformers and tokenizers raise their own types on files of other shapes
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
-        raise UserError(f"{directory}: its tokenizer cannot be read ({first})") from None
+        raise UserError(f"{directory}: its tokenizer cannot be read ({first_line(error, 120)})") from None
     vocab = {**tokenizer.get_vocab(), **getattr(tokenizer, "lang_token_to_id", {})}  # M2M100's lacks the languages
     languages = language_tokens(tokenizer)
     if not languages:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import os
 
-from mt_transformer.errors import UserError
+from mt_transformer.errors import UserError, first_line
 from mt_transformer.files import read_json
 
 NOT_MERGED = -1e9  # a piece no merge makes: a single character
@@ -42,7 +42,7 @@ def sentencepiece_from_tokenizer_json(path: str) -> bytes:
     try:
         return _sentencepiece_model(read_json(path, "the tokenizer", dict, os.path.dirname(path)), path)
     except (KeyError, TypeError, AttributeError, ValueError) as error:  # a shape other than the one described
-        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}" if str(error) else type(error).__name__
+        reason = f"{type(error).__name__}: {first_line(error, 80)}"
         raise UserError(f"{path}: not a tokenizer made from a sentencepiece BPE model ({reason})") from None
 
 

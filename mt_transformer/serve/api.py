@@ -107,6 +107,10 @@ def check_size(lines: list[str], limits: Limits, what: str) -> None:
 HTML_PIECES = "sentences and inline elements in the HTML of q"
 
 
+def _too_many_pieces(limits: Limits) -> ApiError:
+    return ApiError(413, f"Invalid request: more {HTML_PIECES} than this server's {limits.max_lines}")
+
+
 def check_html_bound(lines: list[str], limits: Limits) -> None:
     """413 at once where the HTML holds more inline elements than the server takes lines, by a
     bound one regular expression a line finds (markup/html.py's least_pieces): no reading."""
@@ -114,22 +118,20 @@ def check_html_bound(lines: list[str], limits: Limits) -> None:
     for line in lines:
         least += least_pieces(line) if has_markup(line) else 0
         if least > limits.max_lines:
-            raise ApiError(413, f"Invalid request: more {HTML_PIECES} than this server's {limits.max_lines}")
+            raise _too_many_pieces(limits)
 
 
 def check_html(lines: list[str], limits: Limits) -> None:
     """413 for HTML with more (or longer) sentences and inline elements than the server takes lines:
-    read with the count bounded, so a request past it costs only the reading up to there."""
-    check_html_bound(lines, limits)
+    read with the count bounded, so a request past it costs only the reading up to there (the
+    caller has checked check_html_bound first, on the event loop)."""
     pieces, budget = [], limits.max_lines
     for line in lines:
         if has_markup(line):
             try:
                 fragment = HtmlFragment(line, limit=budget)
             except TooManyPieces:
-                raise ApiError(
-                    413, f"Invalid request: more {HTML_PIECES} than this server's {limits.max_lines}"
-                ) from None
+                raise _too_many_pieces(limits) from None
             budget -= fragment.pieces
             pieces += [s.text for s in fragment.sentences] + [
                 span.start for s in fragment.sentences for span in s.spans
