@@ -4,6 +4,8 @@ the stage inside mt-prepare (cached, off with clean: {}), and mt-clean on hostil
 import json
 import os
 
+import numpy as np
+
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer.config import CleanConfig
 from mt_transformer.data.cleaning import clean_pairs
@@ -181,3 +183,39 @@ def test_a_teacher_translates_the_cleaned_sources(trained_run, corpus, tmp_path)
     assert len(kept) <= 40 and json.loads((tmp_path / "run" / "cleaning.json").read_text())["data"]["pairs"] == 45
     distilled = teacher.distilled_corpora(data, str(tmp_path / "run"), torch.device("cpu"), sources=cleaned)
     assert read(f"{distilled['data'].train}.en") == kept and not distilled["data"].teacher
+
+
+def test_model_scoring_drops_the_worst_share_and_a_duplicate_target_keeps_its_best_scored_pair(tmp_path):
+    rows = [(f"Satz Nummer {w} hier.", f"Sentence number {w} here.") for w in "abcdefgh"]
+    rows += [("Ein anderer Satz, Nummer b.", "Sentence number b here."), ("", "Empty.")]
+    cost = {s: float(i) for i, (s, _) in enumerate(rows)} | {rows[8][0]: -1.0}  # the other b: the best
+    seen = []
+
+    def scorer(sources, targets):
+        seen.extend(sources)
+        return np.array([cost[s] for s in sources])
+
+    settings = CleanConfig(language_id=None, dedup_targets=True, scorers=("models",), score_drop=0.2)
+    report = clean_pairs(pairs_of(rows), settings, "de", "en", str(tmp_path / "o"), scorer=scorer)
+    assert report["dropped"] == {"empty": 1, "score": 2, "duplicate_target": 1} and "" not in seen
+    assert [s for s, _ in report["examples"]["score"]] == [rows[6][0], rows[7][0]]
+    assert read(tmp_path / "o.de") == [rows[i][0] for i in (0, 2, 3, 4, 5, 8)]
+    clean_pairs(pairs_of(rows), CleanConfig(language_id=None, dedup_targets=True), "de", "en", str(tmp_path / "f"))
+    assert read(tmp_path / "f.de") == [s for s, _ in rows[:8]]  # without scores: the first kept
+
+
+def test_mt_prepare_scores_with_a_checkpoint_and_refuses_a_missing_one(trained_run, corpus, tmp_path):
+    config = write_config(tmp_path / "c.yaml", tiny_config(corpus, str(tmp_path / "run")))
+    rules = ["data.clean.language_id=null", "data.clean.score_drop=0.25"]
+    result = run_cli("mt-prepare", "--config", config, "--set", f"data.clean.scorers=[{trained_run}]", *rules)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "run" / "cleaning.json").read_text())["data"]
+    scored = report["pairs"] - sum(n for reason, n in report["dropped"].items() if reason != "score")
+    assert report["dropped"]["score"] == round(0.25 * scored) and report["settings"]["scorers"] == [trained_run]
+    missing = str(tmp_path / "nowhere")
+    result = run_cli("mt-prepare", "--config", config, "--set", f"data.clean.scorers=[{missing}]")
+    assert (
+        result.returncode == 2
+        and f"data.clean.scorers[0]: no such checkpoint or run directory: {missing}"
+        in (result.stderr.strip().splitlines()[-1])
+    ), result.stderr

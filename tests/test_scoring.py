@@ -84,3 +84,20 @@ def test_mt_score_refuses_files_of_different_lengths_and_writes_nothing(trained_
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: --tgt: {tmp_path / 'tgt'} has 2 lines, --src {tmp_path / 'src'} 3"
     assert not out.exists()
+
+
+def test_pair_costs_are_one_models_cross_entropy_or_two_models_dual_cross_entropy(trained_run, corpus):
+    from mt_transformer.data.text import read_lines
+    from mt_transformer.decoding.engines import open_translator
+    from mt_transformer.decoding.scoring import PairCosts
+
+    sources, targets = read_lines(f"{corpus}/valid.en")[:6], read_lines(f"{corpus}/valid.de")[:6]
+    costs = PairCosts(torch.device("cpu"))
+    same = open_translator(trained_run, "auto", "cpu", src_lang="en", tgt_lang="de")  # the engine PairCosts opens
+    forward = [-score.per_token for score in score_lines(same, sources, targets)]
+    backward = [-score.per_token for score in score_lines(same, targets, sources)]
+    assert costs.opened([trained_run], "en", "de")(sources, targets) == pytest.approx(forward, rel=1e-4)
+    dual = [abs(f - b) + (f + b) / 2 for f, b in zip(forward, backward)]
+    both = costs.opened([trained_run, trained_run], "en", "de")
+    assert both(sources, targets) == pytest.approx(dual, rel=1e-4) and min(dual) > 0
+    assert list(both([" ".join(["word"] * 5000), sources[0]], ["x", targets[0]]))[0] == float("inf")

@@ -34,6 +34,10 @@ def _parser() -> Parser:
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="the prefix of the files written")
     parser.add_argument("--show", type=whole(0), default=0, metavar="N", help="print N dropped pairs of each rule")
     parser.add_argument("--plot", metavar="PNG", help="also draw the pairs each rule dropped as a bar chart")
+    parser.add_argument(
+        "--device", default="auto", help="with data.clean.scorers: where they run (auto, cpu, cuda[:N])"
+    )
+    parser.add_argument("--threads", type=whole(0), default=0, help="with data.clean.scorers: CPU threads (0: torch's)")
     return parser
 
 
@@ -74,7 +78,9 @@ def clean_main(argv=None):
     for settings, read, src_lang, tgt_lang, out in _corpora(args):
         written = [f"{out}.{src_lang}", f"{out}.{tgt_lang}", f"{out}.report.json"]
         _check_outputs(written, [args.src, args.tgt, args.config])
-        report = clean_pairs(read(), settings, src_lang, tgt_lang, out, examples=max(args.show, 3))
+        settings.check_scorers("data.clean")
+        scorer = _scorer(args, settings.scorers, src_lang, tgt_lang) if settings.scorers else None
+        report = clean_pairs(read(), settings, src_lang, tgt_lang, out, max(args.show, 3), scorer)
         report["files"] = {os.path.basename(path): os.path.getsize(path) for path in written[:2]}
         write_text(written[2], json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         if args.plot:
@@ -83,6 +89,13 @@ def clean_main(argv=None):
         for reason, pairs_shown in report["examples"].items():
             for src, tgt in pairs_shown[: args.show]:
                 print(f"{reason}\t{src}\t{tgt}")
+
+
+def _scorer(args, paths, src_lang: str, tgt_lang: str):
+    from mt_transformer.decoding.scoring import PairCosts
+    from mt_transformer.devices import select_device
+
+    return PairCosts(select_device(args.device, key="--device"), args.threads).opened(paths, src_lang, tgt_lang)
 
 
 def _check_outputs(written: list[str], inputs: list[str | None]) -> None:

@@ -255,3 +255,5 @@ def check_data_files(data: DataConfig, splits=("train", "valid")) -> None:
         for path in corpus.teacher if "train" in splits else ():
             if not os.path.isdir(path):
                 raise ConfigError(f"{key}.teacher: no such checkpoint or run directory: {path}")
+        if "train" in splits:
+            data.clean_of(corpus).check_scorers(f"{key}.clean" if corpus.clean else "data.clean")

@@ -4,6 +4,7 @@ null is off; `clean: {}` (or null) turns every rule off, and the pairs are read 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, fields
 
@@ -48,12 +49,20 @@ class CleanConfig:
     # 4 words or more to which it gives another language (not a close relative) this probability,
     # and its own under 0.1, is dropped
     language_id: float | None = 0.5
+    # model scoring: one checkpoint or run directory (source to target, a teacher: its
+    # cross-entropy per token) or two (source to target, then target to source: their dual
+    # conditional cross-entropy, Junczys-Dowmunt 2018), which catches misaligned pairs no rule sees
+    scorers: tuple[str, ...] = ()
+    # the share of the scored pairs, the worst, that scoring drops (the best-scored pair is also
+    # the one dedup_targets keeps); noisy Multi30k: docs/cleaning.md
+    score_drop: float | None = 0.1
 
     @classmethod
     def off(cls) -> CleanConfig:
         """Every rule off: what `clean: {}` means."""
         switches = {"repair", "numbers", "urls", "dedup_pairs", "dedup_targets"}
-        return cls(**{f.name: False if f.name in switches else None for f in fields(cls) if f.name != "boilerplate"})
+        lists = {"boilerplate", "scorers"}
+        return cls(**{f.name: False if f.name in switches else None for f in fields(cls) if f.name not in lists})
 
     @property
     def active(self) -> bool:
@@ -70,6 +79,7 @@ class CleanConfig:
             ("copy_words", 1, None),
             ("max_repeats", 1, None),
             ("language_id", 0, 1),
+            ("score_drop", 0, 1),
         ):
             value = getattr(self, name)
             if value is not None and not (least <= value and (most is None or value <= most)):
@@ -80,3 +90,13 @@ class CleanConfig:
                 re.compile(pattern)
             except re.error as error:
                 raise ConfigError(f"{key}.boilerplate[{k}]: not a regular expression ({error})") from None
+        if len(self.scorers) > 2:
+            raise ConfigError(f"{key}.scorers: one model (source to target) or two (and target to source)")
+        if self.scorers and not self.score_drop:
+            raise ConfigError(f"{key}.score_drop: the share scoring drops, above 0, with {key}.scorers")
+
+    def check_scorers(self, key: str) -> None:
+        """Each of data.clean.scorers a directory (a checkpoint or run), where the stage will run."""
+        for k, path in enumerate(self.scorers):
+            if not os.path.isdir(path):
+                raise ConfigError(f"{key}.scorers[{k}]: no such checkpoint or run directory: {path}")

@@ -1,14 +1,16 @@
 """data.clean as a stage of the data flow: a corpus's training pairs, as read, become the text
 pairs the tokenizer and the model learn from, less those a rule drops, with a report of what
 each rule dropped. Exact and deterministic; memory grows with the corpus by 33 bytes a pair
-(a reason, three 8-byte hashes, two lengths), the text itself read in batches.
+(a reason, three 8-byte hashes, two lengths), 37 with model scoring, the text itself read in
+batches.
 
-Three passes over the pairs: (1) repair each pair and judge it (data/clean_rules.py), then the
+The passes over the pairs: (1) repair each pair and judge it (data/clean_rules.py), then the
 language of what is left (data/language_id.py), keeping hashes of the repaired pair and sides;
 (2) from the hashes and lengths, sides far longer than their corpus's median, a side's line
-repeated with more than data.clean.max_repeats partners, duplicate pairs beyond the first and
-pairs whose target an earlier one has; (3) the kept pairs
-written, and three examples of each reason taken.
+repeated with more than data.clean.max_repeats partners, duplicate pairs beyond the first;
+(3) with data.clean.scorers, the cost of each pair left (its models' cross-entropy), the worst
+data.clean.score_drop of them dropped; then pairs whose target a better-scored (else an earlier)
+pair has; (4) the kept pairs written, and three examples of each reason taken.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import xxhash
@@ -50,10 +52,13 @@ REASONS = (
     "long",
     "repeated",
     "duplicate_pair",
+    "score",
     "duplicate_target",
 )
 CODE = {reason: code for code, reason in enumerate(REASONS)}
 BATCH = 10_000
+# a scorer's answer: per pair of a batch (sources, targets), its cost, lower for a better translation
+Scorer = Callable[[list[str], list[str]], np.ndarray]
 EXAMPLES = 3
 REPORT = "report.json"  # in a cleaned corpus's cache directory
 REPORT_FILE = "cleaning.json"  # in the run directory: each corpus's report, by its key
@@ -97,18 +102,22 @@ def _judge_languages(batch, found: list[int], surest: float, src_lang: str, tgt_
                 found[i] = CODE["language"]
 
 
-def _first_of_each(keys: np.ndarray, open_: np.ndarray) -> np.ndarray:
-    """A mask of the open rows that are the first of their key among the open rows."""
+def _first_of_each(keys: np.ndarray, open_: np.ndarray, costs: np.ndarray | None = None) -> np.ndarray:
+    """A mask of the open rows that are the first of their key among the open rows: the one of
+    least cost where there are costs, the earliest of those on a tie."""
     rows = np.flatnonzero(open_)
-    _, first = np.unique(keys[rows], return_index=True)
+    order = np.lexsort((rows, keys[rows])) if costs is None else np.lexsort((rows, costs[rows], keys[rows]))
+    ranked = keys[rows][order]
+    first = np.ones(len(ranked), dtype=bool)
+    first[1:] = ranked[1:] != ranked[:-1]
     mask = np.zeros(len(keys), dtype=bool)
-    mask[rows[first]] = True
+    mask[rows[order[first]]] = True
     return mask
 
 
 def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, settings: CleanConfig) -> None:
     """Pass 2, from the hashes and lengths alone: sides far longer than their corpus's, lines
-    repeated on one side with many partners, duplicates."""
+    repeated on one side with many partners, duplicate pairs."""
     if settings.max_median_ratio is not None and len(codes):
         medians = np.median(lengths[codes == 0], axis=0) if (codes == 0).any() else np.zeros(2)
         long = (lengths > settings.max_median_ratio * np.maximum(medians, 1)).any(axis=1)
@@ -121,19 +130,46 @@ def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, se
             codes[(codes == 0) & repeated] = CODE["repeated"]
     if settings.dedup_pairs:
         codes[(codes == 0) & ~_first_of_each(hashes[:, 0], codes == 0)] = CODE["duplicate_pair"]
-    if settings.dedup_targets:
-        codes[(codes == 0) & ~_first_of_each(hashes[:, 2], codes == 0)] = CODE["duplicate_target"]
+
+
+def _score(pairs, settings: CleanConfig, codes: np.ndarray, scorer: Scorer) -> np.ndarray:
+    """Pass 3: the cost of each pair left by the rules (infinity for the others), batch by batch;
+    the worst data.clean.score_drop of those pairs dropped."""
+    costs = np.full(len(codes), np.inf, dtype=np.float32)
+    row, began = 0, time.perf_counter()
+    for batch in _repaired(pairs, settings):
+        open_ = np.flatnonzero(codes[row : row + len(batch)] == 0)
+        if len(open_):
+            costs[row + open_] = scorer([batch[i][0] for i in open_], [batch[i][1] for i in open_])
+        row += len(batch)
+        log.info("scored %d of %d pairs (%.0f pairs/s)", row, len(codes), row / (time.perf_counter() - began))
+    scored = np.flatnonzero(codes == 0)
+    worst = scored[np.lexsort((scored, -costs[scored]))][: round(settings.score_drop * len(scored))]
+    codes[worst] = CODE["score"]
+    return costs
 
 
 def clean_pairs(
-    pairs, settings: CleanConfig, src_lang: str, tgt_lang: str, out_prefix: str, examples: int = EXAMPLES
+    pairs,
+    settings: CleanConfig,
+    src_lang: str,
+    tgt_lang: str,
+    out_prefix: str,
+    examples: int = EXAMPLES,
+    scorer: Scorer | None = None,
 ) -> dict:
     """Clean a Dataset of `src` and `tgt` columns into the text files OUT.SRC_LANG and OUT.TGT_LANG
     (written whole or not at all); returns the report: pairs read and kept, per reason the pairs
-    dropped and the first `examples` of them, and the speed."""
+    dropped and the first `examples` of them, and the speed. `scorer`: data.clean.scorers opened
+    (decoding/scoring.PairCosts), where the settings name any."""
+    if settings.scorers and scorer is None:
+        raise ValueError("data.clean.scorers: the stage needs their scorer")
     began = time.perf_counter()
     codes, hashes, lengths = _judge(pairs, settings, src_lang, tgt_lang)
     _judge_corpus(codes, hashes, lengths, settings)
+    costs = _score(pairs, settings, codes, scorer) if settings.scorers else None
+    if settings.dedup_targets:
+        codes[(codes == 0) & ~_first_of_each(hashes[:, 2], codes == 0, costs)] = CODE["duplicate_target"]
     shown: dict[str, list] = {}
     paths = (f"{out_prefix}.{src_lang}", f"{out_prefix}.{tgt_lang}")
     with contextlib.ExitStack() as stack:
@@ -161,27 +197,32 @@ def clean_pairs(
     }
 
 
-def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True) -> dict[str, CorpusConfig]:
+def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True, scoring=None) -> dict[str, CorpusConfig]:
     """Each corpus whose data.clean has a rule on, by its key (data, data.corpora[i]): the text
-    corpus of its cleaned training pairs, made once into the run's cache (under the pairs' files
-    and the rules) and its report kept in the run directory's cleaning.json. Under torchrun the
+    corpus of its cleaned training pairs, made once into the run's cache (under the pairs' files,
+    the rules and the scorers' files) and its report kept in the run directory's cleaning.json.
+    `scoring`: what opens data.clean.scorers (decoding/scoring.PairCosts). Under torchrun the
     `main` process calls it first, the others after: they read what it made."""
     found, reports = {}, {}
     for corpus, key in corpus_keys(data):
         settings = data.clean_of(corpus)
         if not settings.active or corpus.train is None:
             continue
+        rules = dataclasses.asdict(settings)
+        if settings.scorers:
+            rules["scorers"] = scoring.identity(settings.scorers)
         source = split_source(corpus, "train")
         directory = os.path.join(
-            cache_directory(data, run_dir),
-            "clean-" + cache_key(source, corpus.files("train"), [], dataclasses.asdict(settings)),
+            cache_directory(data, run_dir), "clean-" + cache_key(source, corpus.files("train"), [], rules)
         )
         report_path = os.path.join(directory, REPORT)
         if not os.path.isfile(report_path):
             check_output(directory, CACHE_WRITER)
             pairs = load_pairs(corpus, "train", f"{key}.train")
+            scorer = scoring.opened(settings.scorers, corpus.src_lang, corpus.tgt_lang) if settings.scorers else None
             with atomic_dir(directory, written_by=CACHE_WRITER) as tmp:
-                report = clean_pairs(pairs, settings, corpus.src_lang, corpus.tgt_lang, os.path.join(tmp, "train"))
+                out = os.path.join(tmp, "train")
+                report = clean_pairs(pairs, settings, corpus.src_lang, corpus.tgt_lang, out, scorer=scorer)
                 write_text(os.path.join(tmp, REPORT), json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         reports[key] = report = read_json(report_path, "the cleaning report")
         if not report["kept"]:

@@ -1,16 +1,21 @@
 """The model's score of given translations: log P(target | source) by teacher forcing, the sum
 over the target's subwords and its EOS, as fairseq's --score-reference and marian-scorer give it.
 
-Data filtering, quality estimation and contrastive evaluation score with it (mt-score). The
-translator's settings apply as in translation: its engine, ensemble, precision, token budget and
-target-language tag.
+Data cleaning (data.clean.scorers, through PairCosts), quality estimation and contrastive
+evaluation score with it (mt-score). The translator's settings apply as in translation: its
+engine, ensemble, precision, token budget and target-language tag.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+
+from mt_transformer import checkpoint
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.devices import autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
@@ -92,3 +97,52 @@ def _ctranslate2_scores(translator, sources: list[list[int]], targets: list[list
         batch_type="tokens",
     )
     return [list(result.log_probs) for result in results]
+
+
+@dataclass(frozen=True)
+class PairCosts:
+    """data.clean.scorers as the cleaning stage (data/cleaning.py) calls them: each pair's cost,
+    lower for a likelier translation. One model: its cross-entropy per target token, H(t|s). Two,
+    source to target and target to source: their dual conditional cross-entropy
+    |H(t|s) - H(s|t)| + (H(t|s) + H(s|t)) / 2 (Junczys-Dowmunt, 2018), high where either finds the
+    pair unlikely or the two disagree. A pair longer than a model's positions costs infinity."""
+
+    device: torch.device
+    threads: int = 0
+
+    @staticmethod
+    def identity(paths) -> list[str]:
+        """What the cleaned pairs' cache key holds of the models: their files, not only their paths."""
+        return [checkpoint.identity(path) for path in paths]
+
+    def opened(self, paths, src_lang: str, tgt_lang: str) -> Callable[[list[str], list[str]], np.ndarray]:
+        from mt_transformer.decoding.engines import open_translator
+
+        directions = ((src_lang, tgt_lang), (tgt_lang, src_lang))
+        translators = [
+            open_translator(path, "auto", self.device, threads=self.threads, src_lang=a, tgt_lang=b)
+            for path, (a, b) in zip(paths, directions)
+        ]
+
+        def costs(sources: list[str], targets: list[str]) -> np.ndarray:
+            forward = _cross_entropies(translators[0], sources, targets)  # [pairs]
+            if len(translators) == 1:
+                return forward
+            backward = _cross_entropies(translators[1], targets, sources)  # [pairs]
+            with np.errstate(invalid="ignore"):  # inf - inf: a pair too long for both
+                dual = np.abs(forward - backward) + (forward + backward) / 2
+            return np.where(np.isfinite(forward) & np.isfinite(backward), dual, np.inf)
+
+        return costs
+
+
+def _cross_entropies(translator, sources: list[str], targets: list[str]) -> np.ndarray:
+    """-log P(target | source) per target token (EOS counted) of each pair; inf where a side
+    does not fit the model's positions."""
+    src_ids, tgt_ids = translator.source_ids(sources), translator.target_ids(targets)
+    limit = translator.max_positions
+    fits = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids)) if limit is None or max(len(s), len(t)) < limit]
+    found = np.full(len(sources), np.inf)
+    scores = score_ids(translator, [src_ids[i] for i in fits], [tgt_ids[i] for i in fits])
+    found[fits] = [-score.per_token for score in scores]
+    return found

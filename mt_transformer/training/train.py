@@ -23,6 +23,7 @@ from mt_transformer.data.cleaning import cleaned_corpora
 from mt_transformer.data.prepare import claim_cache, prepare_data
 from mt_transformer.data.run_tokenizer import chosen_vocab_size, has_run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding.scoring import PairCosts
 from mt_transformer.devices import select_device, slow_precision, use_fast_matmul
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
@@ -119,10 +120,10 @@ def prepare_for_all_ranks(config: Config, run_dir: str, processes: distributed.P
         data_config.augment_of(corpus).inline_tags for corpus in data_config.corpus_list()
     )
     if processes.is_main:  # the training pairs cleaned first (data.clean), by one rank
-        cleaned = cleaned_corpora(data_config, run_dir)
+        cleaned = cleaned_corpora(data_config, run_dir, scoring=PairCosts(device, config.train.threads))
     distributed.barrier()
     if not processes.is_main:
-        cleaned = cleaned_corpora(data_config, run_dir, main=False)
+        cleaned = cleaned_corpora(data_config, run_dir, False, PairCosts(device, config.train.threads))
     distilled = teacher.distilled_corpora(data_config, run_dir, device, config.train.threads, cleaned)
     train_from = {**cleaned, **distilled}
     if processes.is_main:
