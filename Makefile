@@ -5,7 +5,7 @@ DEMO_DATA = data/demo
 DEMO_RUN = runs/demo
 
 .PHONY: install demo test test-apps tour lint bench gpu-check clean \
-	bench-engines bench-students bench-serve bench-markup bench-markup-corpus bench-soak bench-corpus bench-exports bench-imports bench-techniques bench-filtering bench-cleaning \
+	bench-engines bench-students bench-serve bench-markup bench-markup-corpus bench-soak bench-corpus bench-exports bench-imports bench-techniques bench-cleaning \
 	bench-peers bench-finetune profile recipe-run
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
@@ -124,20 +124,11 @@ bench-finetune:
 	$(PYTHON) scripts/finetune_memory.py --shape $(SHAPE) $(ARGS)
 
 # data.clean against crawl noise added to a clean corpus, each kind labelled (docs/cleaning.md):
-# CORPUS=DIR/train SRC_LANG=de TGT_LANG=en OTHER=sentences of another language than TGT_LANG
+# CORPUS=DIR/train SRC_LANG=de TGT_LANG=en OTHER=sentences of another language than TGT_LANG;
+# ARGS="--scorers FORWARD BACKWARD": also with model scoring (runs trained on CLEAN_DIR/defaults)
 CLEAN_DIR ?= runs/cleaning
 bench-cleaning:
 	$(PYTHON) scripts/cleaning_bench.py --corpus $(CORPUS) --src $(SRC_LANG) --tgt $(TGT_LANG) --other $(OTHER) --out $(CLEAN_DIR) $(ARGS)
-
-# a corpus with shuffled targets filtered by the two directions' mt-score (docs/techniques.md):
-# CORPUS=DIR/train SRC_LANG=de TGT_LANG=en, FORWARD and BACKWARD: runs trained on FILTER_DIR/noisy
-FILTER_DIR ?= runs/filtering
-bench-filtering:
-	$(PYTHON) scripts/noisy_corpus.py make --corpus $(CORPUS) --src $(SRC_LANG) --tgt $(TGT_LANG) --share 0.2 --out $(FILTER_DIR)/noisy
-	mt-score --checkpoint $(FORWARD) --src $(FILTER_DIR)/noisy.$(SRC_LANG) --tgt $(FILTER_DIR)/noisy.$(TGT_LANG) -o $(FILTER_DIR)/forward.scores
-	mt-score --checkpoint $(BACKWARD) --src $(FILTER_DIR)/noisy.$(TGT_LANG) --tgt $(FILTER_DIR)/noisy.$(SRC_LANG) -o $(FILTER_DIR)/backward.scores
-	$(PYTHON) scripts/noisy_corpus.py filter --corpus $(FILTER_DIR)/noisy --src $(SRC_LANG) --tgt $(TGT_LANG) \
-	  --scores $(FILTER_DIR)/forward.scores $(FILTER_DIR)/backward.scores --drop 0.2 --out $(FILTER_DIR)/filtered
 
 # mt_transformer and a peer in the peers' benchmark and their 60-minute quality runs (docs/benchmarks.md):
 # PEERS_SCRIPTS=DIR (the peers' install and run scripts) CORPUS=DIR (Multi30k as DIR/train.de ...)

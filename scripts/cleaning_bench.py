@@ -1,8 +1,10 @@
 """data.clean against web-crawl noise: a clean corpus with the noise of a crawl added, each noisy
 pair labelled with its kind, cleaned as mt-train cleans it; per kind the share caught, and the
-share of the clean pairs kept, with and without language identification, and the speed.
+share of the clean pairs kept, with and without language identification, with model scoring
+where --scorers names checkpoints (data.clean.scorers), and the speed.
 
-    python3 scripts/cleaning_bench.py --corpus DIR/train --src de --tgt en --other OTHER/train.de --out runs/cleaning
+    python3 scripts/cleaning_bench.py --corpus DIR/train --src de --tgt en --other OTHER/train.de --out runs/cleaning \
+        [--scorers runs/noisy_de_en runs/noisy_en_de]
 
 The noise, each kind 5% of the clean pairs (the clean ones stay in, in order, the noise spread
 among them by a seeded draw):
@@ -22,11 +24,14 @@ import json
 import os
 import random
 
+import torch
+
 from measure import machine, machine_line, markdown_table, write_json
 from mt_transformer.config import CleanConfig
 from mt_transformer.data.cleaning import REASONS, clean_pairs
 from mt_transformer.data.corpus import load_files
 from mt_transformer.data.text import read_lines
+from mt_transformer.decoding.scoring import PairCosts
 from mt_transformer.files import write_text
 
 KINDS = ("copy", "language", "misaligned", "duplicate", "boilerplate", "long")
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--share", type=float, default=0.05, help="each kind of noise, as a share of the clean pairs")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True, help="a directory for the noisy corpus, the cleaned ones and the JSON")
+    parser.add_argument("--scorers", nargs="+", default=[], help="data.clean.scorers: source to target [and back]")
+    parser.add_argument("--score-drop", type=float, default=CleanConfig.score_drop, help="data.clean.score_drop")
     args = parser.parse_args(argv)
     sources, targets = read_lines(f"{args.corpus}.{args.src}"), read_lines(f"{args.corpus}.{args.tgt}")
     rows = noisy_corpus(
@@ -98,10 +105,14 @@ def main(argv: list[str] | None = None) -> dict:
         write_text(f"{noisy}.{lang}", "".join(row[side] + "\n" for row in rows))
     write_text(f"{noisy}.labels", "".join(row[0] + "\n" for row in rows))
     pairs = load_files(f"{noisy}.{args.src}", f"{noisy}.{args.tgt}")
-    results = {}
-    for name, settings in (("without language_id", CleanConfig(language_id=None)), ("defaults", CleanConfig())):
+    results, scorer = {}, None
+    variants = [("without language_id", CleanConfig(language_id=None)), ("defaults", CleanConfig())]
+    if args.scorers:
+        scorer = PairCosts(torch.device("cpu")).opened(args.scorers, args.src, args.tgt)
+        variants.append(("with scorers", CleanConfig(scorers=tuple(args.scorers), score_drop=args.score_drop)))
+    for name, settings in variants:
         out = os.path.join(args.out, name.replace(" ", "_"))
-        report = clean_pairs(pairs, settings, args.src, args.tgt, out)
+        report = clean_pairs(pairs, settings, args.src, args.tgt, out, scorer=scorer)
         kept = list(zip(read_lines(f"{out}.{args.src}"), read_lines(f"{out}.{args.tgt}")))
         counts: dict = {}
         for pair in kept:

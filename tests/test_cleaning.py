@@ -34,14 +34,14 @@ def test_duplicates_keep_the_first_and_lines_repeated_with_many_partners_are_boi
     report = clean_pairs(pairs_of(rows), settings, "de", "en", str(tmp_path / "o"))
     assert report["dropped"] == {"repeated": 3, "duplicate_pair": 1, "duplicate_target": 1}
     assert read(tmp_path / "o.en") == [t for _, t in rows[:8]] and report["kept"] == 8
-    assert report["examples"]["duplicate_target"] == [["Ein anderer Satz a.", "Sentence number a here."]]
+    assert report["examples"]["duplicate_target"] == [[10, "Ein anderer Satz a.", "Sentence number a here."]]
 
 
 def test_a_side_far_longer_than_its_corpus_is_sentences_glued_together(tmp_path):
     rows = [(f"Ein kurzer Satz Nummer {i}.", f"A short sentence number {i}.") for i in range(20)]
     glued = (" ".join(s for s, _ in rows[:6]), " ".join(t for _, t in rows[:6]))
     report = clean_pairs(pairs_of([*rows, glued]), RULES, "de", "en", str(tmp_path / "o"))
-    assert report["dropped"] == {"long": 1} and report["examples"]["long"] == [list(glued)]
+    assert report["dropped"] == {"long": 1} and report["examples"]["long"] == [[21, *glued]]
     wider = CleanConfig(language_id=None, max_median_ratio=8)
     report = clean_pairs(pairs_of([*rows, glued]), wider, "de", "en", str(tmp_path / "w"))
     assert report["dropped"] == {}
@@ -146,14 +146,15 @@ def test_mt_clean_on_hostile_files(tmp_path):
     assert read(tmp_path / "out.de") == ["Ein Haus steht hier.", "Zwei Hunde spielen heute."]
     assert "word_too_long\t" in result.stdout and (tmp_path / "drops.png").stat().st_size > 0
     assert run_cli("mt-clean", *args).returncode == 0  # its own earlier output is replaced
-    for bad, says in (
-        ((b"a\n", b"a\nb\n"), "has 1 lines but"),
-        ((b"a\xff\n", b"a\n"), "line 1 is not valid UTF-8"),
-    ):
-        src.write_bytes(bad[0])
-        tgt.write_bytes(bad[1])
-        result = run_cli("mt-clean", *args)
-        assert result.returncode == 2 and says in result.stderr.strip().splitlines()[-1], result.stderr
+    src.write_bytes(b"Ein Haus steht hier.\nEin \xffHaus\n")  # a line that is not UTF-8: counted, dropped
+    tgt.write_bytes(b"A house stands here.\nA house.\n")
+    result = run_cli("mt-clean", *args, "--show", "1")
+    assert result.returncode == 0 and "encoding\t2\tEin \ufffdHaus\tA house." in result.stdout, result.stderr
+    assert json.loads((tmp_path / "out.report.json").read_text())["dropped"] == {"encoding": 1}
+    src.write_bytes(b"a\n")
+    tgt.write_bytes(b"a\nb\n")
+    result = run_cli("mt-clean", *args)
+    assert result.returncode == 2 and "has 1 lines but" in result.stderr.strip().splitlines()[-1], result.stderr
     for extra, says in (
         (["--set", "data.clean.bogus=1"], "data.clean.bogus: unknown key"),
         (["--set", "data.clean.language_id=3"], "data.clean.language_id: must be from 0 to 1"),
@@ -198,7 +199,7 @@ def test_model_scoring_drops_the_worst_share_and_a_duplicate_target_keeps_its_be
     settings = CleanConfig(language_id=None, dedup_targets=True, scorers=("models",), score_drop=0.2)
     report = clean_pairs(pairs_of(rows), settings, "de", "en", str(tmp_path / "o"), scorer=scorer)
     assert report["dropped"] == {"empty": 1, "score": 2, "duplicate_target": 1} and "" not in seen
-    assert [s for s, _ in report["examples"]["score"]] == [rows[6][0], rows[7][0]]
+    assert report["examples"]["score"] == [[7, *rows[6]], [8, *rows[7]]]
     assert read(tmp_path / "o.de") == [rows[i][0] for i in (0, 2, 3, 4, 5, 8)]
     clean_pairs(pairs_of(rows), CleanConfig(language_id=None, dedup_targets=True), "de", "en", str(tmp_path / "f"))
     assert read(tmp_path / "f.de") == [s for s, _ in rows[:8]]  # without scores: the first kept

@@ -3,12 +3,12 @@
 import json
 
 
-def test_each_kind_of_noise_is_added_labelled_and_its_catch_reported(corpus, tmp_path):
+def test_each_kind_of_noise_is_added_labelled_and_its_catch_reported(corpus, trained_run, tmp_path):
     import cleaning_bench
 
     results = cleaning_bench.main(
         ["--corpus", f"{corpus}/train", "--src", "en", "--tgt", "de", "--other", f"{corpus}/train.en"]
-        + ["--share", "0.02", "--out", str(tmp_path)]
+        + ["--share", "0.02", "--out", str(tmp_path), "--scorers", trained_run, "--score-drop", "0.05"]
     )
     labels = (tmp_path / "noisy.labels").read_text().split()
     assert labels.count("clean") == 2000 and all(labels.count(kind) == 40 for kind in cleaning_bench.KINDS)
@@ -19,4 +19,7 @@ def test_each_kind_of_noise_is_added_labelled_and_its_catch_reported(corpus, tmp
         assert shares["copy"] > 0.9 and shares["long"] > 0.9 and shares["duplicate"] == 1
     # English sentences where German should be: caught by language identification alone
     assert results["defaults"]["shares"]["language"] > results["without language_id"]["shares"]["language"]
+    scored = results["with scorers"]["report"]
+    assert scored["dropped"]["score"] == round(0.05 * (results["defaults"]["report"]["kept"]))
+    assert list(scored["settings"]["scorers"]) == [trained_run]
     assert json.loads((tmp_path / "cleaning_bench.json").read_text())["cpu"]

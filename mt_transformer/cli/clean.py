@@ -55,7 +55,7 @@ def _corpora(args):
         found = [(c, key) for c, key in corpus_keys(data) if c.train is not None]
         for k, (corpus, key) in enumerate(found):
             out = args.output if len(found) == 1 else f"{args.output}-{k}"
-            read = functools.partial(load_pairs, corpus, "train", f"{key}.train")
+            read = functools.partial(load_pairs, corpus, "train", f"{key}.train", replace_invalid=True)
             yield data.clean_of(corpus), read, corpus.src_lang, corpus.tgt_lang, out
         return
     if not (args.src and args.tgt and args.src_lang and args.tgt_lang):
@@ -65,7 +65,7 @@ def _corpora(args):
             raise UserError(f"--set {name}: only data.clean's rules go with --src and --tgt")
     raw = apply_overrides({"data": {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}}, args.set)
     data = config_from_dict(raw).data
-    read = functools.partial(load_files, args.src, args.tgt)
+    read = functools.partial(load_files, args.src, args.tgt, replace_invalid=True)
     yield data.clean_of(data), read, args.src_lang, args.tgt_lang, args.output
 
 
@@ -87,8 +87,8 @@ def clean_main(argv=None):
             _plot(report, args.plot if out == args.output else f"{out}.png")
         print(_table(report, out, src_lang, tgt_lang))
         for reason, pairs_shown in report["examples"].items():
-            for src, tgt in pairs_shown[: args.show]:
-                print(f"{reason}\t{src}\t{tgt}")
+            for line, src, tgt in pairs_shown[: args.show]:
+                print(f"{reason}\t{line}\t{src}\t{tgt}")
 
 
 def _scorer(args, paths, src_lang: str, tgt_lang: str):

@@ -22,6 +22,7 @@ NUMBER, DIGIT = re.compile(r"\d+"), re.compile(r"\d")
 LINK_HINT = re.compile(r"://|www\.|@", re.IGNORECASE)  # a quick look before the links are read
 LINK = re.compile(r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+\.[\w.-]+", re.IGNORECASE)
 FOLD = re.compile(r"[\W\d_]+")  # what an untranslated copy may differ in: case, punctuation, digits
+REPLACED = "\ufffd"  # what stands for bytes that were not UTF-8 (data/text.stream_lines), or mojibake
 
 # the letters of each script, by the script part of an NLLB code (deu_Latn -> Latn); a script
 # not listed counts every letter
@@ -89,6 +90,8 @@ class PairRules:
         """Why the (repaired) pair is dropped, or None."""
         if not src or not tgt:
             return "empty"
+        if REPLACED in src or REPLACED in tgt:
+            return "encoding"
         s = self.settings
         src_words, tgt_words = src.split(" "), tgt.split(" ")
         if s.max_words is not None and max(len(src_words), len(tgt_words)) > s.max_words:

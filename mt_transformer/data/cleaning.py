@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 REASONS = (
     "kept",
     "empty",
+    "encoding",
     "too_many_words",
     "word_too_long",
     "length_ratio",
@@ -160,8 +161,8 @@ def clean_pairs(
 ) -> dict:
     """Clean a Dataset of `src` and `tgt` columns into the text files OUT.SRC_LANG and OUT.TGT_LANG
     (written whole or not at all); returns the report: pairs read and kept, per reason the pairs
-    dropped and the first `examples` of them, and the speed. `scorer`: data.clean.scorers opened
-    (decoding/scoring.PairCosts), where the settings name any."""
+    dropped and the first `examples` of them (line number from 1, source, target), and the speed.
+    `scorer`: data.clean.scorers opened (decoding/scoring.PairCosts), where the settings name any."""
     if settings.scorers and scorer is None:
         raise ValueError("data.clean.scorers: the stage needs their scorer")
     began = time.perf_counter()
@@ -177,12 +178,12 @@ def clean_pairs(
         outs = [stack.enter_context(open(tmp, "w", encoding="utf-8", newline="\n")) for tmp in tmps]
         row = 0
         for batch in _repaired(pairs, settings):
-            for (s, t), code in zip(batch, codes[row : row + len(batch)]):
+            for line, (s, t), code in zip(range(row + 1, row + len(batch) + 1), batch, codes[row : row + len(batch)]):
                 if code == 0:
                     outs[0].write(s + "\n")
                     outs[1].write(t + "\n")
                 elif len(taken := shown.setdefault(REASONS[code], [])) < examples:
-                    taken.append([s, t])
+                    taken.append([line, s, t])
             row += len(batch)
     seconds = time.perf_counter() - began
     counts = np.bincount(codes, minlength=len(REASONS))
@@ -218,7 +219,7 @@ def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True, scoring=N
         report_path = os.path.join(directory, REPORT)
         if not os.path.isfile(report_path):
             check_output(directory, CACHE_WRITER)
-            pairs = load_pairs(corpus, "train", f"{key}.train")
+            pairs = load_pairs(corpus, "train", f"{key}.train", replace_invalid=True)
             scorer = scoring.opened(settings.scorers, corpus.src_lang, corpus.tgt_lang) if settings.scorers else None
             with atomic_dir(directory, written_by=CACHE_WRITER) as tmp:
                 out = os.path.join(tmp, "train")

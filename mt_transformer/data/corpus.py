@@ -35,29 +35,30 @@ def quiet_datasets() -> None:
     datasets.logging.set_verbosity_error()
 
 
-def _read_text(path: str) -> datasets.Dataset:
+def _read_text(path: str, replace_invalid: bool = False) -> datasets.Dataset:
     """The lines of a text file as a Dataset with a `text` column, kept as an Arrow file in
     `datasets`' cache under the file's path, size and times (made once, 65,536 lines at a time,
     so memory does not grow with the file). A line ends at "\n" only (with a "\r" before it), as
     mt-translate and mt-eval read lines: a lone "\r" inside a line is white space there
-    (normalize), never the end of one."""
+    (normalize), never the end of one. `replace_invalid`: as stream_lines."""
     try:
         status = os.stat(path)
     except OSError as error:
         raise UserError(f"{path}: could not be read ({error.strerror})") from None
     stamp = f"{os.path.realpath(path)}|{status.st_size}|{status.st_mtime_ns}|{status.st_ctime_ns}|{status.st_ino}"
+    stamp += "|replaced" if replace_invalid else ""
     cached = os.path.join(datasets.config.HF_DATASETS_CACHE, "mt_transformer-lines", sha256(stamp.encode()).hexdigest())
     if not os.path.isfile(cached):
         with atomic_path(cached) as tmp, pa.OSFile(tmp, "wb") as sink:
             with pa.ipc.new_stream(sink, pa.schema([("text", pa.string())])) as writer:
-                lines = stream_lines(path)
+                lines = stream_lines(path, replace_invalid)
                 while batch := list(islice(lines, 1 << 16)):
                     writer.write_batch(pa.record_batch([pa.array(batch, pa.string())], names=["text"]))
     return datasets.Dataset.from_file(cached)
 
 
-def _text_pairs(src_path: str, tgt_path: str, key: str) -> datasets.Dataset:
-    src, tgt = _read_text(src_path), _read_text(tgt_path)
+def _text_pairs(src_path: str, tgt_path: str, key: str, replace_invalid: bool = False) -> datasets.Dataset:
+    src, tgt = _read_text(src_path, replace_invalid), _read_text(tgt_path, replace_invalid)
     if len(src) != len(tgt):
         raise UserError(f"{key}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
     return datasets.concatenate_datasets([src.rename_column("text", "src"), tgt.rename_column("text", "tgt")], axis=1)
@@ -149,10 +150,11 @@ def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def load_pairs(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
+def load_pairs(corpus: CorpusConfig, split: str, key: str, replace_invalid: bool = False) -> datasets.Dataset:
     """Load one split of a corpus as a Dataset with normalized string columns `src` and `tgt`.
 
-    `key` names the split's config entry (e.g. `data.train`) in error messages.
+    `key` names the split's config entry (e.g. `data.train`) in error messages. `replace_invalid`:
+    text and TSV lines that are not UTF-8 are read with U+FFFD (for data.clean), not refused.
     """
     quiet_datasets()
     location = getattr(corpus, split)
@@ -160,9 +162,9 @@ def load_pairs(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             raise UserError(f"{key}: {path} is empty")
     if corpus.format == "text":
-        dataset = _text_pairs(*corpus.files(split), key)
+        dataset = _text_pairs(*corpus.files(split), key, replace_invalid)
     elif corpus.format == "tsv":
-        lines = _read_text(location)
+        lines = _read_text(location, replace_invalid)
         dataset = lines.map(
             _split_tsv, batched=True, with_indices=True, remove_columns=["text"], fn_kwargs={"path": location}
         )
@@ -182,13 +184,13 @@ def load_pairs(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
     return _normalized(dataset)
 
 
-def load_files(src_path: str, tgt_path: str) -> datasets.Dataset:
+def load_files(src_path: str, tgt_path: str, replace_invalid: bool = False) -> datasets.Dataset:
     """The pairs of two line-aligned text files of any names, as load_pairs gives a split."""
     quiet_datasets()
     for path in (src_path, tgt_path):
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             raise UserError(f"{path} is empty")
-    return _normalized(_text_pairs(src_path, tgt_path, "--src/--tgt"))
+    return _normalized(_text_pairs(src_path, tgt_path, "--src/--tgt", replace_invalid))
 
 
 def _normalized(dataset: datasets.Dataset) -> datasets.Dataset:

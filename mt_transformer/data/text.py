@@ -56,13 +56,15 @@ def _raw_lines(path: str) -> Iterator[bytes]:
             yield line.encode("utf-8")
 
 
-def stream_lines(path: str) -> Iterator[str]:
+def stream_lines(path: str, replace_invalid: bool = False) -> Iterator[str]:
     """The lines of a UTF-8 file (`-`: standard input; .gz: decompressed) without their line
-    endings, read as they are needed. A byte-order mark at the start is dropped."""
+    endings, read as they are needed. A byte-order mark at the start is dropped. A line that is
+    not valid UTF-8 is a one-line error, or with `replace_invalid` read with U+FFFD for each
+    invalid byte (what data.clean drops, counted)."""
     try:
         for number, raw in enumerate(_raw_lines(path), start=1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8", errors="replace" if replace_invalid else "strict")
             except UnicodeDecodeError:
                 raise UserError(f"{path}: line {number} is not valid UTF-8") from None
             if number == 1:
