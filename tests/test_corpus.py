@@ -88,6 +88,10 @@ def test_hub_shaped_dataset_with_configs_and_splits(tmp_path):
     pairs = read_split("hub", "validation", "en", "de", "data.valid", hub_name=str(repo), hub_config="de-en")
     assert pairs["src"][:] == ["Sentence 0", "Sentence 1"] and pairs["tgt"][:] == ["Satz 0", "Satz 1"]
     assert len(read_split("hub", "train", "de", "en", "data.train", hub_name=str(repo), hub_config="de-en")) == 3
+    # the copy changed in place (or another copy of the same name elsewhere) is read anew, not from datasets' cache
+    rows = {"translation": [{"de": f"Satz {i}", "en": f"Sentence {i}"} for i in range(4)]}
+    datasets.Dataset.from_dict(rows).to_parquet(str(repo / "de-en" / "train-00000-of-00001.parquet"))
+    assert len(read_split("hub", "train", "de", "en", "data.train", hub_name=str(repo), hub_config="de-en")) == 4
     with pytest.raises(UserError, match=r"^data: .*wmt_like: Unknown split .test"):
         read_split("hub", "test", "de", "en", "data.test", hub_name=str(repo), hub_config="de-en")
 

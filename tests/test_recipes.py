@@ -12,7 +12,7 @@ import yaml
 from conftest import ROOT, run_cli
 from mt_transformer.outputs import OUTPUT_MARKER
 
-RECIPES = ["configs/recipes/small_cpu.yaml", "configs/recipes/base_gpu.yaml"]
+RECIPES = ["configs/recipes/small_cpu.yaml", "configs/recipes/base_gpu.yaml", "configs/recipes/crawl_cpu.yaml"]
 HAN = [chr(0x4E00 + 37 * i) for i in range(400)]
 
 
@@ -106,6 +106,56 @@ def hub_copy(corpus: str, directory) -> str:
             rows = [{"en": e.strip(), "de": d.strip()} for e, d in zip(en, de)][:n]
         (repo / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return str(directory)
+
+
+def opus100_copy(corpus: str, directory, noise: dict[str, list[tuple[str, str]]]) -> str:
+    """A local copy of the hub repository Helsinki-NLP/opus-100 in its own shape, its config de-en
+    only: de-en/{split}-00000-of-00001.parquet with rows {"translation": {"de": ..., "en": ...}},
+    the splits named in README.md's configs; the training split the generated pairs and `noise`'s
+    pairs among them. Returns the directory to name in $MT_HUB_MIRROR."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    repo = directory / "Helsinki-NLP" / "opus-100"
+    (repo / "de-en").mkdir(parents=True)
+    splits = "".join(f"  - split: {name}\n    path: de-en/{name}-*\n" for name in ("test", "train", "validation"))
+    (repo / "README.md").write_text(f"---\nconfigs:\n- config_name: de-en\n  data_files:\n{splits}---\n")
+    for split, name in (("train", "train"), ("valid", "validation"), ("test", "test")):
+        with open(f"{corpus}/{split}.de", encoding="utf-8") as de, open(f"{corpus}/{split}.en", encoding="utf-8") as en:
+            pairs = [(d.strip(), e.strip()) for d, e in zip(de, en)]
+        if split == "train":  # each noisy pair after the clean one of its index
+            mixed = []
+            for k, pair in enumerate(pairs[:600]):
+                mixed += [pair, *(kind[k] for kind in noise.values() if k < len(kind))]
+            pairs = mixed
+        rows = [{"de": d, "en": e} for d, e in pairs]
+        pq.write_table(pa.table({"translation": rows}), repo / "de-en" / f"{name}-00000-of-00001.parquet")
+    return str(directory)
+
+
+def test_crawl_cpu_cleans_a_copy_of_its_hub_corpus_with_crawl_noise(corpus, tmp_path, monkeypatch):
+    """configs/recipes/crawl_cpu.yaml reads Helsinki-NLP/opus-100 through datasets.load_dataset (a
+    local copy in the hub's own files) and cleans its training pairs by the defaults: the copies,
+    duplicates and French targets put among them go, the pairs as generated stay."""
+    with open(f"{corpus}/train.de", encoding="utf-8") as de, open(f"{corpus}/train.en", encoding="utf-8") as en:
+        german, english = de.read().splitlines()[:600], en.read().splitlines()[:600]
+    french = ["Deux chiens jouent dans la neige fraîche du matin.", "Les enfants courent vite dans le grand pré vert."]
+    noise = {
+        "copy": [(g, g) for g in german[:40] if len(g.split()) >= 4][:20],
+        "duplicate": list(zip(german[:20], english[:20])),
+        "language": [(g, french[k % 2]) for k, g in enumerate(german[:20])],
+    }
+    monkeypatch.setenv("MT_HUB_MIRROR", opus100_copy(corpus, tmp_path / "mirror", noise))
+    run = tmp_path / "run"
+    recipe = os.path.join(ROOT, "configs/recipes/crawl_cpu.yaml")
+    result = run_cli("mt-prepare", "--config", recipe, "--set", f"train.output_dir={run}", "data.vocab_size=300")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((run / "cleaning.json").read_text())["data"]
+    assert report["pairs"] == 600 + sum(map(len, noise.values()))
+    dropped = report["dropped"]
+    assert dropped["copy"] == len(noise["copy"]) and dropped["duplicate_pair"] >= len(noise["duplicate"])
+    assert dropped.get("language", 0) + dropped.get("repeated", 0) == len(noise["language"]), dropped
+    assert report["kept"] >= 0.97 * 600, report
 
 
 def readme_commands(marker: str) -> list[str]:

@@ -12,6 +12,7 @@ memory-mapped Arrow on disk and cached by `datasets`:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -135,8 +136,15 @@ def hub_copy_stamp(hub_name: str) -> list | None:
 
 def _load_hub(corpus: CorpusConfig, split: str, key: str) -> datasets.Dataset:
     location = hub_location(corpus.hub_name)
+    # `datasets` caches a local copy under its name and config alone, so a copy changed or moved
+    # would load as it was: each state of a copy gets its own cache, keyed by its files
+    stamp = hub_copy_stamp(corpus.hub_name)
+    cache_dir = None
+    if stamp is not None:
+        digest = sha256(json.dumps([os.path.realpath(location), stamp]).encode()).hexdigest()[:24]
+        cache_dir = os.path.join(datasets.config.HF_DATASETS_CACHE, "mt_transformer-copies", digest)
     try:
-        return datasets.load_dataset(location, corpus.hub_config, split=getattr(corpus, split))
+        return datasets.load_dataset(location, corpus.hub_config, split=getattr(corpus, split), cache_dir=cache_dir)
     except ConnectionError as error:
         raise UserError(
             f"{key}.hub_name: {corpus.hub_name} could not be fetched from the hub ({_first_line(error)}); "
