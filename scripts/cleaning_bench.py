@@ -1,7 +1,8 @@
 """data.clean against web-crawl noise: a clean corpus with the noise of a crawl added, each noisy
 pair labelled with its kind, cleaned as mt-train cleans it; per kind the share caught, and the
 share of the clean pairs kept, with and without language identification, with model scoring
-where --scorers names checkpoints (data.clean.scorers), and the speed.
+where --scorers names checkpoints (data.clean.scorers), and the speed; with --scale N, mt-clean's
+time and peak memory on N pairs.
 
     python3 scripts/cleaning_bench.py --corpus DIR/train --src de --tgt en --other OTHER/train.de --out runs/cleaning \
         [--scorers runs/noisy_de_en runs/noisy_en_de]
@@ -26,7 +27,7 @@ import random
 
 import torch
 
-from measure import machine, machine_line, markdown_table, write_json
+from measure import machine, machine_line, markdown_table, peak_own_memory, write_json
 from mt_transformer.config import CleanConfig
 from mt_transformer.data.cleaning import REASONS, clean_pairs
 from mt_transformer.data.corpus import load_files
@@ -94,6 +95,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", required=True, help="a directory for the noisy corpus, the cleaned ones and the JSON")
     parser.add_argument("--scorers", nargs="+", default=[], help="data.clean.scorers: source to target [and back]")
     parser.add_argument("--score-drop", type=float, default=CleanConfig.score_drop, help="data.clean.score_drop")
+    parser.add_argument(
+        "--scale", type=int, default=0, metavar="N", help="also mt-clean N pairs drawn from the noisy ones: peak memory"
+    )
     args = parser.parse_args(argv)
     sources, targets = read_lines(f"{args.corpus}.{args.src}"), read_lines(f"{args.corpus}.{args.tgt}")
     rows = noisy_corpus(
@@ -132,8 +136,29 @@ def main(argv: list[str] | None = None) -> dict:
     for name, r in results.items():
         dropped = {reason: r["report"]["dropped"].get(reason, 0) for reason in REASONS[1:]}
         print(f"{name}: dropped by rule " + json.dumps({k: v for k, v in dropped.items() if v}))
+    if args.scale:
+        results["scale"] = at_scale(rows, args)
     write_json(os.path.join(args.out, "cleaning_bench.json"), {**machine(), "share": args.share, **results})
     return results
+
+
+def at_scale(rows, args) -> dict:
+    """mt-clean (the defaults) in its own process on --scale pairs: the noisy rows over and over, each
+    round's pairs ending in the round's number (so hardly any is a duplicate: the most hashes kept);
+    its wall time and peak memory."""
+    prefix = os.path.join(args.out, "scale")
+    for side, lang in ((1, args.src), (2, args.tgt)):
+        with open(f"{prefix}.{lang}", "w", encoding="utf-8") as f:
+            for i in range(args.scale):
+                turn = i // len(rows)
+                f.write(rows[i % len(rows)][side] + (f" {turn}" if turn else "") + "\n")
+    command = ["mt-clean", "--src", f"{prefix}.{args.src}", "--tgt", f"{prefix}.{args.tgt}"]
+    command += ["--src-lang", args.src, "--tgt-lang", args.tgt, "-o", f"{prefix}-clean"]
+    seconds, peak, own = peak_own_memory(command)
+    found = {"pairs": args.scale, "seconds": round(seconds, 1), "peak_rss_mib": round(peak), "own_mib": round(own)}
+    found["pairs_per_second"] = round(args.scale / seconds)
+    print(f"mt-clean of {args.scale:,} pairs: {seconds:.0f} s, peak RSS {peak:,.0f} MiB ({own:,.0f} MiB its own)")
+    return found
 
 
 if __name__ == "__main__":
