@@ -30,7 +30,7 @@ import torch
 from measure import machine, machine_line, markdown_table, peak_own_memory, write_json
 from mt_transformer.config import CleanConfig
 from mt_transformer.data.cleaning import REASONS, clean_pairs
-from mt_transformer.data.corpus import load_files
+from mt_transformer.data.corpus import TextPairs
 from mt_transformer.data.text import read_lines
 from mt_transformer.decoding.scoring import PairCosts
 from mt_transformer.files import write_text
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     for side, lang in ((1, args.src), (2, args.tgt)):
         write_text(f"{noisy}.{lang}", "".join(row[side] + "\n" for row in rows))
     write_text(f"{noisy}.labels", "".join(row[0] + "\n" for row in rows))
-    pairs = load_files(f"{noisy}.{args.src}", f"{noisy}.{args.tgt}")
+    pairs = TextPairs(f"{noisy}.{args.src}", f"{noisy}.{args.tgt}")
     results, scorer = {}, None
     variants = [("without language_id", CleanConfig(language_id=None)), ("defaults", CleanConfig())]
     if args.scorers:

@@ -196,7 +196,7 @@ def test_model_scoring_drops_the_worst_share_and_a_duplicate_target_keeps_its_be
         seen.extend(sources)
         return np.array([cost[s] for s in sources])
 
-    settings = CleanConfig(language_id=None, dedup_targets=True, scorers=("models",), score_drop=0.2)
+    settings = CleanConfig(language_id=None, scorers=("models",), score_drop=0.2)  # dedup_targets: on with scorers
     report = clean_pairs(pairs_of(rows), settings, "de", "en", str(tmp_path / "o"), scorer=scorer)
     assert report["dropped"] == {"empty": 1, "score": 2, "duplicate_target": 1} and "" not in seen
     assert report["examples"]["score"] == [[7, *rows[6]], [8, *rows[7]]]
@@ -211,7 +211,8 @@ def test_mt_prepare_scores_with_a_checkpoint_and_refuses_a_missing_one(trained_r
     result = run_cli("mt-prepare", "--config", config, "--set", f"data.clean.scorers=[{trained_run}]", *rules)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "run" / "cleaning.json").read_text())["data"]
-    scored = report["pairs"] - sum(n for reason, n in report["dropped"].items() if reason != "score")
+    later = ("score", "duplicate_target")  # the reasons after scoring
+    scored = report["pairs"] - sum(n for reason, n in report["dropped"].items() if reason not in later)
     assert report["dropped"]["score"] == round(0.25 * scored) and report["settings"]["scorers"] == [trained_run]
     missing = str(tmp_path / "nowhere")
     result = run_cli("mt-prepare", "--config", config, "--set", f"data.clean.scorers=[{missing}]")

@@ -46,7 +46,7 @@ def _corpora(args):
     of each corpus to clean: the outputs are checked before anything is read."""
     from mt_transformer.config import config_from_dict, corpus_keys, load_config
     from mt_transformer.config.loading import apply_overrides
-    from mt_transformer.data.corpus import load_files, load_pairs
+    from mt_transformer.data.corpus import TextPairs, pairs_to_clean
 
     if args.config:
         if args.src or args.tgt:
@@ -55,7 +55,7 @@ def _corpora(args):
         found = [(c, key) for c, key in corpus_keys(data) if c.train is not None]
         for k, (corpus, key) in enumerate(found):
             out = args.output if len(found) == 1 else f"{args.output}-{k}"
-            read = functools.partial(load_pairs, corpus, "train", f"{key}.train", replace_invalid=True)
+            read = functools.partial(pairs_to_clean, corpus, key)
             yield data.clean_of(corpus), read, corpus.src_lang, corpus.tgt_lang, out
         return
     if not (args.src and args.tgt and args.src_lang and args.tgt_lang):
@@ -65,7 +65,7 @@ def _corpora(args):
             raise UserError(f"--set {name}: only data.clean's rules go with --src and --tgt")
     raw = apply_overrides({"data": {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}}, args.set)
     data = config_from_dict(raw).data
-    read = functools.partial(load_files, args.src, args.tgt, replace_invalid=True)
+    read = functools.partial(TextPairs, args.src, args.tgt)
     yield data.clean_of(data), read, args.src_lang, args.tgt_lang, args.output
 
 

@@ -28,7 +28,7 @@ import xxhash
 
 from mt_transformer.config import CleanConfig, CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.clean_rules import PairRules, repair
-from mt_transformer.data.corpus import load_pairs
+from mt_transformer.data.corpus import pairs_to_clean
 from mt_transformer.data.prepare import CACHE_WRITER, cache_directory, cache_key, split_source
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, read_json, write_text
@@ -169,7 +169,7 @@ def clean_pairs(
     codes, hashes, lengths = _judge(pairs, settings, src_lang, tgt_lang)
     _judge_corpus(codes, hashes, lengths, settings)
     costs = _score(pairs, settings, codes, scorer) if settings.scorers else None
-    if settings.dedup_targets:
+    if settings.targets_deduplicated:
         codes[(codes == 0) & ~_first_of_each(hashes[:, 2], codes == 0, costs)] = CODE["duplicate_target"]
     shown: dict[str, list] = {}
     paths = (f"{out_prefix}.{src_lang}", f"{out_prefix}.{tgt_lang}")
@@ -219,7 +219,7 @@ def cleaned_corpora(data: DataConfig, run_dir: str, main: bool = True, scoring=N
         report_path = os.path.join(directory, REPORT)
         if not os.path.isfile(report_path):
             check_output(directory, CACHE_WRITER)
-            pairs = load_pairs(corpus, "train", f"{key}.train", replace_invalid=True)
+            pairs = pairs_to_clean(corpus, key)
             scorer = scoring.opened(settings.scorers, corpus.src_lang, corpus.tgt_lang) if settings.scorers else None
             with atomic_dir(directory, written_by=CACHE_WRITER) as tmp:
                 out = os.path.join(tmp, "train")

@@ -23,7 +23,7 @@ import datasets
 import pyarrow as pa
 
 from mt_transformer.config import CorpusConfig
-from mt_transformer.data.text import normalize, stream_lines
+from mt_transformer.data.text import count_lines, normalize, stream_lines
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path
 
@@ -58,8 +58,8 @@ def _read_text(path: str, replace_invalid: bool = False) -> datasets.Dataset:
     return datasets.Dataset.from_file(cached)
 
 
-def _text_pairs(src_path: str, tgt_path: str, key: str, replace_invalid: bool = False) -> datasets.Dataset:
-    src, tgt = _read_text(src_path, replace_invalid), _read_text(tgt_path, replace_invalid)
+def _text_pairs(src_path: str, tgt_path: str, key: str) -> datasets.Dataset:
+    src, tgt = _read_text(src_path), _read_text(tgt_path)
     if len(src) != len(tgt):
         raise UserError(f"{key}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
     return datasets.concatenate_datasets([src.rename_column("text", "src"), tgt.rename_column("text", "tgt")], axis=1)
@@ -162,7 +162,7 @@ def load_pairs(corpus: CorpusConfig, split: str, key: str, replace_invalid: bool
     """Load one split of a corpus as a Dataset with normalized string columns `src` and `tgt`.
 
     `key` names the split's config entry (e.g. `data.train`) in error messages. `replace_invalid`:
-    text and TSV lines that are not UTF-8 are read with U+FFFD (for data.clean), not refused.
+    TSV lines that are not UTF-8 are read with U+FFFD (for data.clean), not refused.
     """
     quiet_datasets()
     location = getattr(corpus, split)
@@ -170,7 +170,7 @@ def load_pairs(corpus: CorpusConfig, split: str, key: str, replace_invalid: bool
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             raise UserError(f"{key}: {path} is empty")
     if corpus.format == "text":
-        dataset = _text_pairs(*corpus.files(split), key, replace_invalid)
+        dataset = _text_pairs(*corpus.files(split), key)
     elif corpus.format == "tsv":
         lines = _read_text(location, replace_invalid)
         dataset = lines.map(
@@ -192,13 +192,36 @@ def load_pairs(corpus: CorpusConfig, split: str, key: str, replace_invalid: bool
     return _normalized(dataset)
 
 
-def load_files(src_path: str, tgt_path: str, replace_invalid: bool = False) -> datasets.Dataset:
-    """The pairs of two line-aligned text files of any names, as load_pairs gives a split."""
-    quiet_datasets()
-    for path in (src_path, tgt_path):
-        if os.path.isfile(path) and os.path.getsize(path) == 0:
-            raise UserError(f"{path} is empty")
-    return _normalized(_text_pairs(src_path, tgt_path, "--src/--tgt", replace_invalid))
+class TextPairs:
+    """The pairs of two line-aligned text files, normalized as load_pairs gives them, read in
+    batches as they are asked for, the files read again on each pass: memory holds one batch,
+    whatever the files' size (no Arrow copy is made). What data.clean reads from text files:
+    a line that is not UTF-8 comes with U+FFFD in place of its bad bytes, for the stage to drop."""
+
+    def __init__(self, src_path: str, tgt_path: str, key: str = "--src/--tgt"):
+        for path in (src_path, tgt_path):
+            if os.path.isfile(path) and os.path.getsize(path) == 0:
+                raise UserError(f"{key}: {path} is empty")
+        sizes = [count_lines(path) for path in (src_path, tgt_path)]
+        if sizes[0] != sizes[1]:
+            raise UserError(f"{key}: {src_path} has {sizes[0]} lines but {tgt_path} has {sizes[1]}")
+        self.paths, self.size = (src_path, tgt_path), sizes[0]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def iter(self, batch_size: int) -> Iterator[dict[str, list[str]]]:
+        sources, targets = (stream_lines(path, replace_invalid=True) for path in self.paths)
+        while batch := list(islice(zip(sources, targets), batch_size)):
+            yield {"src": [normalize(s) for s, _ in batch], "tgt": [normalize(t) for _, t in batch]}
+
+
+def pairs_to_clean(corpus: CorpusConfig, key: str):
+    """A corpus's training pairs as data.clean reads them: text files streamed (TextPairs), other
+    formats through `datasets`, TSV lines that are not UTF-8 with U+FFFD."""
+    if corpus.format == "text":
+        return TextPairs(*corpus.files("train"), f"{key}.train")
+    return load_pairs(corpus, "train", f"{key}.train", replace_invalid=True)
 
 
 def _normalized(dataset: datasets.Dataset) -> datasets.Dataset:
