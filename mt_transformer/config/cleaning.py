@@ -97,8 +97,8 @@ class CleanConfig:
                 raise ConfigError(f"{key}.boilerplate[{k}]: not a regular expression ({error})") from None
         if len(self.scorers) > 2:
             raise ConfigError(f"{key}.scorers: one model (source to target) or two (and target to source)")
-        if self.scorers and not self.score_drop:
-            raise ConfigError(f"{key}.score_drop: the share scoring drops, above 0, with {key}.scorers")
+        if self.scorers and self.score_drop is None:
+            raise ConfigError(f"{key}.score_drop: the share scoring drops, from 0 to 1, with {key}.scorers")
 
     def check_scorers(self, key: str) -> None:
         """Each of data.clean.scorers a directory (a checkpoint or run), where the stage will run."""
