@@ -7,8 +7,9 @@ import os
 import numpy as np
 
 from conftest import run_cli, tiny_config, write_config
-from mt_transformer.config import CleanConfig
+from mt_transformer.config import CleanConfig, CorpusConfig
 from mt_transformer.data.cleaning import clean_pairs
+from mt_transformer.data.corpus import pairs_to_clean
 
 
 def pairs_of(rows):
@@ -35,6 +36,19 @@ def test_duplicates_keep_the_first_and_lines_repeated_with_many_partners_are_boi
     assert report["dropped"] == {"repeated": 3, "duplicate_pair": 1, "duplicate_target": 1}
     assert read(tmp_path / "o.en") == [t for _, t in rows[:8]] and report["kept"] == 8
     assert report["examples"]["duplicate_target"] == [[10, "Ein anderer Satz a.", "Sentence number a here."]]
+
+
+def test_a_value_holding_a_line_feed_stays_one_pair_and_the_stage_leaves_only_its_output(tmp_path):
+    rows = [{"de": "Ein Satz\nin zwei Zeilen.", "en": "A sentence\non two lines."}, {"de": "Noch einer.", "en": "One more."}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    pairs = pairs_to_clean(CorpusConfig(format="jsonl", train=str(path), src_lang="de", tgt_lang="en"), "data")
+    for repaired in (True, False):  # with repair off, normalize alone makes the line feed a space
+        out = tmp_path / str(repaired)
+        out.mkdir()
+        report = clean_pairs(pairs, CleanConfig(language_id=None, repair=repaired), "de", "en", str(out / "o"))
+        assert report["kept"] == 2 and read(out / "o.en") == ["A sentence on two lines.", "One more."]
+        assert sorted(os.listdir(out)) == ["o.de", "o.en"]
 
 
 def test_a_side_far_longer_than_its_corpus_is_sentences_glued_together(tmp_path):

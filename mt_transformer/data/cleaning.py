@@ -1,8 +1,8 @@
 """data.clean as a stage of the data flow: a corpus's training pairs, as read, become the text
 pairs the tokenizer and the model learn from, less those a rule drops, with a report of what
 each rule dropped. Exact and deterministic; memory grows with the corpus by 33 bytes a pair
-(a reason, three 8-byte hashes, two lengths), 37 with model scoring, the text itself read in
-batches.
+(a reason, three 8-byte hashes, two lengths), 37 with model scoring; the text is read once, in
+batches, and its repaired pairs kept on disk for the later passes.
 
 The passes over the pairs: (1) repair each pair and judge it (data/clean_rules.py), then the
 language of what is left (data/language_id.py), keeping hashes of the repaired pair and sides;
@@ -20,8 +20,10 @@ import dataclasses
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 import numpy as np
 import xxhash
@@ -76,12 +78,39 @@ def _repaired(pairs, settings: CleanConfig) -> Iterator[list[tuple[str, str]]]:
         yield [(repair(s), repair(t)) for s, t in rows] if settings.repair else list(rows)
 
 
-def _judge(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str):
+class _Spool:
+    """The repaired pairs as pass 1 read them, in two files of a temporary directory, for the
+    later passes to read back: the corpus is read, normalized and repaired once. A line holds no
+    line feed (data/text.normalize)."""
+
+    def __init__(self, directory: str):
+        self.paths = (os.path.join(directory, "src"), os.path.join(directory, "tgt"))
+
+    def write(self, pairs, settings: CleanConfig) -> Iterator[list[tuple[str, str]]]:
+        """The repaired pairs in batches, each batch kept as it goes by."""
+        with open(self.paths[0], "w", encoding="utf-8", newline="\n") as src, open(
+            self.paths[1], "w", encoding="utf-8", newline="\n"
+        ) as tgt:
+            for batch in _repaired(pairs, settings):
+                src.write("".join(s + "\n" for s, _ in batch))
+                tgt.write("".join(t + "\n" for _, t in batch))
+                yield batch
+
+    def batches(self) -> Iterator[list[tuple[str, str]]]:
+        with open(self.paths[0], encoding="utf-8", newline="\n") as src, open(
+            self.paths[1], encoding="utf-8", newline="\n"
+        ) as tgt:
+            rows = zip((line[:-1] for line in src), (line[:-1] for line in tgt))
+            while batch := list(islice(rows, BATCH)):
+                yield batch
+
+
+def _judge(pairs, settings: CleanConfig, src_lang: str, tgt_lang: str, spool: _Spool):
     """Pass 1: per pair, its reason code, the hashes of the pair, its source and its target, and
-    the sides' lengths in characters."""
+    the sides' lengths in characters; the repaired pairs kept in `spool`."""
     rules = PairRules.of(settings, src_lang, tgt_lang)
     codes, hashes, lengths = [], [], []
-    for batch in _repaired(pairs, settings):
+    for batch in spool.write(pairs, settings):
         found = [CODE[r] if (r := rules.judge(s, t)) else 0 for s, t in batch]
         if settings.language_id is not None:
             _judge_languages(batch, found, settings.language_id, src_lang, tgt_lang)
@@ -133,12 +162,12 @@ def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, se
         codes[(codes == 0) & ~_first_of_each(hashes[:, 0], codes == 0)] = CODE["duplicate_pair"]
 
 
-def _score(pairs, settings: CleanConfig, codes: np.ndarray, scorer: Scorer) -> np.ndarray:
+def _score(spool: _Spool, settings: CleanConfig, codes: np.ndarray, scorer: Scorer) -> np.ndarray:
     """Pass 3: the cost of each pair left by the rules (infinity for the others), batch by batch;
     the worst data.clean.score_drop of those pairs dropped."""
     costs = np.full(len(codes), np.inf, dtype=np.float32)
     row, began = 0, time.perf_counter()
-    for batch in _repaired(pairs, settings):
+    for batch in spool.batches():
         open_ = np.flatnonzero(codes[row : row + len(batch)] == 0)
         if len(open_):
             costs[row + open_] = scorer([batch[i][0] for i in open_], [batch[i][1] for i in open_])
@@ -166,18 +195,20 @@ def clean_pairs(
     if settings.scorers and scorer is None:
         raise ValueError("data.clean.scorers: the stage needs their scorer")
     began = time.perf_counter()
-    codes, hashes, lengths = _judge(pairs, settings, src_lang, tgt_lang)
-    _judge_corpus(codes, hashes, lengths, settings)
-    costs = _score(pairs, settings, codes, scorer) if settings.scorers else None
-    if settings.targets_deduplicated:
-        codes[(codes == 0) & ~_first_of_each(hashes[:, 2], codes == 0, costs)] = CODE["duplicate_target"]
     shown: dict[str, list] = {}
     paths = (f"{out_prefix}.{src_lang}", f"{out_prefix}.{tgt_lang}")
     with contextlib.ExitStack() as stack:
+        directory = os.path.dirname(os.path.abspath(out_prefix))
+        spool = _Spool(stack.enter_context(tempfile.TemporaryDirectory(prefix=".cleaning-", dir=directory)))
+        codes, hashes, lengths = _judge(pairs, settings, src_lang, tgt_lang, spool)
+        _judge_corpus(codes, hashes, lengths, settings)
+        costs = _score(spool, settings, codes, scorer) if settings.scorers else None
+        if settings.targets_deduplicated:
+            codes[(codes == 0) & ~_first_of_each(hashes[:, 2], codes == 0, costs)] = CODE["duplicate_target"]
         tmps = [stack.enter_context(atomic_path(path)) for path in paths]
         outs = [stack.enter_context(open(tmp, "w", encoding="utf-8", newline="\n")) for tmp in tmps]
         row = 0
-        for batch in _repaired(pairs, settings):
+        for batch in spool.batches():
             for line, (s, t), code in zip(range(row + 1, row + len(batch) + 1), batch, codes[row : row + len(batch)]):
                 if code == 0:
                     outs[0].write(s + "\n")

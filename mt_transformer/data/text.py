@@ -14,7 +14,7 @@ from typing import BinaryIO
 from mt_transformer.errors import UserError
 
 # what ends a line in some programs but not here, where a line ends at "\n": white space inside one
-LINE_BREAKS = str.maketrans({c: " " for c in "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
 
 
 def normalize(line: str) -> str:
