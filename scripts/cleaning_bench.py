@@ -1,8 +1,8 @@
 """data.clean against web-crawl noise: a clean corpus with the noise of a crawl added, each noisy
 pair labelled with its kind, cleaned as mt-train cleans it; per kind the share caught, and the
-share of the clean pairs kept, with and without language identification, with model scoring
-where --scorers names checkpoints (data.clean.scorers), and the speed; with --scale N, mt-clean's
-time and peak memory on N pairs.
+share of the clean pairs kept, by the rules of form alone, with language identification, with
+word translation too (the defaults), with model scoring where --scorers names checkpoints
+(data.clean.scorers), and the speed; with --scale N, mt-clean's time and peak memory on N pairs.
 
     python3 scripts/cleaning_bench.py --corpus DIR/train --src de --tgt en --other OTHER/train.de --out runs/cleaning \
         [--scorers runs/noisy_de_en runs/noisy_en_de]
@@ -110,7 +110,11 @@ def main(argv: list[str] | None = None) -> dict:
     write_text(f"{noisy}.labels", "".join(row[0] + "\n" for row in rows))
     pairs = TextPairs(f"{noisy}.{args.src}", f"{noisy}.{args.tgt}")
     results, scorer = {}, None
-    variants = [("without language_id", CleanConfig(language_id=None)), ("defaults", CleanConfig())]
+    variants = [
+        ("rules", CleanConfig(language_id=None, lexical=None)),  # neither language nor word translation
+        ("with language_id", CleanConfig(lexical=None)),
+        ("defaults", CleanConfig()),  # and data.clean.lexical
+    ]
     if args.scorers:
         scorer = PairCosts(torch.device("cpu")).opened(args.scorers, args.src, args.tgt)
         variants.append(("with scorers", CleanConfig(scorers=tuple(args.scorers), score_drop=args.score_drop)))

@@ -39,7 +39,8 @@ def test_duplicates_keep_the_first_and_lines_repeated_with_many_partners_are_boi
 
 
 def test_a_value_holding_a_line_feed_stays_one_pair_and_the_stage_leaves_only_its_output(tmp_path):
-    rows = [{"de": "Ein Satz\nin zwei Zeilen.", "en": "A sentence\non two lines."}, {"de": "Noch einer.", "en": "One more."}]
+    rows = [{"de": "Ein Satz\nin zwei Zeilen.", "en": "A sentence\non two lines."}]
+    rows += [{"de": "Noch einer.", "en": "One more."}]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     pairs = pairs_to_clean(CorpusConfig(format="jsonl", train=str(path), src_lang="de", tgt_lang="en"), "data")
@@ -172,6 +173,8 @@ def test_mt_clean_on_hostile_files(tmp_path):
     for extra, says in (
         (["--set", "data.clean.bogus=1"], "data.clean.bogus: unknown key"),
         (["--set", "data.clean.language_id=3"], "data.clean.language_id: must be from 0 to 1"),
+        (["--set", "data.clean.lexical=0.5"], "data.clean.lexical: must be"),
+        (["--set", "data.clean.lexical=x"], "data.clean.lexical"),
     ):
         result = run_cli("mt-clean", *args, *extra)
         assert result.returncode == 2 and says in result.stderr, result.stderr

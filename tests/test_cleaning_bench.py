@@ -12,13 +12,15 @@ def test_each_kind_of_noise_is_added_labelled_and_its_catch_reported(corpus, tra
     )
     labels = (tmp_path / "noisy.labels").read_text().split()
     assert labels.count("clean") == 2000 and all(labels.count(kind) == 40 for kind in cleaning_bench.KINDS)
-    for name in ("without language_id", "defaults"):
+    for name in ("rules", "with language_id", "defaults"):
         shares = results[name]["shares"]
         assert set(shares) == {"clean", *cleaning_bench.KINDS} and all(0 <= v <= 1 for v in shares.values())
         # (boilerplate is caught past data.clean.max_repeats partners: 40 lines here, too few)
         assert shares["copy"] > 0.9 and shares["long"] > 0.9 and shares["duplicate"] == 1
-    # English sentences where German should be: caught by language identification alone
-    assert results["defaults"]["shares"]["language"] > results["without language_id"]["shares"]["language"]
+    # English sentences where German should be: caught by language identification; a neighbour's
+    # target, by word translation
+    assert results["with language_id"]["shares"]["language"] > results["rules"]["shares"]["language"]
+    assert results["defaults"]["shares"]["misaligned"] > results["with language_id"]["shares"]["misaligned"]
     scored = results["with scorers"]["report"]
     assert scored["dropped"]["score"] == round(0.05 * (results["defaults"]["report"]["kept"]))
     assert list(scored["settings"]["scorers"]) == [trained_run]

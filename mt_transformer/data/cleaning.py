@@ -8,9 +8,11 @@ The passes over the pairs: (1) repair each pair and judge it (data/clean_rules.p
 language of what is left (data/language_id.py), keeping hashes of the repaired pair and sides;
 (2) from the hashes and lengths, sides far longer than their corpus's median, a side's line
 repeated with more than data.clean.max_repeats partners, duplicate pairs beyond the first;
-(3) with data.clean.scorers, the cost of each pair left (its models' cross-entropy), the worst
-data.clean.score_drop of them dropped; then pairs whose target a better-scored (else an earlier)
-pair has; (4) the kept pairs written, and three examples of each reason taken.
+(3) with data.clean.lexical, word translation learned from the pairs left (data/lexical.py) and
+the pairs whose words translate each other worst dropped; (4) with data.clean.scorers, the cost
+of each pair left (its models' cross-entropy), the worst data.clean.score_drop of them dropped;
+then pairs whose target a better-scored (else an earlier) pair has; (5) the kept pairs written,
+and three examples of each reason taken.
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ REASONS = (
     "long",
     "repeated",
     "duplicate_pair",
+    "lexical",
     "score",
     "duplicate_target",
 )
 CODE = {reason: code for code, reason in enumerate(REASONS)}
 BATCH = 10_000
+LEXICAL_PAIRS = 1_000  # the fewest open pairs data.clean.lexical learns word translations from
 # a scorer's answer: per pair of a batch (sources, targets), its cost, lower for a better translation
 Scorer = Callable[[list[str], list[str]], np.ndarray]
 EXAMPLES = 3
@@ -88,18 +92,20 @@ class _Spool:
 
     def write(self, pairs, settings: CleanConfig) -> Iterator[list[tuple[str, str]]]:
         """The repaired pairs in batches, each batch kept as it goes by."""
-        with open(self.paths[0], "w", encoding="utf-8", newline="\n") as src, open(
-            self.paths[1], "w", encoding="utf-8", newline="\n"
-        ) as tgt:
+        with (
+            open(self.paths[0], "w", encoding="utf-8", newline="\n") as src,
+            open(self.paths[1], "w", encoding="utf-8", newline="\n") as tgt,
+        ):
             for batch in _repaired(pairs, settings):
                 src.write("".join(s + "\n" for s, _ in batch))
                 tgt.write("".join(t + "\n" for _, t in batch))
                 yield batch
 
     def batches(self) -> Iterator[list[tuple[str, str]]]:
-        with open(self.paths[0], encoding="utf-8", newline="\n") as src, open(
-            self.paths[1], encoding="utf-8", newline="\n"
-        ) as tgt:
+        with (
+            open(self.paths[0], encoding="utf-8", newline="\n") as src,
+            open(self.paths[1], encoding="utf-8", newline="\n") as tgt,
+        ):
             rows = zip((line[:-1] for line in src), (line[:-1] for line in tgt))
             while batch := list(islice(rows, BATCH)):
                 yield batch
@@ -162,8 +168,40 @@ def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, se
         codes[(codes == 0) & ~_first_of_each(hashes[:, 0], codes == 0)] = CODE["duplicate_pair"]
 
 
+def _lexical(spool: _Spool, settings: CleanConfig, codes: np.ndarray, lengths: np.ndarray, langs) -> None:
+    """Pass 3: IBM Model 1 both ways learned from the open pairs (every k-th, for a bounded number
+    of word links), then each open pair scored; those data.clean.lexical robust standard
+    deviations (1.4826 median absolute deviations) under the median dropped."""
+    from mt_transformer.data.lexical import Lexicon, stride
+
+    open_ = codes == 0
+    if open_.sum() < LEXICAL_PAIRS:
+        log.info("data.clean.lexical: %d pairs, under %d: not judged", open_.sum(), LEXICAL_PAIRS)
+        return
+    every = stride(lengths, open_)
+    learned = np.zeros(len(codes), dtype=bool)
+    learned[np.flatnonzero(open_)[::every]] = True
+    sample, row = [], 0
+    for batch in spool.batches():
+        sample += [pair for pair, take in zip(batch, learned[row : row + len(batch)]) if take]
+        row += len(batch)
+    lexicon = Lexicon(sample, *langs)
+    scores = np.full(len(codes), np.nan)
+    scores[learned] = lexicon.learned
+    row = 0
+    for batch in spool.batches() if every > 1 else ():  # the pairs it did not learn from
+        rows = np.flatnonzero(open_[row : row + len(batch)] & ~learned[row : row + len(batch)])
+        if len(rows):
+            scores[row + rows] = lexicon.scores([batch[i] for i in rows])
+        row += len(batch)
+    median = np.nanmedian(scores[open_])
+    spread = 1.4826 * np.nanmedian(np.abs(scores[open_] - median))
+    if spread > 0:
+        codes[open_ & (scores < median - settings.lexical * spread)] = CODE["lexical"]
+
+
 def _score(spool: _Spool, settings: CleanConfig, codes: np.ndarray, scorer: Scorer) -> np.ndarray:
-    """Pass 3: the cost of each pair left by the rules (infinity for the others), batch by batch;
+    """Pass 4: the cost of each pair left by the rules (infinity for the others), batch by batch;
     the worst data.clean.score_drop of those pairs dropped."""
     costs = np.full(len(codes), np.inf, dtype=np.float32)
     row, began = 0, time.perf_counter()
@@ -202,6 +240,8 @@ def clean_pairs(
         spool = _Spool(stack.enter_context(tempfile.TemporaryDirectory(prefix=".cleaning-", dir=directory)))
         codes, hashes, lengths = _judge(pairs, settings, src_lang, tgt_lang, spool)
         _judge_corpus(codes, hashes, lengths, settings)
+        if settings.lexical is not None:
+            _lexical(spool, settings, codes, lengths, (src_lang, tgt_lang))
         costs = _score(spool, settings, codes, scorer) if settings.scorers else None
         if settings.targets_deduplicated:
             codes[(codes == 0) & ~_first_of_each(hashes[:, 2], codes == 0, costs)] = CODE["duplicate_target"]

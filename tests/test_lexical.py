@@ -1,0 +1,88 @@
+"""data.clean.lexical: IBM Model 1 learns which words translate which from a corpus's own pairs,
+exactly and the same on every run, and the stage drops the pairs whose words do not translate."""
+
+import random
+
+import numpy as np
+
+from mt_transformer.config import CleanConfig
+from mt_transformer.data import lexical
+from mt_transformer.data.cleaning import clean_pairs
+from mt_transformer.data.corpus import TextPairs
+from mt_transformer.data.lexical import Lexicon, Words
+
+WORDS = 300  # each source word translates to one target word
+
+
+def word(i: int, side: str) -> str:
+    """The i-th word of a side: letters only ("w" + i in base 26), so no rule of form judges it."""
+    return side + "".join(chr(97 + int(d, 26)) for d in np.base_repr(i, 26))
+
+
+def sentence_pairs(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """Pairs of 4-9 words, each source word's translation in the target, in a shuffled order."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        picked = [rng.randrange(WORDS) for _ in range(rng.randint(4, 9))]
+        order = rng.sample(picked, len(picked))
+        pairs.append((" ".join(word(i, "w") for i in picked), " ".join(word(i, "t") for i in order)))
+    return pairs
+
+
+def test_model_1_learns_each_word_translation_and_scores_alike_on_each_run():
+    pairs = sentence_pairs(3_000)
+    lexicon = Lexicon(pairs, "de", "en")
+    forward = lexicon.forward
+    for i in range(20, 40):  # past the 10 most frequent words, which are left out
+        source = lexicon.src.ids.get(word(i, "w"))
+        if source is None or lexicon.src.common[source]:
+            continue
+        targets = np.flatnonzero(np.asarray(forward.keys) // forward.size == source)
+        best = np.asarray(forward.keys)[targets[np.argmax(forward.probs[targets])]] % forward.size
+        assert best == lexicon.tgt.ids[word(i, "t")]
+    again = Lexicon(pairs, "de", "en")
+    assert np.array_equal(lexicon.learned, again.learned)
+    # the pairs it learned from, scored by looking their words up: the same scores
+    assert np.allclose(lexicon.scores(pairs[:200]), lexicon.learned[:200], rtol=0, atol=1e-9)
+    misaligned = [(s, pairs[k + 7][1]) for k, (s, _) in enumerate(pairs[:200])]
+    assert np.median(lexicon.scores(misaligned)) < np.min(lexicon.learned[:200])
+
+
+def test_a_word_never_seen_carries_no_evidence_and_a_script_without_spaces_counts_letters(monkeypatch):
+    lexicon = Lexicon(sentence_pairs(1_500), "de", "en")
+    unseen = lexicon.scores([(" ".join(word(i, "w") for i in range(4)), "Zyx Wvu"), ("wb wc", "")])
+    assert np.isnan(unseen).all()
+    monkeypatch.setattr(lexical, "COMMON", 0)
+    assert [list(ids) for ids in Words("en").learned(["我爱你 abc"])] == [[2, 3]]
+    assert [list(ids) for ids in Words("zh").learned(["我爱你 abc"])] == [[2, 3, 4, 5, 6, 7]]  # every letter a word
+
+
+def test_the_stage_drops_pairs_whose_words_do_not_translate(tmp_path, monkeypatch):
+    pairs = sentence_pairs(2_000)
+    rng = random.Random(1)
+    noisy = list(pairs)
+    misaligned = [(pairs[k][0], pairs[(k + rng.randrange(5, 50)) % len(pairs)][1]) for k in range(0, 2_000, 20)]
+    for pair in misaligned:
+        noisy.insert(rng.randrange(len(noisy)), pair)
+    for side, k in (("de", 0), ("en", 1)):
+        (tmp_path / f"in.{side}").write_text("".join(p[k] + "\n" for p in noisy), encoding="utf-8")
+    corpus = TextPairs(str(tmp_path / "in.de"), str(tmp_path / "in.en"))
+    settings = CleanConfig(language_id=None, copy_words=None, max_repeats=None, min_script_share=None)
+    for links in (lexical.LINKS, 20_000):  # learned from every pair; from every k-th, the rest looked up
+        monkeypatch.setattr(lexical, "LINKS", links)
+        report = clean_pairs(corpus, settings, "de", "en", str(tmp_path / "out"))
+        kept = set(zip(*(tmp_path.joinpath(f"out.{side}").read_text().splitlines() for side in ("de", "en"))))
+        assert sum(pair not in kept for pair in misaligned) >= 0.8 * len(misaligned), links
+        assert sum(pair in kept for pair in pairs) >= 0.99 * len(pairs), links
+        assert report["dropped"]["lexical"] == len(noisy) - report["kept"]
+    few = clean_pairs(TextPairs(*_write(tmp_path, noisy[:900])), settings, "de", "en", str(tmp_path / "few"))
+    assert "lexical" not in few["dropped"]  # under 1,000 pairs: too few to learn from
+
+
+def _write(tmp_path, pairs):
+    paths = (str(tmp_path / "f.de"), str(tmp_path / "f.en"))
+    for path, k in zip(paths, (0, 1)):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(p[k] + "\n" for p in pairs))
+    return paths
