@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--scorers", nargs="+", default=[], help="data.clean.scorers: source to target [and back]")
     parser.add_argument("--score-drop", type=float, default=CleanConfig.score_drop, help="data.clean.score_drop")
     parser.add_argument(
+        "--lexical", type=float, default=CleanConfig.lexical, help="data.clean.lexical of the last rows"
+    )
+    parser.add_argument(
         "--scale", type=int, default=0, metavar="N", help="also mt-clean N pairs drawn from the noisy ones: peak memory"
     )
     args = parser.parse_args(argv)
@@ -113,11 +116,15 @@ def main(argv: list[str] | None = None) -> dict:
     variants = [
         ("rules", CleanConfig(language_id=None, lexical=None)),  # neither language nor word translation
         ("with language_id", CleanConfig(lexical=None)),
-        ("defaults", CleanConfig()),  # and data.clean.lexical
+        (
+            "defaults" if args.lexical == CleanConfig.lexical else f"lexical {args.lexical}",
+            CleanConfig(lexical=args.lexical),
+        ),
     ]
     if args.scorers:
         scorer = PairCosts(torch.device("cpu")).opened(args.scorers, args.src, args.tgt)
-        variants.append(("with scorers", CleanConfig(scorers=tuple(args.scorers), score_drop=args.score_drop)))
+        scoring = CleanConfig(lexical=args.lexical, scorers=tuple(args.scorers), score_drop=args.score_drop)
+        variants.append(("with scorers", scoring))
     for name, settings in variants:
         out = os.path.join(args.out, name.replace(" ", "_"))
         report = clean_pairs(pairs, settings, args.src, args.tgt, out, scorer=scorer)

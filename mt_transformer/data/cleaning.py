@@ -1,8 +1,9 @@
 """data.clean as a stage of the data flow: a corpus's training pairs, as read, become the text
 pairs the tokenizer and the model learn from, less those a rule drops, with a report of what
-each rule dropped. Exact and deterministic; memory grows with the corpus by 33 bytes a pair
-(a reason, three 8-byte hashes, two lengths), 37 with model scoring; the text is read once, in
-batches, and its repaired pairs kept on disk for the later passes.
+each rule dropped. Exact and deterministic; memory grows with the corpus by 38 bytes a pair (a
+reason, three 8-byte hashes, two lengths, a word-translation score, a flag), 42 with model
+scoring; the text is read once, in batches, and its repaired pairs kept on disk for the later
+passes.
 
 The passes over the pairs: (1) repair each pair and judge it (data/clean_rules.py), then the
 language of what is left (data/language_id.py), keeping hashes of the repaired pair and sides;
@@ -186,7 +187,7 @@ def _lexical(spool: _Spool, settings: CleanConfig, codes: np.ndarray, lengths: n
         sample += [pair for pair, take in zip(batch, learned[row : row + len(batch)]) if take]
         row += len(batch)
     lexicon = Lexicon(sample, *langs)
-    scores = np.full(len(codes), np.nan)
+    scores = np.full(len(codes), np.nan, dtype=np.float32)
     scores[learned] = lexicon.learned
     row = 0
     for batch in spool.batches() if every > 1 else ():  # the pairs it did not learn from
