@@ -69,7 +69,7 @@ def test_the_stage_drops_pairs_whose_words_do_not_translate(tmp_path, monkeypatc
         (tmp_path / f"in.{side}").write_text("".join(p[k] + "\n" for p in noisy), encoding="utf-8")
     corpus = TextPairs(str(tmp_path / "in.de"), str(tmp_path / "in.en"))
     settings = CleanConfig(language_id=None, copy_words=None, max_repeats=None, min_script_share=None)
-    for links in (lexical.LINKS, 20_000):  # learned from every pair; from every k-th, the rest looked up
+    for links in (lexical.LINKS, 20_000):  # learned from every pair; from a seeded draw, the rest looked up
         monkeypatch.setattr(lexical, "LINKS", links)
         report = clean_pairs(corpus, settings, "de", "en", str(tmp_path / "out"))
         kept = set(zip(*(tmp_path.joinpath(f"out.{side}").read_text().splitlines() for side in ("de", "en"))))

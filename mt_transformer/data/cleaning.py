@@ -170,27 +170,25 @@ def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, se
 
 
 def _lexical(spool: _Spool, settings: CleanConfig, codes: np.ndarray, lengths: np.ndarray, langs) -> None:
-    """Pass 3: IBM Model 1 both ways learned from the open pairs (every k-th, for a bounded number
-    of word links), then each open pair scored; those data.clean.lexical robust standard
+    """Pass 3: IBM Model 1 both ways learned from the open pairs (a seeded draw of them where they
+    hold too many word links), then each open pair scored; those data.clean.lexical robust standard
     deviations (1.4826 median absolute deviations) under the median dropped."""
-    from mt_transformer.data.lexical import Lexicon, stride
+    from mt_transformer.data.lexical import Lexicon, sample
 
     open_ = codes == 0
     if open_.sum() < LEXICAL_PAIRS:
         log.info("data.clean.lexical: %d pairs, under %d: not judged", open_.sum(), LEXICAL_PAIRS)
         return
-    every = stride(lengths, open_)
-    learned = np.zeros(len(codes), dtype=bool)
-    learned[np.flatnonzero(open_)[::every]] = True
-    sample, row = [], 0
+    learned = sample(lengths, open_)
+    pairs, row = [], 0
     for batch in spool.batches():
-        sample += [pair for pair, take in zip(batch, learned[row : row + len(batch)]) if take]
+        pairs += [pair for pair, take in zip(batch, learned[row : row + len(batch)]) if take]
         row += len(batch)
-    lexicon = Lexicon(sample, *langs)
+    lexicon = Lexicon(pairs, *langs)
     scores = np.full(len(codes), np.nan, dtype=np.float32)
     scores[learned] = lexicon.learned
     row = 0
-    for batch in spool.batches() if every > 1 else ():  # the pairs it did not learn from
+    for batch in spool.batches() if (open_ & ~learned).any() else ():  # the pairs it did not learn from
         rows = np.flatnonzero(open_[row : row + len(batch)] & ~learned[row : row + len(batch)])
         if len(rows):
             scores[row + rows] = lexicon.scores([batch[i] for i in rows])

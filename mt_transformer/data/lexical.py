@@ -4,7 +4,7 @@ another sentence on the same topic) passes every rule of form and language, but 
 translate each other: its likelihood per word falls far below the corpus's.
 
 Exact and deterministic: EM from uniform word-translation probabilities, a fixed number of
-iterations, the pairs it learns from drawn at a fixed stride (eflomal, which aligns the words of
+iterations, the pairs it learns from drawn by a fixed seed (eflomal, which aligns the words of
 train.guided_alignment, samples at random and gives other scores on each run).
 """
 
@@ -123,8 +123,14 @@ class Lexicon:
         return (self.forward.per_word(sources, targets) + self.backward.per_word(targets, sources)) / 2
 
 
-def stride(lengths: np.ndarray, open_: np.ndarray) -> int:
-    """Every how many open pairs one is learned from, for about LINKS links at most, estimated
-    from the sides' lengths in characters (a word and its space: ~6)."""
-    src, tgt = lengths[open_, 0] / 6 + 2, lengths[open_, 1] / 6 + 1
-    return max(1, int(np.ceil(float(np.sum(src * tgt)) / LINKS)))
+def sample(lengths: np.ndarray, open_: np.ndarray) -> np.ndarray:
+    """A mask of the open pairs to learn from: all of them where their links fit in LINKS (estimated
+    from the sides' lengths in characters, a word and its space ~6), else as many as fit, drawn
+    by a fixed seed (a stride would meet a corpus's own periods: a site's pages, a repeated file)."""
+    rows = np.flatnonzero(open_)
+    links = float(np.sum((lengths[rows, 0] / 6 + 2) * (lengths[rows, 1] / 6 + 1)))
+    if links > LINKS:
+        rows = np.sort(np.random.default_rng(0).choice(rows, int(len(rows) * LINKS / links), replace=False))
+    mask = np.zeros(len(open_), dtype=bool)
+    mask[rows] = True
+    return mask
