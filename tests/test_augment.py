@@ -187,12 +187,15 @@ def test_inline_tags_wrap_a_source_span_and_the_target_words_aligned_to_it_and_k
     assert len(seen) > 5
     # crossing links (words 1 and 2 swap sides): "a b" maps to x..z, which holds y, aligned to c: never wrapped
     crossing = [0, 0, 1, 2, 2, 1]
+    placed = 0
     for seed in range(40):
         new_src, new_tgt = augment._modified("a b c", "x y z", setting, random.Random(seed), frozenset(), crossing)[:2]
         if new_src != "a b c":
             assert "<" in new_tgt and new_tgt.count("<") == 2
             inside = [k for k, w in enumerate(new_src.split()) if "<" in w]
             assert inside != [0, 1]
+            placed += 1
+    assert placed == 40  # inline_tags 1.0, and "a", "b", "c", "b c" can each be wrapped: a tag every time
     # no alignment: nothing to wrap
     assert augment._modified(src, tgt, setting, random.Random(0), frozenset())[:2] == (src, tgt)
 
