@@ -36,7 +36,7 @@ def test_model_1_learns_each_word_translation_and_scores_alike_on_each_run():
     forward = lexicon.forward
     for i in range(20, 40):  # past the 10 most frequent words, which are left out
         source = lexicon.src.ids.get(word(i, "w"))
-        if source is None or lexicon.src.common[source]:
+        if source is None or not lexicon.src.kept[source]:
             continue
         targets = np.flatnonzero(np.asarray(forward.keys) // forward.size == source)
         best = np.asarray(forward.keys)[targets[np.argmax(forward.probs[targets])]] % forward.size
@@ -49,11 +49,12 @@ def test_model_1_learns_each_word_translation_and_scores_alike_on_each_run():
     assert np.median(lexicon.scores(misaligned)) < np.min(lexicon.learned[:200])
 
 
-def test_a_word_never_seen_carries_no_evidence_and_a_script_without_spaces_counts_letters(monkeypatch):
-    lexicon = Lexicon(sentence_pairs(1_500), "de", "en")
-    unseen = lexicon.scores([(" ".join(word(i, "w") for i in range(4)), "Zyx Wvu"), ("wb wc", "")])
+def test_a_word_rare_or_never_seen_carries_no_evidence_and_a_script_without_spaces_counts_letters(monkeypatch):
+    lexicon = Lexicon(sentence_pairs(1_500) + [("wzz wzy", "tzz tzy")], "de", "en")  # seen once: too rare
+    unseen = lexicon.scores([(" ".join(word(i, "w") for i in range(4)), "Zyx Wvu"), ("wb wc", ""), ("wb", "tzz")])
     assert np.isnan(unseen).all()
     monkeypatch.setattr(lexical, "COMMON", 0)
+    monkeypatch.setattr(lexical, "RARE", 1)
     assert [list(ids) for ids in Words("en").learned(["我爱你 abc"])] == [[2, 3]]
     assert [list(ids) for ids in Words("zh").learned(["我爱你 abc"])] == [[2, 3, 4, 5, 6, 7]]  # every letter a word
 
@@ -69,7 +70,7 @@ def test_the_stage_drops_pairs_whose_words_do_not_translate(tmp_path, monkeypatc
         (tmp_path / f"in.{side}").write_text("".join(p[k] + "\n" for p in noisy), encoding="utf-8")
     corpus = TextPairs(str(tmp_path / "in.de"), str(tmp_path / "in.en"))
     settings = CleanConfig(language_id=None, copy_words=None, max_repeats=None, min_script_share=None)
-    for links in (lexical.LINKS, 20_000):  # learned from every pair; from a seeded draw, the rest looked up
+    for links in (lexical.LINKS, 50_000):  # learned from every pair; from a seeded two thirds, the rest looked up
         monkeypatch.setattr(lexical, "LINKS", links)
         report = clean_pairs(corpus, settings, "de", "en", str(tmp_path / "out"))
         kept = set(zip(*(tmp_path.joinpath(f"out.{side}").read_text().splitlines() for side in ("de", "en"))))

@@ -172,7 +172,8 @@ def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, se
 def _lexical(spool: _Spool, settings: CleanConfig, codes: np.ndarray, lengths: np.ndarray, langs) -> None:
     """Pass 3: IBM Model 1 both ways learned from the open pairs (a seeded draw of them where they
     hold too many word links), then each open pair scored; those data.clean.lexical robust standard
-    deviations (1.4826 median absolute deviations) under the median dropped."""
+    deviations (1.4826 median absolute deviations) under the median of their group (learned from,
+    looked up) dropped."""
     from mt_transformer.data.lexical import Lexicon, sample
 
     open_ = codes == 0
@@ -193,10 +194,13 @@ def _lexical(spool: _Spool, settings: CleanConfig, codes: np.ndarray, lengths: n
         if len(rows):
             scores[row + rows] = lexicon.scores([batch[i] for i in rows])
         row += len(batch)
-    median = np.nanmedian(scores[open_])
-    spread = 1.4826 * np.nanmedian(np.abs(scores[open_] - median))
-    if spread > 0:
-        codes[open_ & (scores < median - settings.lexical * spread)] = CODE["lexical"]
+    # a pair learned from scores above one looked up (Model 1 fits its own pairs): each group is
+    # judged against its own median
+    for group in (learned, open_ & ~learned):
+        median = np.nanmedian(scores[group]) if group.any() else np.nan
+        spread = 1.4826 * np.nanmedian(np.abs(scores[group] - median)) if group.any() else 0.0
+        if spread > 0:
+            codes[group & (scores < median - settings.lexical * spread)] = CODE["lexical"]
 
 
 def _score(spool: _Spool, settings: CleanConfig, codes: np.ndarray, scorer: Scorer) -> np.ndarray:

@@ -17,23 +17,25 @@ import numpy as np
 from mt_transformer.data.clean_rules import UNSPACED, script_of
 
 WORD, LETTER = re.compile(r"\w+"), re.compile(r"\w")  # a word; a letter, the word of a script without spaces
-NULL, UNKNOWN = 0, 1  # the empty word each target word may come from; a word the lexicon never saw
+NULL, UNKNOWN = 0, 1  # the empty word each target word may come from; a word never seen while learning
 ITERATIONS = 4
 COMMON = 10  # the most frequent words of each language left out
+RARE = 20  # the fewest times a word is seen in the pairs learned from to be kept
 LINKS = 8_000_000  # the (source word, target word) links EM learns from at most: ~80 bytes each
-FLOOR = 1e-7  # the least probability a known target word gets
+FLOOR = 1e-7  # the least probability a target word gets
 
 
 class Words:
     """A language's words as ids: the lower-cased words of a line (each letter, for a script
-    written without spaces), less the COMMON most frequent of those learned from (articles,
-    prepositions: they translate anything, and make most of EM's work); a word not seen while
-    learning is UNKNOWN."""
+    written without spaces), less those of too little or too much use in the pairs learned from:
+    seen under RARE times (Model 1 ties a rare word to whatever stood beside it, so the pairs it
+    learned from would score above those it looks up), or among the COMMON most frequent
+    (articles, prepositions: they translate anything, and make most of EM's work)."""
 
     def __init__(self, language: str):
         self.pattern = LETTER if script_of(language) in UNSPACED else WORD
         self.ids: dict[str, int] = {"": NULL, "\0": UNKNOWN}
-        self.common = np.zeros(2, dtype=bool)
+        self.kept = np.zeros(2, dtype=bool)
 
     def _ids(self, lines: list[str], learning: bool) -> list[np.ndarray]:
         ids, find = self.ids, self.pattern.findall
@@ -44,13 +46,12 @@ class Words:
     def learned(self, lines: list[str]) -> list[np.ndarray]:
         found = self._ids(lines, learning=True)
         counts = np.bincount(np.concatenate([*found, np.zeros(0, np.int64)]), minlength=len(self.ids))
-        self.common = np.zeros(len(self.ids), dtype=bool)
-        self.common[np.argsort(-counts, kind="stable")[:COMMON]] = True
-        self.common[[NULL, UNKNOWN]] = False
-        return [words[~self.common[words]] for words in found]
+        self.kept = counts >= RARE
+        self.kept[np.argsort(-counts, kind="stable")[:COMMON]] = False
+        return [words[self.kept[words]] for words in found]
 
     def known(self, lines: list[str]) -> list[np.ndarray]:
-        return [words[~self.common[words]] for words in self._ids(lines, learning=False)]
+        return [words[self.kept[words]] for words in self._ids(lines, learning=False)]
 
 
 def _links(sources: list[np.ndarray], targets: list[np.ndarray]):
@@ -96,14 +97,12 @@ class Translations:
 
 
 def _per_word(p: np.ndarray, position, tgt_pair, width, targets: list[np.ndarray]) -> np.ndarray:
-    """Per pair, the mean over its known target words of log P(e | source) = log (sum over f of
-    t(e|f)) / (source words + 1), from each link's t(e|f) `p`; NaN where it has none."""
+    """Per pair, the mean over its target words of log P(e | source) = log (sum over f of t(e|f))
+    / (source words + 1), from each link's t(e|f) `p`; NaN where it has none."""
     likely = np.log(np.maximum(np.bincount(position, p, minlength=len(tgt_pair)) / width, FLOOR))
-    known = np.concatenate([*targets, np.zeros(0)]) != UNKNOWN  # (positions,)
-    total = np.bincount(tgt_pair[known], likely[known], minlength=len(targets))
-    words = np.bincount(tgt_pair[known], minlength=len(targets))
+    total = np.bincount(tgt_pair, likely, minlength=len(targets))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return total / words
+        return total / np.bincount(tgt_pair, minlength=len(targets))
 
 
 class Lexicon:
