@@ -152,6 +152,13 @@ def _first_of_each(keys: np.ndarray, open_: np.ndarray, costs: np.ndarray | None
     return mask
 
 
+def _among(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """A mask of the values found in `sorted_set`: np.isin's work in a fraction of its memory."""
+    if not len(sorted_set):
+        return np.zeros(len(values), dtype=bool)
+    return sorted_set[np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)] == values
+
+
 def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, settings: CleanConfig) -> None:
     """Pass 2, from the hashes and lengths alone: sides far longer than their corpus's, lines
     repeated on one side with many partners, duplicate pairs."""
@@ -160,47 +167,23 @@ def _judge_corpus(codes: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, se
         long = (lengths > settings.max_median_ratio * np.maximum(medians, 1)).any(axis=1)
         codes[(codes == 0) & long] = CODE["long"]
     if settings.max_repeats is not None and len(codes):
+        distinct = np.unique(hashes[:, 0], return_index=True)[1]  # a row of each pair (it fixes both lines)
         for side in (1, 2):  # the number of distinct partners each line has, over the whole corpus
-            pairs = np.unique(hashes[:, [side, 0]], axis=0)
-            lines, partners = np.unique(pairs[:, 0], return_counts=True)
-            repeated = np.isin(hashes[:, side], lines[partners > settings.max_repeats])
-            codes[(codes == 0) & repeated] = CODE["repeated"]
+            lines, partners = np.unique(hashes[distinct, side], return_counts=True)
+            codes[(codes == 0) & _among(hashes[:, side], lines[partners > settings.max_repeats])] = CODE["repeated"]
     if settings.dedup_pairs:
         codes[(codes == 0) & ~_first_of_each(hashes[:, 0], codes == 0)] = CODE["duplicate_pair"]
 
 
 def _lexical(spool: _Spool, settings: CleanConfig, codes: np.ndarray, lengths: np.ndarray, langs) -> None:
-    """Pass 3: IBM Model 1 both ways learned from the open pairs (a seeded draw of them where they
-    hold too many word links), then each open pair scored; those data.clean.lexical robust standard
-    deviations (1.4826 median absolute deviations) under the median of their group (learned from,
-    looked up) dropped."""
-    from mt_transformer.data.lexical import Lexicon, sample
+    """Pass 3: the open pairs whose words translate each other worst (data/lexical.py) dropped."""
+    from mt_transformer.data.lexical import untranslated
 
     open_ = codes == 0
     if open_.sum() < LEXICAL_PAIRS:
         log.info("data.clean.lexical: %d pairs, under %d: not judged", open_.sum(), LEXICAL_PAIRS)
         return
-    learned = sample(lengths, open_)
-    pairs, row = [], 0
-    for batch in spool.batches():
-        pairs += [pair for pair, take in zip(batch, learned[row : row + len(batch)]) if take]
-        row += len(batch)
-    lexicon = Lexicon(pairs, *langs)
-    scores = np.full(len(codes), np.nan, dtype=np.float32)
-    scores[learned] = lexicon.learned
-    row = 0
-    for batch in spool.batches() if (open_ & ~learned).any() else ():  # the pairs it did not learn from
-        rows = np.flatnonzero(open_[row : row + len(batch)] & ~learned[row : row + len(batch)])
-        if len(rows):
-            scores[row + rows] = lexicon.scores([batch[i] for i in rows])
-        row += len(batch)
-    # a pair learned from scores above one looked up (Model 1 fits its own pairs): each group is
-    # judged against its own median
-    for group in (learned, open_ & ~learned):
-        median = np.nanmedian(scores[group]) if group.any() else np.nan
-        spread = 1.4826 * np.nanmedian(np.abs(scores[group] - median)) if group.any() else 0.0
-        if spread > 0:
-            codes[group & (scores < median - settings.lexical * spread)] = CODE["lexical"]
+    codes[untranslated(spool.batches, open_, lengths, langs, settings.lexical)] = CODE["lexical"]
 
 
 def _score(spool: _Spool, settings: CleanConfig, codes: np.ndarray, scorer: Scorer) -> np.ndarray:

@@ -11,6 +11,7 @@ train.guided_alignment, samples at random and gives other scores on each run).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -133,3 +134,34 @@ def sample(lengths: np.ndarray, open_: np.ndarray) -> np.ndarray:
     mask = np.zeros(len(open_), dtype=bool)
     mask[rows] = True
     return mask
+
+
+def untranslated(
+    batches: Callable[[], Iterable[list[tuple[str, str]]]], open_: np.ndarray, lengths: np.ndarray, langs, limit: float
+) -> np.ndarray:
+    """A mask of the open pairs (of the pairs `batches()` gives, read twice) whose words translate
+    each other `limit` robust standard deviations (1.4826 median absolute deviations) under the
+    median: Model 1 both ways learned from the open pairs, or a draw of them (`sample`)."""
+    learned = sample(lengths, open_)
+    pairs, row = [], 0
+    for batch in batches():
+        pairs += [pair for pair, take in zip(batch, learned[row : row + len(batch)]) if take]
+        row += len(batch)
+    lexicon = Lexicon(pairs, *langs)
+    scores = np.full(len(open_), np.nan, dtype=np.float32)
+    scores[learned] = lexicon.learned
+    rest, row = open_ & ~learned, 0
+    for batch in batches() if rest.any() else ():  # the pairs it did not learn from, looked up
+        rows = np.flatnonzero(rest[row : row + len(batch)])
+        if len(rows):
+            scores[row + rows] = lexicon.scores([batch[i] for i in rows])
+        row += len(batch)
+    worst = np.zeros(len(open_), dtype=bool)
+    for group in (learned, rest):  # a model scores the pairs it learned from higher: each group apart
+        if not group.any():
+            continue
+        median = np.nanmedian(scores[group])
+        spread = 1.4826 * np.nanmedian(np.abs(scores[group] - median))
+        if spread > 0:
+            worst |= group & (scores < median - limit * spread)
+    return worst
