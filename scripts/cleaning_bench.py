@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+from collections import Counter
 
 import torch
 
@@ -75,6 +76,8 @@ def caught(rows, kept_pairs: set[tuple[str, str]], kept_twice: set[tuple[str, st
     shares = {}
     for kind in ("clean", *KINDS):
         pairs = [(s, t) for k, s, t in rows if k == kind]
+        if not pairs:
+            continue
         if kind == "clean":
             shares[kind] = sum((s, t) in kept_pairs for s, t in pairs) / len(pairs)
         elif kind == "duplicate":  # caught where no more than one of the pair is kept
@@ -168,8 +171,39 @@ def at_scale(rows, args) -> dict:
     seconds, peak, own = peak_own_memory(command)
     found = {"pairs": args.scale, "seconds": round(seconds, 1), "peak_rss_mib": round(peak), "own_mib": round(own)}
     found["pairs_per_second"] = round(args.scale / seconds)
+    found["shares"] = caught_at_scale(rows, args.scale, (f"{prefix}-clean.{args.src}", f"{prefix}-clean.{args.tgt}"))
     print(f"mt-clean of {args.scale:,} pairs: {seconds:.0f} s, peak RSS {peak:,.0f} MiB ({own:,.0f} MiB its own)")
+    print("caught: " + ", ".join(f"{kind} {share:.1%}" for kind, share in found["shares"].items()))
     return found
+
+
+def caught_at_scale(rows, count: int, kept_paths: tuple[str, str]) -> dict[str, float]:
+    """caught() over each round of the rows in --scale, the cleaned lines of each told by the
+    round's number at their end (they come in order); the shares weighed by each kind's rows."""
+    totals, sizes = dict.fromkeys(("clean", *KINDS), 0.0), dict.fromkeys(("clean", *KINDS), 0)
+
+    def judge(turn: int, pairs: list[tuple[str, str]]) -> None:
+        these = rows[: count - turn * len(rows)]
+        twice = {pair for pair, n in Counter(pairs).items() if n > 1}
+        for kind, share in caught(these, set(pairs), twice).items():
+            n = sum(k == kind for k, _, _ in these)
+            totals[kind], sizes[kind] = totals[kind] + share * n, sizes[kind] + n
+
+    def stripped(pair: tuple[str, str], turn: int) -> tuple[str, str] | None:
+        suffix = f" {turn}" if turn else ""
+        s, t = (side[: len(side) - len(suffix)] for side in pair)
+        return (s, t) if pair == (s + suffix, t + suffix) else None
+
+    turn, pairs, noisy = 0, [], {(s, t) for _, s, t in rows}
+    with open(kept_paths[0], encoding="utf-8") as src, open(kept_paths[1], encoding="utf-8") as tgt:
+        for pair in zip((line[:-1] for line in src), (line[:-1] for line in tgt)):
+            if stripped(pair, turn + 1) in noisy:  # the next round's first kept line
+                judge(turn, pairs)
+                turn, pairs = turn + 1, []
+            pairs.append(stripped(pair, turn) or pair)  # (a line the stage repaired: as it is, not found)
+    for later in range(turn, -(-count // len(rows))):  # the last rounds, and any that kept nothing
+        judge(later, pairs if later == turn else [])
+    return {kind: totals[kind] / sizes[kind] for kind in totals if sizes[kind]}
 
 
 if __name__ == "__main__":

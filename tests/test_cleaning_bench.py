@@ -25,3 +25,14 @@ def test_each_kind_of_noise_is_added_labelled_and_its_catch_reported(corpus, tra
     assert scored["dropped"]["score"] == round(0.05 * (results["defaults"]["report"]["kept"]))
     assert list(scored["settings"]["scorers"]) == [trained_run]
     assert json.loads((tmp_path / "cleaning_bench.json").read_text())["cpu"]
+
+
+def test_at_scale_each_round_is_judged_by_the_number_at_its_lines_end(tmp_path):
+    from cleaning_bench import caught_at_scale
+
+    rows = [("clean", "a", "A"), ("copy", "b", "b"), ("clean", "c 1", "C 1")]  # a line may end in a number itself
+    kept = [("a", "A"), ("c 1", "C 1"), ("a 1", "A 1"), ("a 2", "A 2")]  # 7 rows: 2 rounds and one row
+    for k, name in enumerate(("de", "en")):
+        (tmp_path / f"kept.{name}").write_text("".join(pair[k] + "\n" for pair in kept), encoding="utf-8")
+    shares = caught_at_scale(rows, 7, (str(tmp_path / "kept.de"), str(tmp_path / "kept.en")))
+    assert shares["clean"] == (2 + 1 + 1) / 5 and shares["copy"] == 1.0

@@ -89,6 +89,7 @@ class _Spool:
     line feed (data/text.normalize)."""
 
     def __init__(self, directory: str):
+        self.directory = directory
         self.paths = (os.path.join(directory, "src"), os.path.join(directory, "tgt"))
 
     def write(self, pairs, settings: CleanConfig) -> Iterator[list[tuple[str, str]]]:
@@ -183,7 +184,7 @@ def _lexical(spool: _Spool, settings: CleanConfig, codes: np.ndarray, lengths: n
     if open_.sum() < LEXICAL_PAIRS:
         log.info("data.clean.lexical: %d pairs, under %d: not judged", open_.sum(), LEXICAL_PAIRS)
         return
-    codes[untranslated(spool.batches, open_, lengths, langs, settings.lexical)] = CODE["lexical"]
+    codes[untranslated(spool.batches, open_, lengths, langs, settings.lexical, spool.directory)] = CODE["lexical"]
 
 
 def _score(spool: _Spool, settings: CleanConfig, codes: np.ndarray, scorer: Scorer) -> np.ndarray:

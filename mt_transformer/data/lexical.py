@@ -4,55 +4,51 @@ another sentence on the same topic) passes every rule of form and language, but 
 translate each other: its likelihood per word falls far below the corpus's.
 
 Exact and deterministic: EM from uniform word-translation probabilities, a fixed number of
-iterations, the pairs it learns from drawn by a fixed seed (eflomal, which aligns the words of
+iterations, a large corpus split into parts by a fixed seed (eflomal, which aligns the words of
 train.guided_alignment, samples at random and gives other scores on each run).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
 from mt_transformer.data.clean_rules import UNSPACED, script_of
 
 WORD, LETTER = re.compile(r"\w+"), re.compile(r"\w")  # a word; a letter, the word of a script without spaces
-NULL, UNKNOWN = 0, 1  # the empty word each target word may come from; a word never seen while learning
+NULL = 0  # the empty word each target word may come from
 ITERATIONS = 4
 COMMON = 10  # the most frequent words of each language left out
 RARE = 20  # the fewest times a word is seen in the pairs learned from to be kept
-LINKS = 8_000_000  # the (source word, target word) links EM learns from at most: ~80 bytes each
+LINKS = 24_000_000  # the (source word, target word) links of a part at most, as estimated: ~20 bytes each
 FLOOR = 1e-7  # the least probability a target word gets
+OPEN = 128  # the parts' files written at once, in one pass over the corpus
+CHUNK = 1 << 20  # the links an elementwise step takes at once: a temporary of 8 MiB, not 8 bytes a link
 
 
 class Words:
     """A language's words as ids: the lower-cased words of a line (each letter, for a script
     written without spaces), less those of too little or too much use in the pairs learned from:
-    seen under RARE times (Model 1 ties a rare word to whatever stood beside it, so the pairs it
-    learned from would score above those it looks up), or among the COMMON most frequent
-    (articles, prepositions: they translate anything, and make most of EM's work)."""
+    seen under RARE times (Model 1 ties a rare word to whatever stood beside it), or among the
+    COMMON most frequent (articles, prepositions: they translate anything, and make most of EM's
+    work)."""
 
     def __init__(self, language: str):
         self.pattern = LETTER if script_of(language) in UNSPACED else WORD
-        self.ids: dict[str, int] = {"": NULL, "\0": UNKNOWN}
-        self.kept = np.zeros(2, dtype=bool)
 
-    def _ids(self, lines: list[str], learning: bool) -> list[np.ndarray]:
-        ids, find = self.ids, self.pattern.findall
-        if learning:
-            return [np.array([ids.setdefault(w, len(ids)) for w in find(line.lower())], np.int64) for line in lines]
-        return [np.array([ids.get(w, UNKNOWN) for w in find(line.lower())], np.int64) for line in lines]
-
-    def learned(self, lines: list[str]) -> list[np.ndarray]:
-        found = self._ids(lines, learning=True)
-        counts = np.bincount(np.concatenate([*found, np.zeros(0, np.int64)]), minlength=len(self.ids))
-        self.kept = counts >= RARE
-        self.kept[np.argsort(-counts, kind="stable")[:COMMON]] = False
-        return [words[self.kept[words]] for words in found]
-
-    def known(self, lines: list[str]) -> list[np.ndarray]:
-        return [words[self.kept[words]] for words in self._ids(lines, learning=False)]
+    def learned(self, lines: list[str]) -> tuple[list[np.ndarray], int]:
+        """Each line's kept words as ids, and the number of ids (NULL's included)."""
+        ids, find = {"": NULL}, self.pattern.findall
+        found = [np.array([ids.setdefault(w, len(ids)) for w in find(line.lower())], np.int32) for line in lines]
+        counts = np.bincount(np.concatenate([*found, np.zeros(0, np.int32)]), minlength=len(ids))
+        kept = counts >= RARE
+        kept[np.argsort(-counts, kind="stable")[:COMMON]] = False
+        return [words[kept[words]] for words in found], len(ids)
 
 
 def _links(sources: list[np.ndarray], targets: list[np.ndarray]):
@@ -61,107 +57,116 @@ def _links(sources: list[np.ndarray], targets: list[np.ndarray]):
     its pair and its source's length with NULL."""
     src_lens = np.array([len(s) + 1 for s in sources], dtype=np.int64)  # with NULL  # (pairs,)
     tgt_lens = np.array([len(t) for t in targets], dtype=np.int64)  # (pairs,)
-    src_flat = np.concatenate([np.concatenate(([NULL], s)) for s in sources]).astype(np.int64)
-    tgt_flat = np.concatenate([*targets, np.zeros(0)]).astype(np.int64)  # (positions,)
-    tgt_pair = np.repeat(np.arange(len(targets)), tgt_lens)  # (positions,)
+    src_flat = np.concatenate([np.concatenate(([NULL], s)) for s in sources]).astype(np.int32)
+    tgt_flat = np.concatenate([*targets, np.zeros(0, np.int32)]).astype(np.int32)  # (positions,)
+    tgt_pair = np.repeat(np.arange(len(targets), dtype=np.int32), tgt_lens)  # (positions,)
     width = src_lens[tgt_pair]  # each target position links to its pair's source words  # (positions,)
     position = np.repeat(np.arange(len(tgt_flat)), width)  # (links,)
-    first = np.repeat(np.cumsum(width) - width, width)  # the position's first link  # (links,)
-    src_word = np.repeat((np.cumsum(src_lens) - src_lens)[tgt_pair], width) + np.arange(len(position)) - first
-    return position, src_flat[src_word], tgt_flat[position], tgt_pair, width
+    # each link's source word: its pair's first source word, plus its rank among its position's links
+    src_word = np.repeat((np.cumsum(src_lens) - src_lens)[tgt_pair] - (np.cumsum(width) - width), width)
+    for start in range(0, len(src_word), CHUNK):  # a link's rank over all links, a slice at a time
+        src_word[start : start + CHUNK] += np.arange(start, min(start + CHUNK, len(src_word)))
+    source = src_flat[src_word]
+    del src_word
+    return position, source, tgt_flat[position], tgt_pair, width
 
 
-class Translations:
-    """One direction's word-translation probabilities t(e|f), by the key f * size + e, and the
-    log-likelihood per word of the pairs they were learned from."""
+def _likelihood(sources: list[np.ndarray], targets: list[np.ndarray], size: int) -> np.ndarray:
+    """Model 1 from source to target learned by EM from these pairs (`size`: the target ids):
+    per pair, the mean over its target words of log P(e | source) = log (sum over f of t(e|f))
+    / (source words + 1); NaN where it has none."""
+    import pandas as pd  # its hash tables: several times faster than sorting the keys
 
-    def __init__(self, sources: list[np.ndarray], targets: list[np.ndarray], size: int):
-        import pandas as pd  # its hash tables: several times faster than sorting the keys
-
-        position, f, e, tgt_pair, width = _links(sources, targets)
-        self.size = size
-        link, keys = pd.factorize(f * size + e)  # (links,), (pairs of words,)
-        self.keys = pd.Index(keys)
-        source_of = keys // size
-        probs = np.ones(len(keys))
-        for _ in range(ITERATIONS):  # EM: each link's share of its target word, summed per word pair
-            p = probs[link]
-            share = p / np.bincount(position, p)[position]
-            counts = np.bincount(link, share, minlength=len(keys))
-            probs = counts / np.bincount(source_of, counts)[source_of]
-        self.probs = np.append(probs, 0.0)  # [-1]: a pair of words never seen together
-        self.learned = _per_word(probs[link], position, tgt_pair, width, targets)
-
-    def per_word(self, sources: list[np.ndarray], targets: list[np.ndarray]) -> np.ndarray:
-        position, f, e, tgt_pair, width = _links(sources, targets)
-        return _per_word(self.probs[self.keys.get_indexer(f * self.size + e)], position, tgt_pair, width, targets)
-
-
-def _per_word(p: np.ndarray, position, tgt_pair, width, targets: list[np.ndarray]) -> np.ndarray:
-    """Per pair, the mean over its target words of log P(e | source) = log (sum over f of t(e|f))
-    / (source words + 1), from each link's t(e|f) `p`; NaN where it has none."""
-    likely = np.log(np.maximum(np.bincount(position, p, minlength=len(tgt_pair)) / width, FLOOR))
-    total = np.bincount(tgt_pair, likely, minlength=len(targets))
+    position, f, e, tgt_pair, width = _links(sources, targets)
+    key = f.astype(np.int64)  # (links,)
+    del f
+    key *= size
+    key += e
+    del e
+    link, keys = pd.factorize(key)  # (links,), (pairs of words,)
+    del key
+    source_of = keys // size
+    probs, share = np.ones(len(keys)), np.empty(len(link))  # t(e|f), by the key f * size + e; (links,)
+    for _ in range(ITERATIONS):  # EM: each link's share of its target word, summed per word pair
+        np.take(probs, link, out=share, mode="clip")  # clip: written in place, not through a buffer
+        total = np.bincount(position, share)  # (positions,)
+        for start in range(0, len(share), CHUNK):
+            share[start : start + CHUNK] /= total[position[start : start + CHUNK]]
+        counts = np.bincount(link, share, minlength=len(keys))
+        probs = counts / np.bincount(source_of, counts)[source_of]
+    sums = np.bincount(position, np.take(probs, link, out=share, mode="clip"), minlength=len(tgt_pair))  # (positions,)
+    likely = np.log(np.maximum(sums / width, FLOOR))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return total / np.bincount(tgt_pair, minlength=len(targets))
+        return np.bincount(tgt_pair, likely, minlength=len(targets)) / np.bincount(tgt_pair, minlength=len(targets))
 
 
-class Lexicon:
-    """IBM Model 1 both ways, learned from a corpus's pairs: a pair's score is the mean of the two
-    directions' log-likelihood per word (higher: its words translate each other). `learned`:
-    the scores of the pairs it learned from."""
-
-    def __init__(self, pairs: list[tuple[str, str]], src_lang: str, tgt_lang: str):
-        self.src, self.tgt = Words(src_lang), Words(tgt_lang)
-        sources, targets = self.src.learned([s for s, _ in pairs]), self.tgt.learned([t for _, t in pairs])
-        self.forward = Translations(sources, targets, len(self.tgt.ids))
-        self.backward = Translations(targets, sources, len(self.src.ids))
-        self.learned = (self.forward.learned + self.backward.learned) / 2
-
-    def scores(self, pairs: list[tuple[str, str]]) -> np.ndarray:
-        sources, targets = self.src.known([s for s, _ in pairs]), self.tgt.known([t for _, t in pairs])
-        return (self.forward.per_word(sources, targets) + self.backward.per_word(targets, sources)) / 2
+def scores(pairs: list[tuple[str, str]], src_lang: str, tgt_lang: str) -> np.ndarray:
+    """Per pair, how well its words translate each other: the mean of the two directions'
+    log-likelihood per word, by Model 1 both ways learned from these pairs (higher: better)."""
+    sources, src_size = Words(src_lang).learned([s for s, _ in pairs])
+    targets, tgt_size = Words(tgt_lang).learned([t for _, t in pairs])
+    return (_likelihood(sources, targets, tgt_size) + _likelihood(targets, sources, src_size)) / 2
 
 
-def sample(lengths: np.ndarray, open_: np.ndarray) -> np.ndarray:
-    """A mask of the open pairs to learn from: all of them where their links fit in LINKS (estimated
-    from the sides' lengths in characters, a word and its space ~6), else as many as fit, drawn
-    by a fixed seed (a stride would meet a corpus's own periods: a site's pages, a repeated file)."""
+def parts(lengths: np.ndarray, open_: np.ndarray, langs: tuple[str, str]) -> tuple[np.ndarray, int]:
+    """Each open pair's part (-1 for the others) and the number of parts: one where the open
+    pairs' links fit in LINKS (estimated from the sides' lengths in characters: a word and its
+    space ~6, a letter of a script without spaces 1), else as many as they need, each pair's
+    drawn by a fixed seed (a run of neighbours would meet a corpus's own order: a site's pages)."""
     rows = np.flatnonzero(open_)
-    links = float(np.sum((lengths[rows, 0] / 6 + 2) * (lengths[rows, 1] / 6 + 1)))
-    if links > LINKS:
-        rows = np.sort(np.random.default_rng(0).choice(rows, int(len(rows) * LINKS / links), replace=False))
-    mask = np.zeros(len(open_), dtype=bool)
-    mask[rows] = True
-    return mask
+    src, tgt = (lengths[rows, side] / (1 if script_of(lang) in UNSPACED else 6) for side, lang in enumerate(langs))
+    count = max(1, math.ceil(float(np.sum((src + 2) * (tgt + 1))) / LINKS))
+    part = np.full(len(open_), -1, dtype=np.int32)
+    part[rows] = np.random.default_rng(0).integers(count, size=len(rows)) if count > 1 else 0
+    return part, count
+
+
+def _in_turn(batches, part: np.ndarray, count: int, directory: str) -> Iterator[list[tuple[str, str]]]:
+    """The pairs of each part in turn, in corpus order: where there are several, each written to
+    a file of `directory` first (OPEN files per pass over the corpus), read back and removed."""
+    if count == 1:
+        yield [pair for pair, k in _with_parts(batches, part) if k == 0]
+        return
+    for first in range(0, count, OPEN):
+        paths = [os.path.join(directory, f"part-{k}") for k in range(first, min(first + OPEN, count))]
+        with contextlib.ExitStack() as stack:
+            files = [stack.enter_context(open(path, "w", encoding="utf-8", newline="\n")) for path in paths]
+            for (s, t), k in _with_parts(batches, part):
+                if first <= k < first + len(paths):
+                    files[k - first].write(f"{s}\n{t}\n")
+        for path in paths:
+            with open(path, encoding="utf-8", newline="\n") as f:
+                lines = f.read().split("\n")  # a source line, its target line, ..., and "" after the last
+            os.remove(path)
+            yield list(zip(lines[0:-1:2], lines[1:-1:2]))
+
+
+def _with_parts(batches, part: np.ndarray) -> Iterator[tuple[tuple[str, str], int]]:
+    row = 0
+    for batch in batches():
+        yield from zip(batch, part[row : row + len(batch)].tolist())
+        row += len(batch)
 
 
 def untranslated(
-    batches: Callable[[], Iterable[list[tuple[str, str]]]], open_: np.ndarray, lengths: np.ndarray, langs, limit: float
+    batches: Callable[[], Iterable[list[tuple[str, str]]]],
+    open_: np.ndarray,
+    lengths: np.ndarray,
+    langs: tuple[str, str],
+    limit: float,
+    directory: str,
 ) -> np.ndarray:
-    """A mask of the open pairs (of the pairs `batches()` gives, read twice) whose words translate
-    each other `limit` robust standard deviations (1.4826 median absolute deviations) under the
-    median: Model 1 both ways learned from the open pairs, or a draw of them (`sample`)."""
-    learned = sample(lengths, open_)
-    pairs, row = [], 0
-    for batch in batches():
-        pairs += [pair for pair, take in zip(batch, learned[row : row + len(batch)]) if take]
-        row += len(batch)
-    lexicon = Lexicon(pairs, *langs)
-    scores = np.full(len(open_), np.nan, dtype=np.float32)
-    scores[learned] = lexicon.learned
-    rest, row = open_ & ~learned, 0
-    for batch in batches() if rest.any() else ():  # the pairs it did not learn from, looked up
-        rows = np.flatnonzero(rest[row : row + len(batch)])
-        if len(rows):
-            scores[row + rows] = lexicon.scores([batch[i] for i in rows])
-        row += len(batch)
+    """A mask of the open pairs (of the pairs `batches()` gives, read once per OPEN parts) whose
+    words translate each other `limit` robust standard deviations (1.4826 median absolute
+    deviations) under their part's median, each part (`parts`) learned and judged on its own."""
+    part, count = parts(lengths, open_, langs)
     worst = np.zeros(len(open_), dtype=bool)
-    for group in (learned, rest):  # a model scores the pairs it learned from higher: each group apart
-        if not group.any():
+    for k, pairs in enumerate(_in_turn(batches, part, count, directory)):
+        score = scores(pairs, *langs)
+        if np.isnan(score).all():
             continue
-        median = np.nanmedian(scores[group])
-        spread = 1.4826 * np.nanmedian(np.abs(scores[group] - median))
+        median = np.nanmedian(score)
+        spread = 1.4826 * np.nanmedian(np.abs(score - median))
         if spread > 0:
-            worst |= group & (scores < median - limit * spread)
+            worst[np.flatnonzero(part == k)[score < median - limit * spread]] = True
     return worst
