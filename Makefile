@@ -55,7 +55,7 @@ BENCH_ARGS ?= $(if $(wildcard runs/multi30k_de_en/checkpoints),--checkpoint runs
 bench: install
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)
 	@if [ -d $(DEMO_RUN)/checkpoints ]; then \
-	  $(PYTHON) scripts/engine_bench.py --checkpoint $(DEMO_RUN) --src $(DEMO_DATA)/test.en --ref $(DEMO_DATA)/test.de --save-layout; \
+	  $(PYTHON) scripts/engine_bench.py --checkpoint $(DEMO_RUN) --src $(DEMO_DATA)/test.en --ref $(DEMO_DATA)/test.de; \
 	else echo "make demo first for our engine and CTranslate2 side by side (scripts/engine_bench.py)"; fi
 
 # On a CUDA machine: the gpu tests, precisions, speed and a killed run resumed; a report to paste (gpu-check.md).

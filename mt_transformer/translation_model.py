@@ -126,6 +126,7 @@ def load(
     compute_type: str = "default",
     threads: int = 0,
     ensemble_mode: str = "logprob",
+    worker_threads: int = 1,
     **settings,
 ) -> TranslationModel:
     """Load a model to translate with, as mt-translate does.
@@ -137,19 +138,21 @@ def load(
     "ctranslate2".
     device: "auto", "cpu" or "cuda[:N]". tgt_lang: the language to write, for a model trained
     with target tags or an imported NLLB or M2M100 model; src_lang: the latter's input language.
+    threads, worker_threads: CTranslate2's CPU threads (0: torch's), and each worker's (as
+    mt-translate --threads, --worker-threads).
     settings: decode settings (beam_size, alpha, n_best, max_tokens,
     precision, sampling, topk, topp, temperature, seed, no_repeat_ngram, ...), else the
     checkpoint's."""
     paths = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [os.fspath(p) for p in path]
     _check_names(settings)
     options = (device, compute_type, threads, ensemble_mode)
-    languages = {"tgt_lang": tgt_lang, "src_lang": src_lang}
-    translator = open_translator(paths, engine, *options, **languages, **settings)
+    named = {"tgt_lang": tgt_lang, "src_lang": src_lang, "worker_threads": worker_threads}
+    translator = open_translator(paths, engine, *options, **named, **settings)
     load_torch = None
     if not is_export(paths[0]):
 
         def load_torch():
-            return open_translator(paths, "torch", *options, **languages, **settings)
+            return open_translator(paths, "torch", *options, **named, **settings)
 
     return TranslationModel(translator, load_torch)
 

@@ -49,14 +49,6 @@ def worker(spec: dict) -> None:
     lines = read_lines(spec["src"])[: spec["lines"]]
     model = mt.load(spec["path"], device="cpu", beam_size=spec["beam"], **spec["load"])
     engine = describe(model.translator)
-    if spec.get("intra"):  # CTranslate2 as it is usually run: one worker, its threads inside each product
-        import ctranslate2
-
-        model.translator.search.translator.unload_model()
-        model.translator.search.translator = ctranslate2.Translator(
-            spec["path"], device="cpu", compute_type=spec["load"]["compute_type"], intra_threads=spec["intra"]
-        )
-        engine = f"CTranslate2 on cpu, {spec['load']['compute_type']}, one worker of {spec['intra']} threads"
     translate = model.translate
     translate(lines[:8])  # warm-up
     print(json.dumps({"engine": engine}), flush=True)
@@ -149,12 +141,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="CTranslate2's thread counts")
     parser.add_argument("--no-ours", action="store_true", help="leave out our engine alone (--engine torch)")
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument(
-        "--save-layout",
-        action="store_true",
-        help="record for this CPU whichever of the two CTranslate2 layouts measured faster, for mt-translate "
-        "and every command to load CTranslate2 so (decoding/ctranslate2_engine.py, worker_threads)",
-    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -167,9 +153,10 @@ def engines(args, exported: str, precision: str, workdir: str) -> list[dict]:
     for threads in args.threads:
         load = dict(engine="ctranslate2", compute_type=PAIRS[precision], threads=threads)
         specs.append(dict(name=f"ct2 {threads}", path=exported, load=load, **common))
-    if max(args.threads) > 1:  # and on intra-op threads, CTranslate2's usual layout
-        load = dict(engine="ctranslate2", compute_type=PAIRS[precision], threads=1)
-        specs.append(dict(name="ct2 intra", path=exported, load=load, intra=max(args.threads), **common))
+    if max(args.threads) > 1:  # and on intra-op threads, CTranslate2's usual layout (--worker-threads)
+        most = max(args.threads)
+        load = dict(engine="ctranslate2", compute_type=PAIRS[precision], threads=most, worker_threads=most)
+        specs.append(dict(name="ct2 intra", path=exported, load=load, **common))
     if not args.no_ours and precision != "int8":  # ours computes int8 calls in fp32
         specs.append(dict(name="ours", path=args.checkpoint, load=dict(engine="torch", precision=precision), **common))
     for spec in specs:
@@ -211,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
                 results[f"{spec['name']} {precision}"] = row
     print(table(results, args))
     if max(args.threads) > 1:
-        print(save_layout(results, args) if args.save_layout else f"layout: {layout(results, args)}")
+        found = layout(results, args)
+        print("faster: " + ", ".join(f"{kind} --worker-threads {n}" for kind, n in found.items()))
     if args.json:
         write_json(args.json, results)
 
@@ -227,22 +215,6 @@ def layout(results: dict, args) -> dict[str, int]:
         ratio *= intra["whole"] / workers["whole"]
         found[PAIRS[precision]] = most if ratio > 1 else 1
     return found
-
-
-def save_layout(results: dict, args) -> str:
-    """The layout of this CPU written into the user's cache, beside other CPUs' (atomically)."""
-    from mt_transformer.decoding.ctranslate2_engine import LAYOUT_FILE
-    from mt_transformer.files import user_cache_dir, write_text
-
-    path = os.path.join(user_cache_dir(), LAYOUT_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            layouts = json.load(f)
-    except (OSError, ValueError):
-        layouts = {}
-    layouts[results["cpu"]] = {**layouts.get(results["cpu"], {}), **layout(results, args)}
-    write_text(path, json.dumps(layouts, indent=2) + "\n")
-    return f"layout: {layouts[results['cpu']]} threads per CTranslate2 worker, saved to {path}"
 
 
 def table(results: dict, args) -> str:

@@ -27,7 +27,7 @@ def test_each_engine_is_timed_in_its_own_process(trained_run, corpus, tmp_path, 
     assert results["ct2 1 fp32"]["equal_to_ct2"] == 1.0 and "ours int8" not in results
 
 
-def test_the_faster_layout_is_the_one_recorded(tmp_path, monkeypatch):
+def test_the_faster_layout_is_the_one_named():
     import argparse
 
     args = argparse.Namespace(threads=[1, 2], precisions=["fp32", "int8"])
@@ -40,7 +40,3 @@ def test_the_faster_layout_is_the_one_recorded(tmp_path, monkeypatch):
         "ct2 intra int8": dict(single_ms=12.0, calls_32=80.0, whole=90.0),
     }
     assert engine_bench.layout(results, args) == {"float32": 2, "int8": 1}
-    monkeypatch.setenv("MT_CACHE_DIR", str(tmp_path))
-    assert "saved to" in engine_bench.save_layout(results, args)
-    saved = json.loads((tmp_path / "ctranslate2_layout.json").read_text())
-    assert saved == {"a CPU": {"float32": 2, "int8": 1}}

@@ -138,22 +138,22 @@ def test_loading_ctranslate2_leaves_torchs_thread_count_as_it_was(trained_run):
     assert torch.get_num_threads() == threads
 
 
-def test_the_layout_make_bench_measured_decides_the_threads_of_each_worker(trained_run, tmp_path, monkeypatch):
-    import json
-
-    from mt_transformer.decoding import ctranslate2_engine
+def test_worker_threads_set_the_threads_of_each_ctranslate2_worker_and_nothing_else_does(trained_run):
     from mt_transformer.decoding.engines import describe
-    from mt_transformer.devices import cpu_model
 
-    monkeypatch.setenv("MT_CACHE_DIR", str(tmp_path))
     t = open_translator(trained_run, "auto", "cpu", threads=2)
-    assert (t.search.translator.num_translators, t.search.worker_threads) == (2, 1)  # nothing measured: 1 each
-    (tmp_path / ctranslate2_engine.LAYOUT_FILE).write_text(json.dumps({cpu_model(): {"float32": 2}}))
-    t = open_translator(trained_run, "auto", "cpu", threads=2)
+    assert (t.search.translator.num_translators, t.search.worker_threads) == (2, 1)  # the default: 1 each
+    t = open_translator(trained_run, "auto", "cpu", threads=2, worker_threads=2)
     assert (t.search.translator.num_translators, t.search.worker_threads) == (1, 2)
     assert describe(t).endswith("float32, 1 worker(s) of 2 thread(s)")
-    int8 = open_translator(trained_run, "auto", "cpu", threads=2, precision="int8")  # int8 not measured
-    assert int8.search.worker_threads == 1
+    capped = open_translator(trained_run, "auto", "cpu", threads=2, worker_threads=4)  # no more than --threads
+    assert (capped.search.translator.num_translators, capped.search.worker_threads) == (1, 2)
+    translated = run_cli(
+        "mt-translate", "--checkpoint", trained_run, "--threads", "2", "--worker-threads", "2", input="a red apple\n"
+    )
+    assert translated.returncode == 0 and "1 worker(s) of 2 thread(s)" in translated.stderr, translated.stderr
+    refused = run_cli("mt-translate", "--checkpoint", trained_run, "--worker-threads", "0", input="a\n")
+    assert refused.returncode == 2 and "--worker-threads" in refused.stderr
 
 
 def test_the_runtime_holds_what_runs_and_decode_precision_what_was_asked(trained_run):

@@ -226,6 +226,14 @@ def runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads", type=whole(0), default=0, help="for CTranslate2: CPU threads (default: as many as torch uses)"
     )
+    parser.add_argument(
+        "--worker-threads",
+        type=whole(1),
+        default=1,
+        help="for CTranslate2 on a CPU: the threads of each worker, --threads / this workers (default 1: one "
+        "thread per sentence, the most sentences per second; as many as --threads: one worker, the fastest "
+        "single sentence on some CPUs; scripts/engine_bench.py measures both)",
+    )
 
 
 # decode settings and the flags that override them
@@ -266,6 +274,7 @@ def translator_from_args(args, n_best: int = 1):
             needs=needs,
             tgt_lang=args.tgt_lang,
             src_lang=getattr(args, "src_lang", None),
+            worker_threads=args.worker_threads,
             **decode,
         )
     except ConfigError as error:  # name the flag, not the config key it overrides

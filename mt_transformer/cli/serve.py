@@ -109,7 +109,9 @@ def serve_main(argv=None):
         server.should_exit = True
 
     def load():
-        return load_models(args.checkpoint, args.engine, args.device, args.compute_type, args.threads)
+        return load_models(
+            args.checkpoint, args.engine, args.device, args.compute_type, args.threads, args.worker_threads
+        )
 
     app = create_app(load, settings, on_load_error=stop)
     handler = logging.StreamHandler(sys.stderr)

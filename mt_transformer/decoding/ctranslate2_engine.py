@@ -12,15 +12,14 @@ per batch (ours: one per sentence; `Ct2Search` cuts each output to its sentence'
 afterwards). The scores it returns are turned back into ours: the summed log-probability, and
 that over our length penalty.
 
-On a CPU the threads are CTranslate2's workers (inter_threads), one thread each unless make
-bench measured more per worker faster on this CPU (worker_threads), and every call is split
-among them: one sentence runs on one thread, many on all of them (docs/benchmarks.md measures
-both against one worker of all the threads).
+On a CPU the threads are CTranslate2's workers (inter_threads), one thread each unless
+--worker-threads asks for more (a single sentence then runs on several), and every call is
+split among them: one sentence runs on one worker, many on all of them (docs/benchmarks.md
+measures both against one worker of all the threads).
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy
@@ -31,13 +30,9 @@ from mt_transformer.data.special_tokens import EOS_ID
 from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, length_penalty, output_limits
-from mt_transformer.devices import cpu_model
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.ctranslate2_export import new_translator
-from mt_transformer.files import read_json, user_cache_dir
-
-# in the user's cache: per CPU model and compute type, the threads of each CTranslate2 worker
-LAYOUT_FILE = "ctranslate2_layout.json"
+from mt_transformer.files import read_json
 
 
 def read_settings(directory: str) -> dict:
@@ -52,24 +47,14 @@ def read_settings(directory: str) -> dict:
     return read_json(path, "the export's decoding settings")
 
 
-def worker_threads(compute_type: str) -> int:
-    """The threads of each CTranslate2 worker for `compute_type` on this CPU: what
-    scripts/engine_bench.py --save-layout (make bench) measured fastest here, else 1."""
-    try:
-        with open(os.path.join(user_cache_dir(), LAYOUT_FILE), encoding="utf-8") as f:
-            layouts = json.load(f)
-        threads = layouts[cpu_model()][compute_type if compute_type != "default" else "float32"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return 1
-    return threads if isinstance(threads, int) and threads >= 1 else 1
-
-
-def load(directory: str, device: torch.device, compute_type: str = "default", threads: int = 0):
+def load(
+    directory: str, device: torch.device, compute_type: str = "default", threads: int = 0, worker_threads: int = 1
+):
     """The CTranslate2 translator of an exported directory on `device` (cpu, or cuda with its
     index), our tokenizer, and the threads of each of its workers: on a CPU `threads` (0: as many
-    as torch uses) in workers of worker_threads() each."""
+    as torch uses) in workers of `worker_threads` each."""
     total = threads or torch.get_num_threads()
-    intra = min(worker_threads(compute_type), total) if device.type == "cpu" else 1
+    intra = min(worker_threads, total) if device.type == "cpu" else 1
     try:
         translator = new_translator(
             directory,

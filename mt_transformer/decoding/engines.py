@@ -32,6 +32,7 @@ def open_translator(
     tgt_lang: str | None = None,
     src_lang: str | None = None,
     tagged: bool = True,
+    worker_threads: int = 1,
     **decode,
 ) -> Translator:
     """The translator of `path` (a checkpoint or run directory, an mt-export directory, several
@@ -39,11 +40,21 @@ def open_translator(
     `decode` overriding the (first) checkpoint's decode settings. `needs`: what the calls will ask
     for beyond decode settings (runtime.TORCH_ONLY's keys). `tagged`: with the target tag of
     `tgt_lang`, or the language tokens of `src_lang` and `tgt_lang`; else without (a server tags
-    each pair itself)."""
+    each pair itself). `worker_threads`: CTranslate2's threads per worker on a CPU (runtime.Runtime)."""
     paths = [path] if isinstance(path, str) else list(path)
     if decode.get("sampling") and decode.get("beam_size") is None:
         decode["beam_size"] = 1  # the checkpoint's beam size is for search
-    runtime = settle(paths, engine, device, compute_type, threads, ensemble_mode, needs=needs, decode=decode)
+    runtime = settle(
+        paths,
+        engine,
+        device,
+        compute_type,
+        threads,
+        ensemble_mode,
+        needs=needs,
+        decode=decode,
+        worker_threads=worker_threads,
+    )
     translator = None
     if runtime.engine == "ctranslate2" and not is_export(paths[0]):
         try:
@@ -70,7 +81,9 @@ def _ctranslate2(directory: str, runtime: Runtime, decode: dict) -> Translator:
 
     settings = ctranslate2_engine.read_settings(directory)
     config = with_decode(config_from_dict(settings["config"]), **decode)
-    ct2, tokenizer, intra = ctranslate2_engine.load(directory, runtime.device, runtime.precision, runtime.threads)
+    ct2, tokenizer, intra = ctranslate2_engine.load(
+        directory, runtime.device, runtime.precision, runtime.threads, runtime.worker_threads
+    )
     max_positions = config.model.max_positions
     search = ctranslate2_engine.Ct2Search(ct2, tokenizer, config.decode, max_positions, intra)
     found = Translator(

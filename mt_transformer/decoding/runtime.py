@@ -49,6 +49,7 @@ class Runtime:
     threads: int = 0  # 0: as many as torch uses
     ensemble_mode: str = "logprob"  # how an ensemble's members combine (decoding/ensemble.py)
     why: str = ""  # why this engine and precision, for the line that says which engine runs
+    worker_threads: int = 1  # CTranslate2 on a CPU: each worker's threads, threads // this workers
 
     def with_precision(self, setting: str) -> Runtime:
         """Our engine at another decode.precision setting (a call's own)."""
@@ -70,6 +71,7 @@ def settle(
     *,
     needs=(),
     decode: dict | None = None,
+    worker_threads: int = 1,
 ) -> Runtime:
     """The runtime of `paths` (a checkpoint or run directory, an mt-export directory, several
     checkpoints: their ensemble) for calls with these `decode` settings (None: the checkpoint's)
@@ -83,7 +85,8 @@ def settle(
     settings = (threads, ensemble_mode)
 
     def on_ctranslate2(why: str) -> Runtime:
-        return Runtime("ctranslate2", selected, _compute_type(compute_type, decode, paths), *settings, why)
+        precision = _compute_type(compute_type, decode, paths)
+        return Runtime("ctranslate2", selected, precision, *settings, why, worker_threads=worker_threads)
 
     if is_export(paths[0]):
         if engine == "torch":

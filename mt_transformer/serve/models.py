@@ -179,7 +179,12 @@ def _rounded(matrix) -> list[list[float]]:
 
 
 def load_models(
-    paths: list[str], engine: str = "auto", device: str = "auto", compute_type: str = "default", threads: int = 0
+    paths: list[str],
+    engine: str = "auto",
+    device: str = "auto",
+    compute_type: str = "default",
+    threads: int = 0,
+    worker_threads: int = 1,
 ) -> Models:
     """Every checkpoint (run directory, checkpoint file or mt-export directory) loaded once on
     `engine` (auto: as decoding/runtime.py settles), by the language pairs it was trained
@@ -193,7 +198,9 @@ def load_models(
     owners: dict[tuple[str, str], str] = {}
     load_torch = {}
     for path in paths:
-        translator = open_translator(path, engine, device, compute_type, threads, tagged=False)
+        translator = open_translator(
+            path, engine, device, compute_type, threads, tagged=False, worker_threads=worker_threads
+        )
         for pair, changes in _pairs(translator).items():
             if pair in owners and owners[pair] != path:
                 raise UserError(f"--checkpoint: {owners[pair]} and {path} both translate {pair[0]} -> {pair[1]}")
