@@ -30,12 +30,14 @@ import torch
 
 from measure import machine, machine_line, markdown_table, peak_own_memory, write_json
 from mt_transformer.config import CleanConfig
+from mt_transformer.data import lexical
 from mt_transformer.data.cleaning import REASONS, clean_pairs
 from mt_transformer.data.corpus import TextPairs
 from mt_transformer.data.text import read_lines
 from mt_transformer.decoding.scoring import PairCosts
 from mt_transformer.files import write_text
 
+DEFAULT_LINKS = lexical.LINKS
 KINDS = ("copy", "language", "misaligned", "duplicate", "boilerplate", "long")
 STOCK = [
     "Click here to read more",
@@ -102,9 +104,16 @@ def main(argv: list[str] | None = None) -> dict:
         "--lexical", type=float, default=CleanConfig.lexical, help="data.clean.lexical of the last rows"
     )
     parser.add_argument(
+        "--links",
+        type=int,
+        default=DEFAULT_LINKS,
+        help="the word links of one part the word translation learns from (data/lexical.py): fewer, more parts",
+    )
+    parser.add_argument(
         "--scale", type=int, default=0, metavar="N", help="also mt-clean N pairs drawn from the noisy ones: peak memory"
     )
     args = parser.parse_args(argv)
+    lexical.LINKS = args.links  # in this process only
     sources, targets = read_lines(f"{args.corpus}.{args.src}"), read_lines(f"{args.corpus}.{args.tgt}")
     rows = noisy_corpus(
         sources, targets, [line for line in read_lines(args.other) if line.strip()], args.share, args.seed
@@ -120,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         ("rules", CleanConfig(language_id=None, lexical=None)),  # neither language nor word translation
         ("with language_id", CleanConfig(lexical=None)),
         (
-            "defaults" if args.lexical == CleanConfig.lexical else f"lexical {args.lexical}",
+            "defaults" if (args.lexical, args.links) == (CleanConfig.lexical, DEFAULT_LINKS) else variant(args),
             CleanConfig(lexical=args.lexical),
         ),
     ]
@@ -154,6 +163,11 @@ def main(argv: list[str] | None = None) -> dict:
         results["scale"] = at_scale(rows, args)
     write_json(os.path.join(args.out, "cleaning_bench.json"), {**machine(), "share": args.share, **results})
     return results
+
+
+def variant(args) -> str:
+    parts = [f"lexical {args.lexical}"] if args.lexical != CleanConfig.lexical else []
+    return ", ".join(parts + ([f"{args.links:,} links a part"] if args.links != DEFAULT_LINKS else []))
 
 
 def at_scale(rows, args) -> dict:

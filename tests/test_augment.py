@@ -37,6 +37,8 @@ def test_each_modifier_changes_what_it_says_and_nothing_else():
     source_only = AugmentConfig(upper_case=1.0, title_case=1.0, case_target=False)
     assert augment_pair("ein mann.", "a man.", source_only, rng) == ("EIN MANN.", "a man.")
     assert not AugmentConfig(case_target=False).active
+    # every share of the config has its change, in the order the config lists them
+    assert list(AugmentConfig().shares) == list(augment.STEPS)
 
 
 def test_each_kind_of_typo_is_one_letter_away():

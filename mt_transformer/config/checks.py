@@ -86,8 +86,7 @@ def _check_lora(train: TrainConfig) -> None:
 
 
 def _check_augment(augment, key: str) -> None:
-    for name in augment.SHARES if augment is not None else ():
-        value = getattr(augment, name)
+    for name, value in augment.shares.items() if augment is not None else ():
         _check(0 <= value <= 1, f"{key}.{name}: a share of pairs, between 0 and 1, got {value}")
 
 

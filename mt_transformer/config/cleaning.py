@@ -52,15 +52,15 @@ class CleanConfig:
     language_id: float | None = 0.5
     # word translation: IBM Model 1 both ways, learned from the corpus's own pairs; a pair whose
     # words translate each other this many robust standard deviations worse than the corpus's
-    # median pair is dropped (misaligned neighbours). On noisy Multi30k 2.5 takes 96% of the
-    # misaligned pairs and 0.7% of the clean; a corpus of under 1,000 pairs is not judged
+    # median pair is dropped (misaligned neighbours; what each threshold keeps and takes:
+    # docs/cleaning.md); a corpus of under 1,000 pairs is not judged
     lexical: float | None = 2.5
     # model scoring: one checkpoint or run directory (source to target, a teacher: its
     # cross-entropy per token) or two (source to target, then target to source: their dual
     # conditional cross-entropy, Junczys-Dowmunt 2018), which catches misaligned pairs no rule sees
     scorers: tuple[str, ...] = ()
-    # the share of the scored pairs, the worst, that scoring drops: on noisy Multi30k 0.005 keeps
-    # 98.5% of the clean pairs and takes the wrong-language pairs language_id missed
+    # the share of the scored pairs, the worst, that scoring drops: a little, for the wrong-language
+    # pairs language_id missed; more costs clean pairs once lexical ran (docs/cleaning.md)
     score_drop: float | None = 0.005
 
     @classmethod

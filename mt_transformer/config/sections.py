@@ -26,23 +26,27 @@ def tag_language(token: str) -> str | None:
 @dataclass(frozen=True)
 class AugmentConfig:
     """data.augment: per modifier, the share of training pairs it changes, drawn anew each epoch
-    (data/augment.py says what each does); all 0, the default: the pairs as they are."""
+    (data/augment.py says what each does), in the order they apply; all 0, the default: the
+    pairs as they are."""
 
-    upper_case: float = 0.0
-    title_case: float = 0.0
     remove_end_punct: float = 0.0
     typos: float = 0.0
+    title_case: float = 0.0
+    upper_case: float = 0.0
+    inline_tags: float = 0.0  # after the capitals (no <B>); needs word alignments: the data stage makes them
     noise: float = 0.0
-    inline_tags: float = 0.0  # needs the pairs' word alignments: the data stage makes them
     # upper_case and title_case change the target too (OpusTrainer's way); false: the source alone,
     # so the model learns to read capitals and writes its usual case (docs/techniques.md)
     case_target: bool = True
 
-    SHARES = ("upper_case", "title_case", "remove_end_punct", "typos", "noise", "inline_tags")
+    @property
+    def shares(self) -> dict[str, float]:
+        """Each modifier's share, in the order they apply: the fields of type float."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.type == "float"}
 
     @property
     def active(self) -> bool:
-        return any(getattr(self, name) for name in self.SHARES)
+        return any(self.shares.values())
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,8 @@ class DataConfig(CorpusConfig):
     spm_type: Literal["unigram", "bpe"] = "unigram"
     character_coverage: float = 0.0  # 0: 0.9995 for Chinese/Japanese/Korean text, else 1.0 (data/from_text.py)
     # characters outside the vocabulary become their UTF-8 bytes (256 byte pieces of the
-    # vocabulary) instead of <unk>, for a model to copy; off: on Multi30k it cost 2.9 valid BLEU
-    # (docs/techniques.md, "Characters the training data never had")
+    # vocabulary) instead of <unk>, for a model to copy; off: it costs BLEU where training has
+    # no rare characters (docs/techniques.md, "Characters the training data never had")
     byte_fallback: bool = False
     spm_max_sentences: int = 2_000_000
     # sources read case-folded by their sentencepiece model (nmt_nfkc_cf), in training and in every

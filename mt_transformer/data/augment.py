@@ -28,8 +28,6 @@ import string
 
 from mt_transformer.config import AugmentConfig
 
-# the order they apply in: the tags after the capitals (no <B>), noise last
-MODIFIERS = ("remove_end_punct", "typos", "title_case", "upper_case", "inline_tags", "noise")
 END_PUNCTUATION = ".!?;:…。！？"
 TYPO_SHARE = 0.15  # of a line's words of two letters or more, at least one
 NOISE_CHARACTERS = string.ascii_letters + string.digits + string.punctuation
@@ -125,27 +123,52 @@ def augment_pair(
     return _modified(src, tgt, setting, rng, tags)[:2]
 
 
+def _end_punct(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, alignment) -> tuple[str, str]:
+    if ends_with_punctuation(src) and ends_with_punctuation(tgt):
+        return remove_end_punct(src), remove_end_punct(tgt)
+    return src, tgt
+
+
+def _typos(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, alignment) -> tuple[str, str]:
+    return typos(src, rng), tgt
+
+
+def _title(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, alignment) -> tuple[str, str]:
+    return title_case(src), title_case(tgt) if setting.case_target else tgt
+
+
+def _upper(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, alignment) -> tuple[str, str]:
+    return upper_case(src), upper_case(tgt) if setting.case_target else tgt
+
+
+def _tags(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, alignment) -> tuple[str, str]:
+    return inline_tags(src, tgt, alignment, rng) or (src, tgt)
+
+
+def _noise(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, alignment) -> tuple[str, str]:
+    text = noise(rng)
+    return text, text
+
+
+# each data.augment share's change of a pair, by its field of AugmentConfig (which holds their order)
+STEPS = {
+    "remove_end_punct": _end_punct,
+    "typos": _typos,
+    "title_case": _title,
+    "upper_case": _upper,
+    "inline_tags": _tags,
+    "noise": _noise,
+}
+
+
 def _modified(src: str, tgt: str, setting: AugmentConfig, rng: random.Random, tags: frozenset[str], alignment=()):
     """augment_pair's pair, and whether noise replaced it (its words are no longer the pair's);
     `alignment`: the pair's flat word pairs, for inline_tags (none: no tags)."""
     tag, src, noised = *_split_tag(src, tags), False
-    for name in MODIFIERS:
-        probability = getattr(setting, name)
-        if not probability or rng.random() >= probability:
-            continue
-        if name == "remove_end_punct" and ends_with_punctuation(src) and ends_with_punctuation(tgt):
-            src, tgt = remove_end_punct(src), remove_end_punct(tgt)
-        elif name == "typos":
-            src = typos(src, rng)
-        elif name == "title_case":
-            src, tgt = title_case(src), title_case(tgt) if setting.case_target else tgt
-        elif name == "upper_case":
-            src, tgt = upper_case(src), upper_case(tgt) if setting.case_target else tgt
-        elif name == "inline_tags":
-            src, tgt = inline_tags(src, tgt, alignment, rng) or (src, tgt)
-        elif name == "noise":
-            src = tgt = noise(rng)
-            noised = True
+    for name, probability in setting.shares.items():
+        if probability and rng.random() < probability:
+            src, tgt = STEPS[name](src, tgt, setting, rng, alignment)
+            noised = noised or STEPS[name] is _noise
     return tag + src, tgt, noised
 
 

@@ -77,7 +77,7 @@ class Ct2Search:
         self.translator, self.tokenizer, self.decode, self.max_positions = translator, tokenizer, decode, max_positions
         self.worker_threads = worker_threads  # each worker's intra-op threads
         # every output scored again, for the model's own log-probabilities: CTranslate2's search
-        # leaves out of its normalisation tokens it never outputs, ours keeps them (costs ~30%)
+        # leaves out of its normalisation tokens it never outputs, ours keeps them (a second pass)
         self.exact_scores = False
         self.attention = False  # each hypothesis with its cross-attention (Translator.with_attention)
         self.first_row = True  # whether the alignments read the attention of the first step

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, fsync_dir, write_text
-from mt_transformer.jobs.records import RECORD_FORMAT, encoded, read_record
+from mt_transformer.jobs.records import RECORD_FORMAT, encoded, read_record, record_path
 from mt_transformer.jobs.windows import Shard, Window, shard_lines
 from mt_transformer.signals import stopping_signals
 
@@ -69,7 +69,7 @@ class CorpusJob:
 
     @property
     def record_path(self) -> str:
-        return f"{self.output}.progress.json"
+        return record_path(self.output)
 
     def run(
         self,

@@ -21,6 +21,11 @@ def encoded(lines: list[str], gz: bool) -> bytes:
     return gzip.compress(data, mtime=0) if gz else data
 
 
+def record_path(output: str) -> str:
+    """Where the progress record of a job writing `output` lives."""
+    return f"{output}.progress.json"
+
+
 def read_record(path: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
@@ -36,7 +41,7 @@ def read_record(path: str) -> dict | None:
 
 def finished_record(path: str) -> dict | None:
     """The progress record of a job whose output `path` is complete; None while it is not."""
-    record = read_record(f"{path}.progress.json")
+    record = read_record(record_path(path))
     return record if record is not None and record["done"] and os.path.exists(path) else None
 
 
@@ -47,7 +52,7 @@ def merge_shards(paths: list[str], output: str) -> int:
     for path in paths:
         record = finished_record(path)
         if record is None:
-            raise UserError(f"--merge: {path} is not a finished shard (no {path}.progress.json saying it is done)")
+            raise UserError(f"--merge: {path} is not a finished shard (no {record_path(path)} saying it is done)")
         records.append(record)
     count = records[0]["shard"][1]
     by_index = {record["shard"][0]: (path, record) for path, record in zip(paths, records)}
@@ -81,5 +86,5 @@ def merge_rank_shards(output: str, count: int) -> int:
     lines = merge_shards(shards, output)
     for path in shards:
         os.remove(path)
-        os.remove(f"{path}.progress.json")
+        os.remove(record_path(path))
     return lines

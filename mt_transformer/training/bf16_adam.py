@@ -49,7 +49,7 @@ class StochasticRoundingAdam(torch.optim.Optimizer):
                     self.state[parameter][key] = saved[i][key].to(parameter.device, torch.float32)
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self):
         trained = [(g, p) for g in self.param_groups for p in g["params"] if p.grad is not None]
         for _, p in trained:  # every moment before any temporary: they stay together in memory
             if not self.state[p]:

@@ -24,7 +24,7 @@ PANELS = {"loss": 0, "valid_loss": 0, "valid_bleu": 1, "lr": 2, "tokens_per_s": 
 def plot_curves(runs: list[tuple[str, list[dict]]], path: str) -> None:
     """Four panels against the update step (loss, valid BLEU, learning rate, tokens/s), one colour
     per run, written to `path` as PNG."""
-    # fixed margins: the constrained layout solver was 40% of the drawing time (every run draws at its end)
+    # fixed margins: the constrained layout solver is slow, and every run draws at its end
     figure = Figure(figsize=(11, 7.5))
     figure.subplots_adjust(left=0.07, right=0.98, bottom=0.07, top=0.95, wspace=0.15, hspace=0.15)
     axes = figure.subplots(2, 2, sharex=True).flatten()

@@ -16,7 +16,7 @@ import contextlib
 import torch
 
 # torch.distributed's fsdp, device_mesh and checkpoint modules are imported where they are used:
-# about a second that every mt-train without train.distributed: fsdp would pay
+# their import is slow, and every mt-train without train.distributed: fsdp would pay it
 
 
 class Sharded:

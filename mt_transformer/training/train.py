@@ -170,7 +170,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         to_bf16_matrices(model)
     if processes.rank > 0:  # the same initial weights (DDP copies rank 0's anyway), their own dropout masks
         torch.manual_seed(settings.seed + processes.rank)
-    config = with_precision(config, model, device, processes, data["train"])
+    config = with_precision(config, model, device, data["train"])
     settings = config.train
     log_setup(model, settings, device, processes)
     if processes.is_main:
@@ -202,7 +202,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
         return loop.run()
 
 
-def with_precision(config: Config, model, device: torch.device, processes: distributed.Processes, train_set) -> Config:
+def with_precision(config: Config, model, device: torch.device, train_set) -> Config:
     """The config with train.precision settled: auto chooses for this machine, calibrating on the
     first batches of `train_set` where it must (under torchrun rank 0's choice holds for every rank)."""
     settings = config.train
