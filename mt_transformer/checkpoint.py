@@ -276,17 +276,20 @@ def checkpoint_metadata(config, tokenizer) -> dict:
     }
 
 
+def tied_names(model: torch.nn.Module) -> dict[str, str]:
+    """{alias: first name} of each parameter known under several names (tied embeddings)."""
+    first, aliases = {}, {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        aliases.update({name: first[id(parameter)]} if id(parameter) in first else {})
+        first.setdefault(id(parameter), name)
+    return aliases
+
+
 def model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Each distinct tensor of the model once, under its first name in state_dict order, and the
     other names of tied tensors ({alias: kept name}): the same weights always give the same file."""
-    tensors, aliases, seen = {}, {}, {}
-    for name, tensor in model.state_dict().items():
-        key = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
-        if key in seen:
-            aliases[name] = seen[key]
-        else:
-            seen[key] = name
-            tensors[name] = tensor.detach().contiguous()
+    aliases = tied_names(model)
+    tensors = {name: t.detach().contiguous() for name, t in model.state_dict().items() if name not in aliases}
     return tensors, aliases
 
 

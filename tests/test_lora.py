@@ -56,3 +56,14 @@ def test_merging_keeps_the_weights_dtype():
     adapters = {"l.lora_a": torch.ones(1, 2), "l.lora_b": torch.full((3, 1), 0.5)}
     out = lora.merged(weights, adapters, scale=2.0)["l.weight"]
     assert out.dtype == torch.bfloat16 and torch.equal(out, torch.full((3, 2), 2.0, dtype=torch.bfloat16))
+
+
+def test_the_layers_the_config_offers_are_the_models_linear_layers_less_its_tied_output():
+    from torch import nn
+
+    from conftest import tiny_model
+    from mt_transformer.config.sections import LoraConfig
+
+    model = tiny_model(50, 50)
+    linear = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if type(module) is nn.Linear}
+    assert linear == {*LoraConfig.LAYERS, "output"}

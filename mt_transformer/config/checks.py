@@ -75,7 +75,7 @@ def _check_lora(train: TrainConfig) -> None:
         not (fsdp and train.weights_dtype == "bf16"),
         "train.distributed: fsdp keeps fp32 weights; unset train.weights_dtype",
     )
-    lora, names = train.lora, ("q_proj", "kv_proj", "out_proj", "linear1", "linear2")
+    lora, names = train.lora, train.lora.LAYERS
     _check(lora.rank >= 0, f"train.lora.rank: must be 0 (off) or more, got {lora.rank}")
     if lora.rank:
         _check(lora.alpha > 0, f"train.lora.alpha: must be positive, got {lora.alpha}")

@@ -246,6 +246,10 @@ class LoraConfig:
     # q_proj, kv_proj, out_proj: every attention's; linear1, linear2: the feed-forward layers'
     targets: tuple[str, ...] = ("q_proj", "kv_proj", "out_proj")
 
+    # the linear layers an adapter may go on, by their names in model/ (tests/test_lora.py holds
+    # them to the model's), all but the output projection
+    LAYERS = ("q_proj", "kv_proj", "out_proj", "linear1", "linear2")
+
 
 @dataclass(frozen=True)
 class TrainConfig:

@@ -15,6 +15,8 @@ import contextlib
 
 import torch
 
+from mt_transformer import checkpoint
+
 # torch.distributed's fsdp, device_mesh and checkpoint modules are imported where they are used:
 # their import is slow, and every mt-train without train.distributed: fsdp would pay it
 
@@ -48,15 +50,6 @@ def shard(model, device: torch.device, world_size: int) -> Sharded:
     return Sharded(model)
 
 
-def tied_names(model) -> dict[str, str]:
-    """{alias: first name} of each parameter known under several names (tied embeddings)."""
-    first, aliases = {}, {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        aliases.update({name: first[id(parameter)]} if id(parameter) in first else {})
-        first.setdefault(id(parameter), name)
-    return aliases
-
-
 def _numbers(model, optimizer) -> dict[str, int]:
     """Each trained parameter's name -> its number in an unsharded optimizer's state_dict: its
     place over the optimizer's groups."""
@@ -74,7 +67,7 @@ def gathered_state(model, optimizer) -> tuple[dict, dict]:
     state = get_optimizer_state_dict(model, optimizer, options=gathered)
     if not weights:
         return {}, {}
-    aliases, numbers = tied_names(model), _numbers(model, optimizer)
+    aliases, numbers = checkpoint.tied_names(model), _numbers(model, optimizer)
     groups = [{**group, "params": [numbers[name] for name in group["params"]]} for group in state["param_groups"]]
     return {name: tensor for name, tensor in weights.items() if name not in aliases}, {
         "state": {numbers[name]: s for name, s in state["state"].items()},
