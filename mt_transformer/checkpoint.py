@@ -177,6 +177,9 @@ def read_metadata(directory: str) -> dict:
     return read_json(os.path.join(directory, CONFIG_FILE), "the checkpoint's settings", dict)
 
 
+ADAPTERS = "adapters"  # the metadata key of an adapter checkpoint's record
+
+
 @dataclass(frozen=True)
 class Adapters:
     """What an adapter checkpoint (train.lora) records of the model it adapts: its directory, the
@@ -187,9 +190,20 @@ class Adapters:
     scale: float
 
 
+def adapter_record(base: str, scale: float) -> dict:
+    """The metadata entry of an adapter checkpoint (train.lora) whose base is the model in `base`."""
+    return {ADAPTERS: {**adapted_base(base), "scale": scale}}
+
+
+def merged_metadata(directory: str) -> dict:
+    """A checkpoint's metadata as a whole model's: an adapter checkpoint's less its adapter
+    record (its weights merged into the base's: merged_weights)."""
+    return {k: v for k, v in read_metadata(directory).items() if k != ADAPTERS}
+
+
 def read_adapters(directory: str) -> Adapters | None:
     """A checkpoint's adapter record (None: its weights are whole), checked field by field."""
-    found = read_metadata(directory).get("adapters")
+    found = read_metadata(directory).get(ADAPTERS)
     if not found:
         return None
     path = os.path.join(directory, CONFIG_FILE)

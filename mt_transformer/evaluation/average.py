@@ -32,8 +32,7 @@ def _load(directory: str) -> tuple[dict, dict]:
     if not os.path.isfile(os.path.join(directory, checkpoint.MODEL_FILE)):
         raise UserError(f"{directory}: not a checkpoint directory (no {checkpoint.MODEL_FILE})")
     # adapters (train.lora) merged into their base: the average is a whole model
-    metadata = {k: v for k, v in checkpoint.read_metadata(directory).items() if k != "adapters"}
-    return checkpoint.merged_weights(directory), metadata
+    return checkpoint.merged_weights(directory), checkpoint.merged_metadata(directory)
 
 
 def average_checkpoints(inputs: list[str], output: str) -> dict:

@@ -87,7 +87,7 @@ def add_adapters(model, config: Config, parent: str | None, resumed: str | None)
         f"{trained:,}",
         f"{sum(p.numel() for p in model.parameters()):,}",
     )
-    return {"adapters": {**checkpoint.adapted_base(base), "scale": settings.alpha / settings.rank}}
+    return checkpoint.adapter_record(base, settings.alpha / settings.rank)
 
 
 def read_lora(directory: str):
