@@ -5,12 +5,12 @@ paper's base and big configs, and the matrix-multiply ceilings that MFU is measu
 from __future__ import annotations
 
 import os
-import resource
 import time
 
 import numpy as np
 import torch
 
+from measure import peak_memory_mb, reset_peak_memory, synchronize
 from mt_transformer.config import TrainConfig, load_config
 from mt_transformer.data.batching import Batch, batch_loader, token_batches
 from mt_transformer.model.flops import training_flops
@@ -25,31 +25,11 @@ PEERS_CONFIG = os.path.join(ROOT, "configs", "bench", "peers.yaml")
 MODEL = load_config(PEERS_CONFIG).model
 
 
-def peak_memory_mb(device: torch.device) -> float:
-    """On CUDA the most allocated since reset_peak_memory(); on CPU the process's peak resident size."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def reset_peak_memory(device: torch.device) -> None:
-    """Start a measured section: on CUDA, forget the peak of what ran before (the CPU's peak
-    resident size cannot be reset)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-
-
 def precision_name(device: torch.device, precision: str) -> str:
     """What a precision setting computes in: fp32 on CUDA is TF32 in the matrix products."""
     if precision == "fp32" and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
         return "fp32 (TF32 matmuls)"
     return precision
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def matmul_ceiling(device: torch.device, dtype: torch.dtype) -> float:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 
-from benchmark_training import synchronize
-from measure import timed
+from measure import synchronize, timed
 from mt_transformer.config import Config
 from mt_transformer.decoding.engines import open_translator
 from mt_transformer.decoding.translator import torch_translator, with_decode

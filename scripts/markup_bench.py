@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import time
 from html.parser import HTMLParser
 
 import sacrebleu
 
 import mt_transformer as mt
+from measure import fastest
 from mt_transformer.data.demo_data import ADJECTIVES, NOUNS, number_word
 from mt_transformer.markup.translation import translate_html
 
@@ -89,15 +89,6 @@ def right_words(inside: str, wanted) -> bool:
     return all((test(w) if test else w == name) for w, (name, test) in zip(words, wanted))
 
 
-def timed(function, *args) -> tuple[list, float]:
-    best, result = float("inf"), None
-    for _ in range(3):
-        start = time.perf_counter()
-        result = function(*args)
-        best = min(best, time.perf_counter() - start)
-    return result, best
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -117,8 +108,8 @@ def main() -> None:
             break
     model = mt.load(args.checkpoint, engine=args.engine)
     translator = model.translator
-    html, html_time = timed(translate_html, translator, [c[2] for c in cases])
-    plain, plain_time = timed(lambda lines: [r[0].text for r in translator(lines)], [c[0] for c in cases])
+    html, html_time = fastest(translate_html, translator, [c[2] for c in cases])
+    plain, plain_time = fastest(lambda lines: [r[0].text for r in translator(lines)], [c[0] for c in cases])
     right = total = formed = 0
     for (_, _, given, wanted), out in zip(cases, html):
         found, source = Contents(out), Contents(given)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import subprocess
 import tempfile
 import threading
@@ -40,6 +41,36 @@ def machine_line(device: torch.device | str = "cpu") -> str:
     m = machine(device)
     gpu = f", GPU {m['gpu']}" if "gpu" in m else ""
     return f"{m['cpu']}, {m['cores']} cores, {m['threads']} threads, torch {m['torch']}, Python {m['python']}{gpu}"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work: a GPU's clock stops only when its kernels have run."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """On CUDA the most allocated since reset_peak_memory(); on CPU the process's peak resident size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a measured section: on CUDA, forget the peak of what ran before (the CPU's peak
+    resident size cannot be reset)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def fastest(function: Callable, *args, rounds: int = 3) -> tuple[object, float]:
+    """function(*args) `rounds` times: its last result and the fewest seconds a round took."""
+    best, result = float("inf"), None
+    for _ in range(rounds):
+        result, seconds = timed(function, *args)
+        best = min(best, seconds)
+    return result, best
 
 
 def timed(function: Callable, *args, **kwargs) -> tuple[object, float]:

@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from measure import synchronize
 from mt_transformer.config import load_config
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.data.prepare import prepare_data
@@ -65,11 +66,6 @@ def parse_args() -> argparse.Namespace:
     if IMPLICIT_BF16 in args.precisions and not hasattr(torch.backends.mkldnn.matmul, "fp32_precision"):
         parser.error(f"{IMPLICIT_BF16} needs torch 2.9 or later (this is {torch.__version__})")
     return args
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def build_steps(config, model, precisions: list[str], device: torch.device) -> dict[str, TrainingStep]:
