@@ -120,8 +120,11 @@ def test_a_folded_source_is_a_package_whose_sentencepiece_model_folds(corpus, tm
     config = tiny_config(corpus, str(tmp_path / "run"), train={"max_steps": 10, "valid_every": 10})
     config["data"]["fold_source_case"] = True
     assert run_cli("mt-train", "--config", write_config(tmp_path / "config.yaml", config)).returncode == 0
-    path = str(tmp_path / "folded.argosmodel")
-    result = run_cli("mt-export", "--checkpoint", str(tmp_path / "run"), "--format", "argos", path)
+    path, few = str(tmp_path / "folded.argosmodel"), tmp_path / "few.en"
+    few.write_text("".join(open(f"{corpus}/test.en", encoding="utf-8").readlines()[:4]), encoding="utf-8")
+    # 4 check lines: a model of 10 updates writes each to Argos's length limit, slowly
+    args = ["--checkpoint", str(tmp_path / "run"), "--format", "argos", path, "--check-src", str(few)]
+    result = run_cli("mt-export", *args)
     assert result.returncode == 0, result.stderr
     with zipfile.ZipFile(path) as archive:
         proto = archive.read("translate-en_de-1_0/sentencepiece.model")

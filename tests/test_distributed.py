@@ -181,19 +181,16 @@ def test_sigterm_to_torchrun_saves_a_checkpoint_and_stops_every_rank(corpus, tmp
 
 
 @pytest.mark.slow
-def test_fsdp_makes_one_process_updates_and_its_checkpoints_resume_sharded_or_not(corpus, tmp_path):
-    """train.distributed: fsdp on 2 processes: the updates of one process that sees the same
-    batches (as DDP's test above), a resume under FSDP exactly like the run never stopped, and its
+def test_fsdp_makes_one_process_updates_and_its_checkpoints_resume_sharded_or_not(corpus, tmp_path, two_processes):
+    """train.distributed: fsdp on 2 processes: the updates of the one process that saw the same
+    batches in the DDP test above, a resume under FSDP exactly like the run never stopped, and its
     checkpoints go on in one process (and translate there)."""
-    single = run_cli("mt-train", "--config", config_for(corpus, tmp_path, "single", accumulate=2))
-    assert single.returncode == 0, single.stderr
+    single = two_processes[0] / "single"
     sharded = config_for(corpus, tmp_path, "sharded", distributed="fsdp")
     finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config", sharded))
-    assert gradient_gap(tmp_path / "single", tmp_path / "sharded") < GRADIENT_TOLERANCE
-    assert np.allclose(
-        [x for _, x in losses(tmp_path / "sharded")], [x for _, x in losses(tmp_path / "single")], atol=1e-3
-    )
-    assert weights(tmp_path / "sharded", 3).keys() == weights(tmp_path / "single", 3).keys()
+    assert gradient_gap(single, tmp_path / "sharded") < GRADIENT_TOLERANCE
+    assert np.allclose([x for _, x in losses(tmp_path / "sharded")], [x for _, x in losses(single)], atol=1e-3)
+    assert weights(tmp_path / "sharded", 3).keys() == weights(single, 3).keys()
 
     for name in ("split", "one"):  # the same run stopped after its step-2 checkpoint
         shutil.copytree(tmp_path / "sharded", tmp_path / name)
