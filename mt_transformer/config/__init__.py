@@ -1,4 +1,4 @@
-"""The run configuration: four typed sections (sections.py) read from YAML once (loading.py) and
+"""The run configuration: four typed sections (sections.py, training.py) read from YAML once (loading.py) and
 validated there (checks.py). This is the only place that reads YAML or holds defaults."""
 
 from mt_transformer.config.checks import check_data_files, corpus_keys, validate
@@ -17,12 +17,11 @@ from mt_transformer.config.sections import (
     CorpusConfig,
     DataConfig,
     DecodeConfig,
-    GuidedAlignmentConfig,
     ModelConfig,
-    TrainConfig,
     language_tag,
     tag_language,
 )
+from mt_transformer.config.training import GuidedAlignmentConfig, LoraConfig, TrainConfig
 from mt_transformer.errors import ConfigError
 
 __all__ = [
@@ -35,6 +34,7 @@ __all__ = [
     "DataConfig",
     "DecodeConfig",
     "GuidedAlignmentConfig",
+    "LoraConfig",
     "ModelConfig",
     "TrainConfig",
     "apply_overrides",

@@ -13,8 +13,8 @@ from mt_transformer.config.sections import (
     DataConfig,
     DecodeConfig,
     ModelConfig,
-    TrainConfig,
 )
+from mt_transformer.config.training import TrainConfig
 from mt_transformer.errors import ConfigError
 
 

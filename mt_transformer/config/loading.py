@@ -15,7 +15,8 @@ from typing import Literal
 import yaml
 
 from mt_transformer.config.checks import validate
-from mt_transformer.config.sections import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
+from mt_transformer.config.sections import Config, DataConfig, DecodeConfig, ModelConfig
+from mt_transformer.config.training import TrainConfig
 from mt_transformer.errors import ConfigError
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "decode": DecodeConfig}
