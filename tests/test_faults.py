@@ -191,13 +191,13 @@ def start_training(config, prelude: str = ""):
 # Widens the moment to kill: the save of one step pauses after writing the weights.
 SLOW_SAVE = """
 import time
-from mt_transformer import checkpoint
-write_weights = checkpoint.save_file
+from mt_transformer.checkpoint import saving
+write_weights = saving.save_file
 def save_file(tensors, path, *args, **kwargs):
     write_weights(tensors, path, *args, **kwargs)
     if ".step_{step:08d}" in path:
         time.sleep({seconds})
-checkpoint.save_file = save_file
+saving.save_file = save_file
 """
 
 

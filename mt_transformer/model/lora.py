@@ -5,7 +5,7 @@ of rank r,
 
 so training starts from the base model exactly and trains r (d_in + d_out) numbers per layer in
 place of d_in d_out. Merged, W' = W + (alpha / r) B A is a plain linear layer again: every command
-that loads an adapter checkpoint translates with the merged weights (checkpoint.py).
+that loads an adapter checkpoint translates with the merged weights (checkpoint/loading.py).
 """
 
 from __future__ import annotations
