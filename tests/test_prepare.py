@@ -7,8 +7,9 @@ import pytest
 
 from conftest import read_split, tiny_config, write_config
 from mt_transformer.config import CorpusConfig, load_config
+from mt_transformer.data.cache import cache_key, split_source
 from mt_transformer.data.from_text import VOCAB_RANGE
-from mt_transformer.data.prepare import cache_key, encode_split, prepare_data, split_source
+from mt_transformer.data.prepare import encode_split, prepare_data
 from mt_transformer.data.run_tokenizer import chosen_vocab_size
 from mt_transformer.data.sentencepiece_training import train_tokenizer
 from mt_transformer.errors import UserError

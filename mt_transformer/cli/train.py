@@ -61,7 +61,7 @@ def prepare_main(argv=None):
     args = parser.parse_args(argv)
 
     from mt_transformer.config import check_data_files, load_config
-    from mt_transformer.data.prepare import cache_directory
+    from mt_transformer.data.cache import cache_directory
     from mt_transformer.devices import select_device
     from mt_transformer.files import directory_size
     from mt_transformer.jobs.job import JobStopped

@@ -32,9 +32,9 @@ import numpy as np
 import xxhash
 
 from mt_transformer.config import CleanConfig, CorpusConfig, DataConfig, corpus_keys
+from mt_transformer.data.cache import CACHE_WRITER, cache_directory, cache_key, split_source
 from mt_transformer.data.clean_rules import PairRules, repair
 from mt_transformer.data.corpus import pairs_to_clean
-from mt_transformer.data.prepare import CACHE_WRITER, cache_directory, cache_key, split_source
 from mt_transformer.errors import UserError
 from mt_transformer.files import atomic_path, read_json, write_text
 from mt_transformer.outputs import atomic_dir, check_output

@@ -8,45 +8,24 @@ instead of encoding again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 
 import datasets
 
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.batching import corpus_shares
-from mt_transformer.data.corpus import drop_empty, hub_copy_stamp, load_pairs, quiet_datasets
+from mt_transformer.data.cache import CACHE_WRITER, cache_directory, cache_key, split_source
+from mt_transformer.data.corpus import drop_empty, load_pairs, quiet_datasets
 from mt_transformer.data.languages import language_scheme
 from mt_transformer.data.run_tokenizer import run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.data.word_alignment import align_words, flat
-from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
-from mt_transformer.outputs import atomic_dir, check_output, claim_dir
+from mt_transformer.outputs import atomic_dir, check_output
 
 log = logging.getLogger(__name__)
-
-CACHE_VERSION = "2"  # raised when what an encoded split holds changes (2: a lone \r is a space, not a line end)
-CACHE_WRITER = "mt-prepare"  # whose marker an encoded split and a teacher's translations carry
-# what a cache directory holds: encoded splits, cleaned and distilled pairs, temporary names of those being written
-CACHE_ENTRY = re.compile(r"^\.?(teacher-|clean-)?[0-9a-f]{24}(\.[a-z0-9_]{8})?$")
-
-
-def _hash_file(path: str, digest) -> None:
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-
-
-def cache_key(source: dict, data_files: list[str], tokenizer_files: list[str], settings: dict) -> str:
-    digest = hashlib.sha256(CACHE_VERSION.encode())
-    digest.update(json.dumps([source, settings], sort_keys=True).encode())
-    for path in list(data_files) + list(tokenizer_files):
-        _hash_file(path, digest)
-    return digest.hexdigest()[:24]
 
 
 class SubwordEncoder:
@@ -166,23 +145,6 @@ def _cleaned(encoded: datasets.Dataset, max_len: int, max_ratio: float, stats: d
     return encoded
 
 
-def claim_cache(data: DataConfig) -> None:
-    """data.cache_dir, where set, made and marked as the cache's before any work (outputs.claim_dir):
-    a protected path, a file, or a non-empty directory that holds anything but cache entries is refused."""
-    if data.cache_dir:
-        try:
-            claim_dir(
-                data.cache_dir, CACHE_WRITER, also_ours=lambda path: all(map(CACHE_ENTRY.match, os.listdir(path)))
-            )
-        except UserError as error:
-            raise UserError(f"data.cache_dir: {error}") from None
-
-
-def cache_directory(data: DataConfig, run_dir: str) -> str:
-    """Where a run's encoded data is cached: data.cache_dir, else the run directory's cache/."""
-    return data.cache_dir or os.path.join(run_dir, "cache")
-
-
 def prepare_data(
     data: DataConfig,
     run_dir: str,
@@ -281,25 +243,6 @@ def encode_corpus_split(
     else:
         log.info("%s: %d pairs (%s)", name, stats["kept"], origin)
     return dataset
-
-
-def split_source(corpus: CorpusConfig, split: str) -> dict:
-    """What identifies a split's pairs beside its files' contents, for cache keys: its format,
-    location and languages, the columns of jsonl and hub rows, and for hub data its name and the
-    local copy's sizes and times (keys that do not apply to the format leave the key as it is)."""
-    source = {
-        "format": corpus.format,
-        "location": getattr(corpus, split),
-        "langs": [corpus.src_lang, corpus.tgt_lang],
-    }
-    if corpus.format in ("jsonl", "hub"):
-        source["columns"] = [corpus.src_column, corpus.tgt_column]
-    if corpus.format == "hub":
-        source["hub"] = [corpus.hub_name, corpus.hub_config]
-        stamp = hub_copy_stamp(corpus.hub_name)
-        if stamp is not None:
-            source["copy"] = stamp
-    return source
 
 
 def with_tags(pairs: datasets.Dataset, tags: list[str]) -> datasets.Dataset:

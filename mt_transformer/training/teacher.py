@@ -29,8 +29,8 @@ import torch
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, CorpusConfig, DataConfig, config_from_dict, corpus_keys
+from mt_transformer.data.cache import CACHE_WRITER, cache_directory, cache_key, split_source
 from mt_transformer.data.corpus import load_pairs, quiet_datasets
-from mt_transformer.data.prepare import CACHE_WRITER, cache_directory, cache_key, split_source
 from mt_transformer.decoding.ctranslate2_engine import read_settings
 from mt_transformer.decoding.engines import open_translator
 from mt_transformer.decoding.runtime import is_export

@@ -19,8 +19,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt_transformer import checkpoint
 from mt_transformer.config import Config, TrainConfig, check_data_files, to_yaml
+from mt_transformer.data.cache import claim_cache
 from mt_transformer.data.cleaning import cleaned_corpora
-from mt_transformer.data.prepare import claim_cache, prepare_data
+from mt_transformer.data.prepare import prepare_data
 from mt_transformer.data.run_tokenizer import chosen_vocab_size, has_run_tokenizer
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.scoring import PairCosts
