@@ -63,22 +63,22 @@ def is_export(path: str) -> bool:
 
 def settle(
     paths: list[str],
-    engine: str = "auto",
-    device: str | torch.device = "auto",
-    compute_type: str = "default",
-    threads: int = 0,
-    ensemble_mode: str = "logprob",
+    engine: str,
+    device: str | torch.device,
+    compute_type: str,
+    threads: int,
+    ensemble_mode: str,
     *,
-    needs=(),
-    decode: dict | None = None,
-    worker_threads: int = 1,
+    needs,
+    decode: dict,
+    worker_threads: int,
 ) -> Runtime:
     """The runtime of `paths` (a checkpoint or run directory, an mt-export directory, several
-    checkpoints: their ensemble) for calls with these `decode` settings (None: the checkpoint's)
-    and `needs` (TORCH_ONLY's keys): the one place engine and precision are chosen together.
+    checkpoints: their ensemble) for calls with these `decode` settings (over the checkpoint's)
+    and `needs` (TORCH_ONLY's keys), the settings as engines.open_translator takes them (its
+    defaults): the one place engine and precision are chosen together.
     CTranslate2 chosen by auto still needs the checkpoint's conversion; where that fails, the
     caller takes `fallback`'s runtime."""
-    decode = decode or {}
     if engine not in ENGINES:
         raise UserError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     selected = select_device(device, key="--device") if isinstance(device, str) else device
