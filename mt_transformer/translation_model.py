@@ -83,8 +83,8 @@ class TranslationModel:
         `decoder_attention` and `cross_attention`, each a tuple of one tensor per layer, (1,
         heads, query positions, key positions); `encoder_tokens` (the source pieces and </s>)
         and `decoder_tokens` (<s> and the translation's pieces: the decoder's inputs)."""
+        from mt_transformer.decoding.attention_maps import attention_maps
         from mt_transformer.decoding.ensemble import Ensemble
-        from mt_transformer.model.attention_maps import attention_maps
 
         t = self.torch_translator("attention")
         if isinstance(t.model, Ensemble):

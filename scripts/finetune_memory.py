@@ -29,9 +29,9 @@ import torch
 from measure import machine_line, markdown_table, run_process, write_json
 from mt_transformer.config import ModelConfig, TrainConfig
 from mt_transformer.data.batching import Batch
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.model import lora
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.training import distributed
 from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.state import TrainerState

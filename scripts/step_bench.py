@@ -14,10 +14,10 @@ import statistics
 import torch
 
 from measure import machine, machine_line, timed, write_json
-from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.decoding.engines import open_translator
 from mt_transformer.devices import autocast
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import BOS_ID, PAD_ID
 
 
 def memory_bandwidth() -> float:

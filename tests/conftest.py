@@ -266,7 +266,7 @@ def load_model(path: str, device: torch.device):
 def token_log_probs(model, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
     """log p of each target token and of the EOS after them given the source, from one
     teacher-forced pass of one unpadded pair: (len(tgt_ids) + 1,)."""
-    from mt_transformer.data.special_tokens import BOS_ID, EOS_ID
+    from mt_transformer.special_tokens import BOS_ID, EOS_ID
 
     src = torch.tensor([src_ids + [EOS_ID]])
     tgt_in = torch.tensor([[BOS_ID] + tgt_ids])

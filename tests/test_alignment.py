@@ -5,7 +5,6 @@ import torch
 from PIL import Image
 
 from conftest import FP32_TOLERANCE, run_cli, tiny_model
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.decoding.alignment import (
     attention_heatmap,
     cross_attention,
@@ -17,6 +16,7 @@ from mt_transformer.decoding.alignment import (
     word_weights,
 )
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def test_words_begin_at_sentencepiece_word_starts():

@@ -15,7 +15,7 @@ PACKAGE = os.path.join(ROOT, "mt_transformer")
 # The package's parts by layer, lowest first (docs/architecture.md): a module imports from its own
 # part, from parts of lower layers, and from nothing above.
 LAYERS = [
-    {"errors", "files", "outputs", "signals"},
+    {"errors", "files", "outputs", "signals", "special_tokens"},
     {"config", "devices"},
     {"data"},
     {"model"},
@@ -104,6 +104,19 @@ def test_imports_go_down_the_layers():
         if layer(target) > layer(module)
     )
     assert not upward, upward
+
+
+def test_the_model_imports_nothing_of_data():
+    """The paper's model reads the model config and the special-token ids, never the data pipeline."""
+    found = modules()
+    reached = {
+        f"{module} imports {target}"
+        for module, path in found.items()
+        if module.startswith("mt_transformer.model")
+        for target in imports(path, set(found))
+        if target.startswith("mt_transformer.data")
+    }
+    assert not reached, reached
 
 
 def test_the_layer_check_sees_an_import_of_the_package_itself(tmp_path):

@@ -8,7 +8,7 @@ from mt_transformer.data.batching import (
     encoder_input,
     token_batches,
 )
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def lengths(n=500, seed=0):

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from conftest import tiny_model, translator
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
 from mt_transformer.decoding.search import length_penalty, repeated_ngrams
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 A, B = 4, 5
 TINY = 1e-6

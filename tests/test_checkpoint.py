@@ -9,8 +9,8 @@ import torch
 
 from conftest import FP32_TOLERANCE, ROOT, load_model, run_cli, subprocess_env, tiny_model
 from mt_transformer import checkpoint
-from mt_transformer.data.special_tokens import EOS_ID
 from mt_transformer.errors import UserError
+from mt_transformer.special_tokens import EOS_ID
 
 
 def small_model(seed=0):
@@ -98,7 +98,7 @@ FIRST_LAYOUT = os.path.join(ROOT, "tests", "fixtures", "checkpoint_v1")
 
 
 def test_a_checkpoint_of_the_first_layout_scores_as_when_it_was_written():
-    from mt_transformer.data.special_tokens import BOS_ID
+    from mt_transformer.special_tokens import BOS_ID
     from mt_transformer.training.state import TrainerState
 
     with open(os.path.join(FIRST_LAYOUT, "expected.json"), encoding="utf-8") as f:

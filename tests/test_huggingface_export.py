@@ -13,11 +13,11 @@ from conftest import ROOT, perturbed_model, run_cli, translator
 from mt_transformer import checkpoint
 from mt_transformer.config import config_from_dict
 from mt_transformer.data.sentencepiece_training import train_tokenizer
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.search import output_limit
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 transformers = pytest.importorskip("transformers")
 from mt_transformer.exchange import huggingface_export, huggingface_layout  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import FP32_TOLERANCE
-from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.special_tokens import PAD_ID
 from mt_transformer.training.loss import (
     ROW_MULTIPLE,
     LogitBuffers,

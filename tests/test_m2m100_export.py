@@ -14,8 +14,8 @@ from conftest import run_cli
 transformers = pytest.importorskip("transformers")
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.data.batching import encoder_input  # noqa: E402
-from mt_transformer.data.special_tokens import BOS_ID  # noqa: E402
 from mt_transformer.decoding.engines import open_translator  # noqa: E402
+from mt_transformer.special_tokens import BOS_ID  # noqa: E402
 
 CPU = torch.device("cpu")
 

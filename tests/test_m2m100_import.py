@@ -16,9 +16,9 @@ from conftest import run_cli
 transformers = pytest.importorskip("transformers")
 from mt_transformer import checkpoint  # noqa: E402
 from mt_transformer.data.batching import encoder_input  # noqa: E402
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID  # noqa: E402
 from mt_transformer.decoding.engines import open_translator  # noqa: E402
 from mt_transformer.errors import UserError  # noqa: E402
+from mt_transformer.special_tokens import BOS_ID, EOS_ID  # noqa: E402
 
 NLLB_CODES = ["deu_Latn", "eng_Latn", "fra_Latn"]
 LINES = ["Ein Hund läuft über die Wiese.", "Zwei Kinder spielen im Park.", "Wiese"]

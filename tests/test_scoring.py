@@ -6,7 +6,7 @@ import torch
 from conftest import run_cli, token_log_probs, translator
 from mt_transformer.decoding.ensemble import Ensemble
 from mt_transformer.decoding.scoring import score_lines
-from mt_transformer.model.teacher_forcing import teacher_forced_log_probs
+from mt_transformer.evaluation.teacher_forcing import teacher_forced_log_probs
 
 
 def read(path: str, n: int) -> list[str]:

@@ -6,10 +6,10 @@ import torch
 from conftest import tiny_model
 from mt_transformer.config import TrainConfig
 from mt_transformer.data.batching import Batch
-from mt_transformer.data.special_tokens import PAD_ID
 from mt_transformer.devices import autocast
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.special_tokens import PAD_ID
 from mt_transformer.training.loss import label_smoothed_loss
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import FP16_INITIAL_SCALE, TrainingStep, fused_adam, optimizer_for, training_loss

@@ -1,9 +1,9 @@
 import pytest
 
 from mt_transformer.data.sentencepiece_training import train_tokenizer
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SRC = [f"das Haus Nummer {i} ist rot" for i in range(200)]
 TGT = [f"the house number {i} is red" for i in range(200)]

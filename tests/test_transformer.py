@@ -1,9 +1,9 @@
 import torch
 
 from conftest import FP32_TOLERANCE, tiny_model
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.model.masks import padding_mask
 from mt_transformer.model.transformer import count_parameters
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def tiny(**kwargs):

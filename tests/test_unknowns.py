@@ -3,9 +3,9 @@
 import torch
 
 from conftest import run_cli, translator
-from mt_transformer.data.special_tokens import UNK_ID
 from mt_transformer.decoding import unknowns
 from mt_transformer.decoding.search import Hypothesis
+from mt_transformer.special_tokens import UNK_ID
 
 
 def test_each_target_unknown_takes_the_source_span_it_attends_to_most(trained_run, monkeypatch):

@@ -6,9 +6,9 @@ import json
 import pytest
 import sentencepiece
 
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.data.vocabulary import VocabularyProcessor, read_vocabulary, write_vocabulary
 from mt_transformer.errors import UserError
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 LINES = ["the red apples were sold", "tom bought twenty green shirts", "apples and shirts"] * 20
 

@@ -11,7 +11,6 @@ import torch
 
 from conftest import run_cli, tiny_config, write_config
 from mt_transformer.data.batching import collate
-from mt_transformer.data.special_tokens import EOS_ID, PAD_ID
 from mt_transformer.data.word_alignment import (
     GuidedTargets,
     align_words,
@@ -20,6 +19,7 @@ from mt_transformer.data.word_alignment import (
     word_positions,
     word_starts,
 )
+from mt_transformer.special_tokens import EOS_ID, PAD_ID
 from mt_transformer.training.loss import alignment_loss
 
 # ids 0-3 special; 4 "<2de>" a target tag; 5, 6, 7 begin words; 8, 9 continue them

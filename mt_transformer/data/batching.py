@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.word_alignment import GuidedTargets
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def lengths(dataset) -> tuple[np.ndarray, np.ndarray]:

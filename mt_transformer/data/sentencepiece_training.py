@@ -14,10 +14,10 @@ from collections.abc import Iterable, Iterator
 import sentencepiece as spm
 
 from mt_transformer.data.from_text import auto_coverage
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_bytes
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 log = logging.getLogger(__name__)
 

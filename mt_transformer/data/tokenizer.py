@@ -15,9 +15,9 @@ import sentencepiece as spm
 
 from mt_transformer.config import tag_language
 from mt_transformer.data.language_codes import model_code
-from mt_transformer.data.special_tokens import UNK_ID
 from mt_transformer.data.vocabulary import WORD_START, VocabularyProcessor, read_vocabulary
 from mt_transformer.errors import UserError
+from mt_transformer.special_tokens import UNK_ID
 
 JOINT_FILE = "spm.model"
 SRC_FILE, TGT_FILE = "spm.src.model", "spm.tgt.model"

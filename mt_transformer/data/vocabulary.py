@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 CONTROL_IDS = (PAD_ID, BOS_ID, EOS_ID)  # ids that spell no text

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.errors import UserError
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 Pairs = list[tuple[int, int]]  # (source word, target word), from 0
 

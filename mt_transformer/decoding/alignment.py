@@ -15,10 +15,10 @@ import numpy
 import torch
 
 from mt_transformer.data.batching import encoder_input
-from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import WORD_START
 from mt_transformer.files import save_png
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import BOS_ID, PAD_ID
 
 
 @torch.no_grad()

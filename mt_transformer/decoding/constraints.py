@@ -139,8 +139,8 @@ def encode_constraints(
     subwords (one with characters the target vocabulary cannot spell is a one-line error naming
     its line, counted from first_line + 1), phrases to avoid as text. The decode settings must
     search a beam for them (one-line errors)."""
-    from mt_transformer.data.special_tokens import UNK_ID
     from mt_transformer.data.text import normalize
+    from mt_transformer.special_tokens import UNK_ID
 
     def encode(phrases: list[str], line: int) -> tuple[tuple[int, ...], ...]:
         texts = [normalize(p) for p in phrases if normalize(p)]

@@ -26,13 +26,13 @@ import numpy
 import torch
 
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE
-from mt_transformer.data.special_tokens import EOS_ID
 from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.constraints import Constraints
 from mt_transformer.decoding.search import Hypothesis, length_penalty, output_limits
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.ctranslate2_export import new_translator
 from mt_transformer.files import read_json
+from mt_transformer.special_tokens import EOS_ID
 
 
 def read_settings(directory: str) -> dict:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
+from mt_transformer.special_tokens import BOS_ID, PAD_ID
 
 
 @dataclass

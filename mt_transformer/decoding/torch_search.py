@@ -17,7 +17,6 @@ import torch
 
 from mt_transformer.config import DecodeConfig
 from mt_transformer.data.batching import pad, pad_sources
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.constraints import Constraints, PieceIndex
@@ -29,6 +28,7 @@ from mt_transformer.decoding.sampling import Sampler, sample
 from mt_transformer.decoding.search import Hypothesis, output_limits
 from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 log = logging.getLogger(__name__)
 

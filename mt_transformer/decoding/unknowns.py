@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from mt_transformer.data.special_tokens import UNK_ID
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.special_tokens import UNK_ID
 
 
 def unknown_fills(

@@ -21,9 +21,9 @@ import os
 import subprocess
 import sys
 
-from mt_transformer.data.special_tokens import UNK_ID
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
+from mt_transformer.special_tokens import UNK_ID
 
 ARGOS_BEAM, ARGOS_LENGTH_PENALTY = 4, 0.2
 

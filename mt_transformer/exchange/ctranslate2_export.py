@@ -21,12 +21,12 @@ import numpy as np
 import torch
 
 from mt_transformer.checkpoint import write_export_settings
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, UNK_ID
 from mt_transformer.data.word_alignment import alignment_heads
 from mt_transformer.errors import UserError
+from mt_transformer.evaluation.teacher_forcing import teacher_forced_log_probs
 from mt_transformer.files import WRITE_ERRORS, write_error_reason
-from mt_transformer.model.teacher_forcing import teacher_forced_log_probs
 from mt_transformer.outputs import atomic_dir
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, UNK_ID
 
 CHECK_TOLERANCE = 1e-4  # the largest log-probability difference an export may have from ours
 

@@ -38,11 +38,11 @@ import warnings
 
 from mt_transformer import checkpoint
 from mt_transformer.config import tag_language
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, CONFIG_FIELDS, log_prob_gap, to_transformers
 from mt_transformer.files import WRITE_ERRORS, write_error_reason
 from mt_transformer.outputs import atomic_dir
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 # our special ids, for the model config (padding rows of the embeddings) and for generate();
 # decoding starts from BOS, and EOS is forced at the length limit as ours does

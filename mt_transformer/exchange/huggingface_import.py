@@ -38,7 +38,6 @@ from mt_transformer.config import (
     tag_language,
 )
 from mt_transformer.data.language_codes import model_code
-from mt_transformer.data.special_tokens import BOS_ID
 from mt_transformer.data.tokenizer import (
     LANGUAGES_FILE,
     SRC_FILE,
@@ -65,6 +64,7 @@ from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies, read_
 from mt_transformer.files import WRITE_ERRORS, read_json, write_error_reason, write_text
 from mt_transformer.model.transformer import NEVER_WRITTEN, Transformer
 from mt_transformer.outputs import atomic_dir
+from mt_transformer.special_tokens import BOS_ID
 
 FINETUNE_FILE = "finetune.yaml"  # a config to fine-tune the import, written beside it
 

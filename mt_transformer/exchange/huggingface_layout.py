@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 # The largest difference in log-probability allowed between our model and a transformers one on
 # log_prob_gap's batch, for the export and the import: float32 rounding of two implementations

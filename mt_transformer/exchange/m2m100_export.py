@@ -27,13 +27,13 @@ import shutil
 import torch
 
 from mt_transformer.data.batching import encoder_input
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.huggingface_export import generation_defaults, import_transformers, save
 from mt_transformer.exchange.huggingface_layout import CHECK_TOLERANCE, log_prob_gap, to_transformers
 from mt_transformer.exchange.m2m100_tokenizer import SPM_FILE
 from mt_transformer.exchange.vocabulary_edits import IMPORTED_START, with_rows
 from mt_transformer.files import write_text
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 CHECK_LINES = 50  # lines of the vocabulary's own text the written tokenizer is checked on
 

@@ -22,11 +22,11 @@ import os
 import torch
 
 from mt_transformer.data.language_codes import model_code
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mt_transformer.data.vocabulary import VocabularyProcessor
 from mt_transformer.errors import UserError
 from mt_transformer.exchange.marian_tokenizer import ImportedVocabularies
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 ROW_MODULES = ("src_embed", "tgt_embed", "output")  # the modules whose rows are vocabulary ids
 IMPORTED_START = "<unused0>"  # our name for NLLB's and M2M100's <s> row, kept for their export

@@ -20,11 +20,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mt_transformer.config import ModelConfig
-from mt_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from mt_transformer.model.dropout import Dropout, WordDropout
 from mt_transformer.model.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding
 from mt_transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 # how far below the other logits that of a token the model never writes is held (exp(-30) ~ 1e-13)
 NEVER_WRITTEN = 30.0

@@ -146,7 +146,7 @@ def _with_attention(translator: Translator, src_ids: list[int], hypotheses: list
     """The hypotheses with their word alignments, and every attention weight of the best one:
     `weights`, the cross-attention its alignments are read from (Translator.cross_attention's, as
     mt-translate --alignment and --attention take it), and `layers`, each kind's weights per
-    layer and head (model/attention_maps.py)."""
+    layer and head (decoding/attention_maps.py)."""
     from mt_transformer.decoding.alignment import aligned_words, format_alignment, one_source
 
     stopping.check()
@@ -167,7 +167,7 @@ def _with_attention(translator: Translator, src_ids: list[int], hypotheses: list
 
 def _every_layer(translator: Translator, src_ids: list[int], tgt_ids: list[int]) -> dict:
     """{"encoder": ..., "decoder": ..., "cross": ...}: per layer, per head, the (queries, keys) weights."""
-    from mt_transformer.model.attention_maps import attention_maps
+    from mt_transformer.decoding.attention_maps import attention_maps
 
     maps = attention_maps(translator.model, src_ids, tgt_ids, translator.config.model.source_tag_after_eos)
     kinds = {"encoder": maps.encoder, "decoder": maps.decoder, "cross": maps.cross}

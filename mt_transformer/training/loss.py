@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mt_transformer.data.special_tokens import PAD_ID
+from mt_transformer.special_tokens import PAD_ID
 
 BLOCK_ROWS = 1024  # rows of a block at most (see BLOCK_BYTES)
 # bf16/fp16 products on a CPU run through oneDNN, which builds a kernel for every new row count

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from mt_transformer.data.batching import encoder_input
-from mt_transformer.data.special_tokens import BOS_ID, PAD_ID
 from mt_transformer.model.attention import MultiHeadAttention
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import BOS_ID, PAD_ID
 
 
 @dataclass

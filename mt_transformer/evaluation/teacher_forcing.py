@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from mt_transformer.data.batching import collate
-from mt_transformer.data.special_tokens import PAD_ID
 from mt_transformer.model.masks import padding_mask
+from mt_transformer.special_tokens import PAD_ID
 
 
 @torch.inference_mode()
