@@ -45,14 +45,26 @@ class Sentence:
 
 
 @dataclass
+class _Element:
+    """An inline element of a run: its tags as written, the characters it covers (first to one
+    past the last) and the element it is inside (an index into the run's elements) or None."""
+
+    start_tag: str
+    end_tag: str
+    first_char: int
+    stop_char: int
+    parent: int | None
+
+
+@dataclass
 class _Run:
     """The prose between two pieces of block markup: its text (in chunks, joined once) and its
-    inline elements, each as [start tag, end tag, first character, one past the last, parent]."""
+    inline elements."""
 
     chunks: list[str] = field(default_factory=list)
     length: int = 0
     has_words: bool = False  # any text but white space
-    elements: list[list] = field(default_factory=list)
+    elements: list[_Element] = field(default_factory=list)
     open: list[tuple[int, str]] = field(default_factory=list)  # (element, its tag) not yet closed, innermost last
     open_tags: dict[str, int] = field(default_factory=dict)  # how many of `open` each tag has
 
@@ -71,7 +83,7 @@ class _Run:
         """An element that starts here, inside the innermost open one; `closes_later`: its end tag
         is still to come (else it holds no text: void, self-closing, or kept as one piece)."""
         parent = self.open[-1][0] if self.open else None
-        self.elements.append([written, "", self.length, self.length, parent])
+        self.elements.append(_Element(written, "", self.length, self.length, parent))
         if closes_later:
             self.open.append((len(self.elements) - 1, tag))
             self.open_tags[tag] = self.open_tags.get(tag, 0) + 1
@@ -81,7 +93,7 @@ class _Run:
         while self.open:
             k, name = self.open.pop()
             self.open_tags[name] -= 1
-            self.elements[k][1], self.elements[k][3] = f"</{name}>", self.length
+            self.elements[k].end_tag, self.elements[k].stop_char = f"</{name}>", self.length
             if name == tag:
                 break
 
@@ -196,13 +208,14 @@ def sentences(run: _Run) -> list[Sentence]:
     found = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", text)]
     starts, ends = [s for s, _, _ in found], [e for _, e, _ in found]
     spans = []
-    for start, end, first, stop, parent in run.elements:
+    for element in run.elements:
+        first, stop = element.first_char, element.stop_char
         first_word = bisect.bisect_right(ends, first)  # the words that end before the element starts
         stop_word = max(bisect.bisect_left(starts, stop) if stop > first else first_word, first_word)
         gap = " " if text[stop : stop + 1].isspace() and first_word == stop_word else ""
         last = found[stop_word - 1] if stop_word > first_word else None
         tail = last is not None and stop < last[1] and not re.search(r"[\w\s]", text[stop : last[1]])
-        spans.append(Span(start, end, first_word, stop_word, parent, gap, tail))
+        spans.append(Span(element.start_tag, element.end_tag, first_word, stop_word, element.parent, gap, tail))
     if not found:
         return [Sentence([], spans)]
     inside = [0] * (len(found) + 1)  # running sum: how many elements go on past word i

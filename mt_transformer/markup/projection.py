@@ -27,8 +27,8 @@ class Span:
     the last (first == stop: none; it sits before word `first`), and the element it is inside
     (an index into the sentence's spans, which list parents before their children) or None."""
 
-    start: str  # the start tag, verbatim
-    end: str  # the end tag, verbatim ("" for a void element)
+    start_tag: str  # verbatim
+    end_tag: str  # verbatim ("" for a void element)
     first: int
     stop: int
     parent: int | None = None
@@ -158,6 +158,18 @@ class _Anchors:
         return round(position * self.target_words / self.source_words) if self.source_words else 0
 
 
+@dataclass
+class _Frame:
+    """An element render is writing: one past its last word, the next word, its children not yet
+    written (the next last), what closes it, and whether the space before the next word is owed."""
+
+    stop: int
+    next_word: int
+    kids: list[int]
+    closing: str
+    owed: bool = False
+
+
 def render(words: list[str], spaces: list[str], spans: list[Span], ranges: list[tuple[int, int]]) -> str:
     """The target words with each span's tags around its range; `spaces[i]`: what goes before word
     i (outside a tag that begins there), `spaces[len(words)]` after the last word; a tag of no
@@ -168,31 +180,29 @@ def render(words: list[str], spaces: list[str], spans: list[Span], ranges: list[
         children.setdefault(spans[k].parent, []).append(k)
 
     out: list[str] = []
-    # frames of the elements being written, outermost first: [span, one past its last word, the
-    # next word, whether the space before it is owed, its children not yet written (the next
-    # last), what closes it]; a loop, not recursion, for any depth of nesting
-    stack = [[None, len(words), 0, False, children.get(None, [])[::-1], ""]]
+    # the elements being written, outermost first: a loop, not recursion, for any depth of nesting
+    stack = [_Frame(len(words), 0, children.get(None, [])[::-1], "")]
     while stack:
         frame = stack[-1]
-        _, hi, i, owed, kids, closing = frame
+        i, kids = frame.next_word, frame.kids
         if kids and ranges[kids[-1]][0] <= i:
             k = kids.pop()
             a, b = ranges[k]
-            if owed and i < hi:
+            if frame.owed and i < frame.stop:
                 out.append(spaces[i])
-                frame[3] = False
+                frame.owed = False
             after = ""
             if b > a and spans[k].tail and (found := TRAILING.fullmatch(words[b - 1])):
                 words[b - 1], after = found.groups()
             if b > a:
-                frame[2], frame[3] = b, True
-            gap = spans[k].gap if b == a and i < hi else ""
-            out.append(spans[k].start)
-            stack.append([k, b, a, False, children.get(k, [])[::-1], spans[k].end + after + gap])
-        elif i < hi:
-            out.append(spaces[i] + words[i] if owed else words[i])
-            frame[2], frame[3] = i + 1, True
+                frame.next_word, frame.owed = b, True
+            gap = spans[k].gap if b == a and i < frame.stop else ""
+            out.append(spans[k].start_tag)
+            stack.append(_Frame(b, a, children.get(k, [])[::-1], spans[k].end_tag + after + gap))
+        elif i < frame.stop:
+            out.append(spaces[i] + words[i] if frame.owed else words[i])
+            frame.next_word, frame.owed = i + 1, True
         else:
-            out.append(closing)
+            out.append(frame.closing)
             stack.pop()
     return spaces[0] + "".join(out) + spaces[len(words)]

@@ -134,7 +134,7 @@ def check_html(lines: list[str], limits: Limits) -> None:
                 raise _too_many_pieces(limits) from None
             budget -= fragment.pieces
             pieces += [s.text for s in fragment.sentences] + [
-                span.start for s in fragment.sentences for span in s.spans
+                span.start_tag for s in fragment.sentences for span in s.spans
             ]
     check_size(pieces, limits, HTML_PIECES)
 
