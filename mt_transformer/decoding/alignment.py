@@ -10,12 +10,13 @@ column s is source piece s (the last column is the source EOS).
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
 import numpy
 import torch
 
 from mt_transformer.data.batching import encoder_input
-from mt_transformer.data.tokenizer import WORD_START
+from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.files import save_png
 from mt_transformer.model.masks import padding_mask
 from mt_transformer.special_tokens import BOS_ID, PAD_ID
@@ -163,8 +164,24 @@ def one_source(translator, layer: int | None = None, head: int | None = None):
     return lambda sources, outputs: translator.cross_attention(sources[0], outputs, layer, head)
 
 
+class Aligning(Protocol):
+    """What aligned_words reads of a translator (decoding/translator.Translator has it all)."""
+
+    heads: tuple[list[int], list[int]]  # the language tokens each side begins with
+    alignment_step: int  # 0: a target piece's row is the step that writes it; 1: the next, which reads it
+    leaves_unaligned: bool  # a model taught to leave words unaligned (train.guided_alignment)
+    tokenizer: Tokenizer
+
+    def attention_of(self, sources: list[list[int]], outputs: list[list[int]]) -> list[torch.Tensor]: ...
+
+
 def aligned_words(
-    translator, sources: list[list[int]], outputs: list[list[int]], attend=None, known=None, cover_source=False
+    translator: Aligning,
+    sources: list[list[int]],
+    outputs: list[list[int]],
+    attend=None,
+    known=None,
+    cover_source=False,
 ) -> list[tuple[list[tuple[int, int]], list[tuple[int, int]], torch.Tensor | None]]:
     """Per (source, output) pair (sources as translator.source_ids gives them, outputs as the search
     wrote them): its word alignment (word_alignment's pairs, the language tokens of both sides left

@@ -5,9 +5,21 @@ of its translation that its attention aligns to theirs (mt-translate --format ht
 from __future__ import annotations
 
 import html
+from typing import Protocol
 
-from mt_transformer.decoding.alignment import aligned_words
+from mt_transformer.decoding.alignment import Aligning, aligned_words
 from mt_transformer.markup.html import HtmlFragment
+
+
+class HtmlTranslator(Aligning, Protocol):
+    """What translate_html asks of a translator (decoding/translator.Translator has it all): its
+    calls, with and without attention, and the source ids it reads, beside what alignment reads."""
+
+    def __call__(self, lines: list[str], progress: bool = False) -> list[list]: ...
+
+    def with_attention(self) -> HtmlTranslator: ...
+
+    def source_ids(self, lines: list[str]) -> list[list[int]]: ...
 
 
 def has_markup(line: str) -> bool:
@@ -15,7 +27,7 @@ def has_markup(line: str) -> bool:
     return "<" in line or "&" in line
 
 
-def translate_html(translator, fragments: list[str], progress=False) -> list[str]:
+def translate_html(translator: HtmlTranslator, fragments: list[str], progress=False) -> list[str]:
     """The translation of each fragment, as HTML; one without markup is translated as plain text is.
     Sentences with inline elements are translated with their attention (from the same CTranslate2
     call), the others as plain text."""
