@@ -88,3 +88,15 @@ def _write(tmp_path, pairs):
         with open(path, "w", encoding="utf-8") as f:
             f.write("".join(p[k] + "\n" for p in pairs))
     return paths
+
+
+def test_parts_follow_the_links_a_pair_makes_and_a_script_without_spaces_counts_each_letter(monkeypatch):
+    lengths = np.array([[60, 60]] * 1_000)  # ~10 words a side: (10 + 2) x (10 + 1) links a pair, estimated
+    open_ = np.ones(len(lengths), dtype=bool)
+    open_[::2] = False  # only the open pairs count, and only they get a part
+    monkeypatch.setattr(lexical, "LINKS", 500 * 132)
+    part, count = lexical.parts(lengths, open_, ("de", "en"))
+    assert count == 1 and (part[open_] == 0).all() and (part[~open_] == -1).all()
+    part, count = lexical.parts(lengths, open_, ("zh", "en"))  # 60 letters: 60 words
+    assert count == -(-500 * 62 * 11 // (500 * 132)) and set(part[open_]) == set(range(count))
+    assert np.array_equal(part, lexical.parts(lengths, open_, ("zh", "en"))[0])  # the same draw each time
