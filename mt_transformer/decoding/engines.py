@@ -82,7 +82,7 @@ def _ctranslate2(directory: str, runtime: Runtime, decode: dict) -> Translator:
     settings = ctranslate2_engine.read_settings(directory)
     config = with_decode(config_from_dict(settings["config"]), **decode)
     ct2, tokenizer, intra = ctranslate2_engine.load(
-        directory, runtime.device, runtime.precision, runtime.threads, runtime.worker_threads
+        directory, runtime.device, runtime.compute_type, runtime.threads, runtime.worker_threads
     )
     max_positions = config.model.max_positions
     search = ctranslate2_engine.Ct2Search(ct2, tokenizer, config.decode, max_positions, intra)

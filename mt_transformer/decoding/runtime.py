@@ -14,9 +14,9 @@ CTranslate2 conversion (made once, exchange/ctranslate2_cache.py); our engine ru
                   cannot be imported
 
 decode.precision is the setting as given (auto, fp32, bf16, fp16, int8); a Runtime's precision
-is what runs: ours bf16 or fp32 for auto (devices.decode_precision) and fp32 for int8 (int8 is
-CTranslate2's), CTranslate2's compute type (float32 for auto, which outruns our bf16 on CPUs:
-docs/benchmarks.md).
+is what our engine runs: bf16 or fp32 for auto (devices.decode_precision) and fp32 for int8
+(int8 is CTranslate2's); its compute_type, what CTranslate2 runs (float32 for auto, which
+outruns our bf16 on CPUs: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ TORCH_ONLY = {
 class Runtime:
     engine: str  # "torch" (ours) or "ctranslate2"
     device: torch.device
-    precision: str  # ours: fp32, bf16 or fp16; CTranslate2: its compute type ("default": the export's own)
+    precision: str  # ours: fp32, bf16 or fp16 ("" on CTranslate2, whose setting is compute_type)
     threads: int = 0  # 0: as many as torch uses
     ensemble_mode: str = "logprob"  # how an ensemble's members combine (decoding/ensemble.py)
     why: str = ""  # why this engine and precision, for the line that says which engine runs
     worker_threads: int = 1  # CTranslate2 on a CPU: each worker's threads, threads // this workers
+    compute_type: str = ""  # CTranslate2's: float32, int8, ... ("default": the export's own); "" for ours
 
     def with_precision(self, setting: str) -> Runtime:
         """Our engine at another decode.precision setting (a call's own)."""
@@ -85,8 +86,8 @@ def settle(
     settings = (threads, ensemble_mode)
 
     def on_ctranslate2(why: str) -> Runtime:
-        precision = _compute_type(compute_type, decode, paths)
-        return Runtime("ctranslate2", selected, precision, *settings, why, worker_threads=worker_threads)
+        chosen = _compute_type(compute_type, decode, paths)
+        return Runtime("ctranslate2", selected, "", *settings, why, worker_threads=worker_threads, compute_type=chosen)
 
     if is_export(paths[0]):
         if engine == "torch":
