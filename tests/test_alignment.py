@@ -67,7 +67,7 @@ def test_a_step_a_length_limit_left_out_counts_as_the_last_one():
         src_pieces=lambda ids: [pieces[i] for i in ids], tgt_pieces=lambda ids: [pieces[i] for i in ids]
     )
     reading = SimpleNamespace(
-        heads=([], []), alignment_step=1, leaves_unaligned=False, tokenizer=tokenizer, attention_of=None
+        leads=([], []), alignment_step=1, leaves_unaligned=False, tokenizer=tokenizer, attention_of=None
     )
     # the rows that wrote "a" and "ball", no more: the step reading "ball" never ran
     matrix = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])

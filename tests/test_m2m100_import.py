@@ -131,8 +131,8 @@ def test_an_import_reads_and_writes_sources_and_targets_as_the_tokenizer_does(im
     assert (loaded.config.data.src_lang, loaded.config.data.tgt_lang) == (codes["de"], codes["en"])
     translator = open_translator(out, "torch", beam_size=1)
     vocab = json.load(open(os.path.join(out, "vocab.json"), encoding="utf-8"))
-    src_ids = [translator.heads[0] + ids for ids in loaded.tokenizer.encode_src(LINES)]
-    tgt_ids = [translator.heads[1] + ids for ids in loaded.tokenizer.encode_tgt(TARGETS)]
+    src_ids = [translator.leads[0] + ids for ids in loaded.tokenizer.encode_src(LINES)]
+    tgt_ids = [translator.leads[1] + ids for ids in loaded.tokenizer.encode_tgt(TARGETS)]
     theirs = hf_tokenizer(LINES, text_target=TARGETS)
     legacy = loaded.config.model.source_tag_after_eos  # their sources "text </s> code", as our model reads ours
     assert legacy == getattr(hf_tokenizer, "legacy_behaviour", False)
@@ -292,7 +292,7 @@ def test_greedy_translations_are_those_of_generate_with_the_forced_language(impo
                 **inputs, forced_bos_token_id=forced, num_beams=1, do_sample=False, max_new_tokens=12
             )[0, 1:]  # after the decoder start
             theirs = [inverse[int(i)] for i in generated if i != hf_tokenizer.eos_token_id]
-            assert found[0].tokens == theirs and theirs[0] == translator.heads[1][0]
+            assert found[0].tokens == theirs and theirs[0] == translator.leads[1][0]
             words = hf_tokenizer.decode(generated[1:], skip_special_tokens=True).split()
             assert found[0].text == " ".join(words) and found[0].text
 

@@ -50,7 +50,7 @@ def test_a_model_taught_to_leave_words_unaligned_gives_an_element_a_cover_only_w
 
     def translator(leaves_unaligned: bool):
         return SimpleNamespace(
-            heads=([], []),
+            leads=([], []),
             alignment_step=0,
             attention_of=None,  # the search gave every attention
             leaves_unaligned=leaves_unaligned,

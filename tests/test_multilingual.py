@@ -56,7 +56,7 @@ def test_translate_asks_for_the_target_language(two_way_run, tmp_path, capsys):
     for tgt_lang in ("de", "en"):
         translator = open_translator(run, "torch", "cpu", tgt_lang=tgt_lang)
         tag = translator.tokenizer.tags[f"<2{tgt_lang}>"]
-        assert translator.heads == ([tag], []) and translator.target_language == tgt_lang
+        assert translator.leads == ([tag], []) and translator.target_language == tgt_lang
         # the tag as the source's head gives exactly the ids of the tagged text
         assert translator.source_ids(["the red house", ""]) == [
             *translator.tokenizer.encode_src([f"<2{tgt_lang}> the red house"]),
@@ -87,7 +87,7 @@ def test_alignments_of_a_tagged_model_attend_over_the_tagged_source_it_translate
     translator = open_translator(run, "torch", "cpu", tgt_lang="de", beam_size=1)
     [[best]] = translator(["the red house"])
     src_ids = translator.source_ids(["the red house"])[0]  # the tag first
-    assert src_ids[0] == translator.heads[0][0]
+    assert src_ids[0] == translator.leads[0][0]
     (weights,) = cross_attention(translator.model, src_ids, [best.tokens], translator.device)
     (seen,) = translator.cross_attention(src_ids, [best.tokens])
     assert seen.shape == (len(best.tokens) + 1, len(src_ids) + 1)  # the EOS row and column added
@@ -100,7 +100,7 @@ def test_alignments_of_a_tagged_model_attend_over_the_tagged_source_it_translate
 
 def test_a_model_without_target_tags_ignores_the_flag(trained_run):
     translator = open_translator(trained_run, "torch", "cpu", tgt_lang="de")
-    assert translator.heads == ([], []) and translator.target_language == "de"
+    assert translator.leads == ([], []) and translator.target_language == "de"
 
 
 def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, tmp_path):

@@ -7,7 +7,7 @@
   layout reads the source's token after its EOS (model.source_tag_after_eos: batching.encoder_input).
 
 The translator, the data, validation, the server and the teacher stage ask the scheme for the ids
-a pair's sources and outputs begin with (its `heads`).
+a pair's sources and outputs begin with (its `leads`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mt_transformer.config import DataConfig, language_tag
 from mt_transformer.data.language_codes import model_code, public_code
 from mt_transformer.errors import UserError
 
-Heads = tuple[list[int], list[int]]  # (the ids every source begins with, those every output is forced to)
+Leads = tuple[list[int], list[int]]  # (the ids every source begins with, those every output is forced to)
 OPTIONS = ("--src-lang", "--tgt-lang")  # what messages name the languages by
 
 
@@ -29,8 +29,8 @@ class LanguageScheme:
     tokens: dict[str, int] = field(default_factory=dict)  # model code (deu_Latn) -> its language token's id
     tag_after_eos: bool = False  # NLLB's legacy layout
 
-    def heads(self, src_lang: str | None = None, tgt_lang: str | None = None, keys=OPTIONS) -> Heads:
-        """The heads of a pair (default: the first corpus's); a language the model does not read
+    def leads(self, src_lang: str | None = None, tgt_lang: str | None = None, keys=OPTIONS) -> Leads:
+        """The leads of a pair (default: the first corpus's); a language the model does not read
         or write is a one-line error naming `keys`."""
         if self.tokens:
             src, tgt = self.pairs[0]
@@ -46,24 +46,24 @@ class LanguageScheme:
             raise UserError(f"{keys[1]}: required: this model translates into {', '.join(languages)}")
         return [self.tags[tgt_lang or languages[0]]], []
 
-    def token_heads(self, src_lang: str | None = None, tgt_lang: str | None = None, keys=OPTIONS) -> Heads:
+    def token_leads(self, src_lang: str | None = None, tgt_lang: str | None = None, keys=OPTIONS) -> Leads:
         """The language tokens of a pair (default: the first corpus's), ([], []) for a model
         without them: what a translator starts with, and what training pairs' ids begin with
         (their target tags are in their text)."""
-        return self.heads(src_lang, tgt_lang, keys) if self.tokens else ([], [])
+        return self.leads(src_lang, tgt_lang, keys) if self.tokens else ([], [])
 
-    def served(self) -> dict[tuple[str, str], Heads]:
-        """The pairs a server offers, each with its heads: every pair of an import's languages (by
+    def served(self) -> dict[tuple[str, str], Leads]:
+        """The pairs a server offers, each with its leads: every pair of an import's languages (by
         their two-letter codes where they have one), else the corpora's pairs."""
         if self.tokens:
             codes = self.tokens
             return {(public_code(a), public_code(b)): ([codes[a]], [codes[b]]) for a in codes for b in codes if a != b}
-        return {(src, tgt): self.heads(tgt_lang=tgt) for src, tgt in self.pairs}
+        return {(src, tgt): self.leads(tgt_lang=tgt) for src, tgt in self.pairs}
 
-    def language(self, heads: Heads) -> str | None:
-        """The language `heads` ask for, by the model's code (NLLB's deu_Latn) or a tag's; None without heads."""
-        asked = heads[1] or heads[0]
-        named = self.tokens if heads[1] else self.tags
+    def language(self, leads: Leads) -> str | None:
+        """The language `leads` ask for, by the model's code (NLLB's deu_Latn) or a tag's; None without leads."""
+        asked = leads[1] or leads[0]
+        named = self.tokens if leads[1] else self.tags
         return next((code for code, i in named.items() if asked and i == asked[0]), None)
 
     def _token(self, code: str, key: str) -> int:

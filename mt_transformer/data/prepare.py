@@ -33,15 +33,15 @@ class SubwordEncoder:
     of `directory` lazily in each worker. Source tags at the start of a line keep their own ids.
     `alpha` > 0 draws a segmentation per call (subword regularization: unigram sampling with
     smoothing alpha, or BPE-dropout with probability alpha); with a `seed`, the draws of that call
-    are those of the seed, in whichever process or order the calls run. `heads`: the ids each
+    are those of the seed, in whichever process or order the calls run. `leads`: the ids each
     source and each target begins with (language tokens, data.language_tokens)."""
 
-    def __init__(self, directory: str, alpha: float = 0.0, heads: tuple[list[int], list[int]] = ([], [])):
-        self.directory, self.alpha, self.heads = directory, alpha, heads
+    def __init__(self, directory: str, alpha: float = 0.0, leads: tuple[list[int], list[int]] = ([], [])):
+        self.directory, self.alpha, self.leads = directory, alpha, leads
         self._tokenizer = None
 
     def __getstate__(self):
-        return {"directory": self.directory, "alpha": self.alpha, "heads": self.heads, "_tokenizer": None}
+        return {"directory": self.directory, "alpha": self.alpha, "leads": self.leads, "_tokenizer": None}
 
     def __call__(self, batch: dict, seed: int | None = None) -> dict:
         import sentencepiece as spm
@@ -53,8 +53,8 @@ class SubwordEncoder:
             spm.set_random_generator_seed(seed)
         src = self._tokenizer.encode_src(batch["src"], **sampling)
         tgt = self._tokenizer.encode_tgt(batch["tgt"], **sampling)
-        if any(self.heads):
-            src, tgt = ([head + ids for ids in side] for head, side in zip(self.heads, (src, tgt)))
+        if any(self.leads):
+            src, tgt = ([lead + ids for ids in side] for lead, side in zip(self.leads, (src, tgt)))
         return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(s) for s in src], "tgt_len": [len(t) for t in tgt]}
 
 
@@ -78,7 +78,7 @@ def encode_split(
     max_ratio: float,
     num_proc: int,
     keep_text: bool = False,
-    heads: tuple[list[int], list[int]] = ([], []),
+    leads: tuple[list[int], list[int]] = ([], []),
     align=None,
 ) -> tuple[datasets.Dataset, dict]:
     """Return the encoded split and its cleaning counts, from the cache when it is there.
@@ -86,7 +86,7 @@ def encode_split(
     `load()` returns the normalized `src`/`tgt` Dataset; it is only called on a cache miss.
     Training data loses empty pairs, pairs longer than `max_len` subwords on either side and
     pairs whose length ratio exceeds `max_ratio`; other splits keep every line. Training data
-    keeps its text only with `keep_text` (to draw segmentations from it). `heads`: the ids each
+    keeps its text only with `keep_text` (to draw segmentations from it). `leads`: the ids each
     source and target begins with, as SubwordEncoder takes them. `align(sources, targets)`: the
     word pairs of each training pair, kept flat in an `alignment` column (train.guided_alignment).
     """
@@ -106,7 +106,7 @@ def encode_split(
     text_for_now = keep_text or align is not None
     features = datasets.Features({**pairs.features, **FEATURES}) if text_for_now else FEATURES
     encoded = pairs.map(
-        SubwordEncoder(tokenizer_dir, heads=heads),
+        SubwordEncoder(tokenizer_dir, leads=leads),
         batched=True,
         num_proc=num_proc if num_proc > 1 else None,
         remove_columns=None if text_for_now else pairs.column_names,
@@ -203,10 +203,10 @@ def encode_corpus_split(
 
     tags = corpus.source_tags(data.target_tags)
     # NLLB's and M2M100's layout: each side begins with its language's token (data/languages.py)
-    heads = language_scheme(data, tokenizer).token_heads(
+    leads = language_scheme(data, tokenizer).token_leads(
         corpus.src_lang, corpus.tgt_lang, ("data.src_lang", "data.tgt_lang")
     )
-    source = {**split_source(corpus, split), "tags": tags, "heads": heads}
+    source = {**split_source(corpus, split), "tags": tags, "leads": leads}
     # subword regularization draws from the text, and data.augment changes it
     keep_text = training and (data.spm_alpha > 0 or data.augment_of(corpus).active)
     cleaning = {"training": training, "max_len": data.max_len, "max_ratio": data.max_ratio, "text": keep_text}
@@ -222,7 +222,7 @@ def encode_corpus_split(
         data.max_ratio,
         data.num_proc,
         keep_text,
-        heads,
+        leads,
         align,
     )
     origin = "cache" if stats["cached"] else "encoded"

@@ -117,7 +117,7 @@ def inspect_translations(
     translation, written to heatmap_dir/NNNN.png; `which`: the layer and heads it is."""
     if heatmap_dir:
         os.makedirs(heatmap_dir, exist_ok=True)
-    source, output = (len(h) for h in translator.heads)
+    source, output = (len(h) for h in translator.leads)
     alignments = []
     for index, (line, src_ids, translations) in enumerate(zip(lines, translator.source_ids(lines), results)):
         outputs = [t.tokens for t in translations]
@@ -167,7 +167,7 @@ def one_source(translator, layer: int | None = None, head: int | None = None):
 class Aligning(Protocol):
     """What aligned_words reads of a translator (decoding/translator.Translator has it all)."""
 
-    heads: tuple[list[int], list[int]]  # the language tokens each side begins with
+    leads: tuple[list[int], list[int]]  # the language tokens each side begins with
     alignment_step: int  # 0: a target piece's row is the step that writes it; 1: the next, which reads it
     leaves_unaligned: bool  # a model taught to leave words unaligned (train.guided_alignment)
     tokenizer: Tokenizer
@@ -190,7 +190,7 @@ def aligned_words(
     where the search gave it already (Translation.attention), or None; `attend(sources, outputs)`
     gives the others, by default translator.attention_of (one engine call for all of them where
     CTranslate2 runs)."""
-    source, output = (len(head) for head in translator.heads)
+    source, output = (len(lead) for lead in translator.leads)
     step = translator.alignment_step  # each piece's row: the step that writes it, or the next
     unaligned = translator.leaves_unaligned
     found: list = [([], [], None) for _ in outputs]

@@ -71,7 +71,7 @@ def open_translator(
             else _torch(paths, runtime, decode)
         )
     if tagged:
-        translator.heads = translator.languages.heads(src_lang, tgt_lang)
+        translator.leads = translator.languages.leads(src_lang, tgt_lang)
     log.info("engine: %s (%s)", describe(translator), runtime.why)
     return translator
 
@@ -89,7 +89,7 @@ def _ctranslate2(directory: str, runtime: Runtime, decode: dict) -> Translator:
     found = Translator(
         search, tokenizer, config.decode, input_limit(config, max_positions), runtime=runtime, config=config
     )
-    found.heads = found.languages.token_heads()
+    found.leads = found.languages.token_leads()
     return found
 
 

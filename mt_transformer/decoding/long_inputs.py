@@ -83,7 +83,7 @@ def segments_of(
             )
         segments += parts
         owners += [line] * len(parts)
-        segment_prefixes += [forced[line] if forced else []] + [list(translator.heads[1])] * (len(parts) - 1)
+        segment_prefixes += [forced[line] if forced else []] + [list(translator.leads[1])] * (len(parts) - 1)
         if lexical:
             capacities = [output_limit(len(part), translator.decode, translator.max_positions) for part in parts]
             segment_constraints += split_constraints(lexical[line], capacities, first_line + line)

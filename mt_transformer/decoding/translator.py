@@ -21,7 +21,7 @@ from tqdm import tqdm
 from mt_transformer.config import Config, DecodeConfig, validate
 from mt_transformer.data.batching import budget_batches
 from mt_transformer.data.language_codes import public_code
-from mt_transformer.data.languages import Heads, LanguageScheme, language_scheme
+from mt_transformer.data.languages import LanguageScheme, Leads, language_scheme
 from mt_transformer.data.text import normalize, with_case_of
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.data.word_alignment import alignment_heads, alignment_step, leaves_unaligned
@@ -67,12 +67,12 @@ class Translator:
     config: Config | None = None  # the model's config, with `decode` in effect
     # the ids every source begins with (a target tag, a language token) and those every output is
     # forced to begin with (a language token): data/languages.py
-    heads: Heads = ([], [])
+    leads: Leads = ([], [])
 
     @property
     def target_language(self) -> str | None:
         """The language this translator writes, when it is known: BLEU tokenizes for it."""
-        asked = self.languages.language(self.heads)
+        asked = self.languages.language(self.leads)
         if asked is not None:  # sacreBLEU knows zh, ja, ko by their two-letter codes
             return public_code(asked)
         return self.config.data.target_language if self.config else None
@@ -173,14 +173,14 @@ class Translator:
         return self._after_source_head(self.tokenizer.encode_src([normalize(line) for line in lines]))
 
     def _after_source_head(self, ids: list[list[int]]) -> list[list[int]]:
-        head = self.heads[0]
+        head = self.leads[0]
         return [head + line if line else line for line in ids] if head else ids
 
     def target_ids(self, lines: list[str]) -> list[list[int]]:
         """The subword ids of given translations as the model writes them: after the target
         language's token of a model with language tokens."""
         ids = self.tokenizer.tgt.encode([normalize(line) for line in lines])
-        return [self.heads[1] + line for line in ids] if self.heads[1] else ids
+        return [self.leads[1] + line for line in ids] if self.leads[1] else ids
 
     def __call__(
         self,
@@ -198,8 +198,8 @@ class Translator:
         texts = [normalize(line) for line in lines]
         ids = self._after_source_head(self.tokenizer.encode_src(texts))  # source_ids(lines), normalized once
         forced = self.target_ids(prefixes) if prefixes is not None else None
-        if self.heads[1] and forced is None:  # every output begins with its language's token
-            forced = [list(self.heads[1]) for _ in lines]
+        if self.leads[1] and forced is None:  # every output begins with its language's token
+            forced = [list(self.leads[1]) for _ in lines]
         lexical = encode_constraints(self.tokenizer, self.decode, *constraints, first_line) if constraints else None
         segments, owners, segment_prefixes, segment_constraints = segments_of(self, ids, forced, lexical, first_line)
         found = self._search_segments(
@@ -224,7 +224,7 @@ class Translator:
                 texts[line],
                 whole,
                 [h.tokens for h in hypotheses],
-                len(self.heads[0]),
+                len(self.leads[0]),
             )
             translations = []
             for h, f in zip(hypotheses, fills):
@@ -289,5 +289,5 @@ def torch_translator(model, tokenizer: Tokenizer, config: Config, runtime: Runti
     translator = Translator(
         search, tokenizer, config.decode, input_limit(config, max_positions), model, runtime, config
     )
-    translator.heads = translator.languages.token_heads()
+    translator.leads = translator.languages.token_leads()
     return translator

@@ -122,7 +122,7 @@ class Models:
         if pair not in self._torch:
             log.info("%s-%s: requests for constraints, alignments or attention run on our engine", *pair)
             served = self.translators[pair]
-            self._torch[pair] = dataclasses.replace(self._load_torch[pair](), heads=served.heads)
+            self._torch[pair] = dataclasses.replace(self._load_torch[pair](), leads=served.leads)
         return self._torch[pair]
 
 
@@ -212,6 +212,6 @@ def load_models(
 
 
 def _pairs(translator: Translator) -> dict[tuple[str, str], dict]:
-    """The language pairs a model serves, each with the heads its translator sets for it: the
+    """The language pairs a model serves, each with the leads its translator sets for it: the
     target tag of a model trained with them, or the language tokens of an NLLB or M2M100 import."""
-    return {pair: {"heads": heads} for pair, heads in translator.languages.served().items()}
+    return {pair: {"leads": leads} for pair, leads in translator.languages.served().items()}

@@ -91,14 +91,14 @@ def validation_bleu(model, tokenizer, dataset, config: Config, device) -> dict[s
     translate = torch_translator(model, tokenizer, decode, device)
     limit = config.train.valid_max_sentences or None
     groups = _groups(translate.languages, dataset, config)
-    groups = {name: (rows[:limit], heads) for name, (rows, heads) in groups.items() if rows}
+    groups = {name: (rows[:limit], leads) for name, (rows, leads) in groups.items() if rows}
     scores = {}
-    for name, (rows, heads) in groups.items():
+    for name, (rows, leads) in groups.items():
         pairs = dataset.select(rows)
-        if heads is not None:
-            translate.heads = heads
+        if leads is not None:
+            translate.leads = leads
         hypotheses = [found[0].text for found in translate(pairs["src"][:])]
-        language = translate.target_language if heads is not None else name
+        language = translate.target_language if leads is not None else name
         scores[name] = score(hypotheses, pairs["tgt"][:], metrics=("bleu",), tgt_lang=language)["bleu"]
     if len(scores) == 1:
         return {"valid_bleu": next(iter(scores.values()))}
@@ -116,5 +116,7 @@ def _groups(languages: LanguageScheme, dataset, config: Config) -> dict[str | No
         return {f"{codes[s]}-{codes[t]}": (rows, ([s], [t])) for (s, t), rows in found.items()}
     if len(languages.tags) < 2:
         return {config.data.target_language: (list(range(len(dataset))), None)}
-    heads = [source.split(" ", 1)[0] for source in dataset["src"][:]]
-    return {lang: ([i for i, head in enumerate(heads) if head == language_tag(lang)], None) for lang in languages.tags}
+    firsts = [source.split(" ", 1)[0] for source in dataset["src"][:]]
+    return {
+        lang: ([i for i, first in enumerate(firsts) if first == language_tag(lang)], None) for lang in languages.tags
+    }
