@@ -23,9 +23,6 @@ from mt_transformer.config import load_config
 from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
-# one worker for the module (make test runs two): its uninterrupted reference run made once, not on each
-pytestmark = pytest.mark.xdist_group("faults")
-
 
 def config_for(corpus, tmp_path, **train):
     values = {"max_steps": 100, "valid_every": 5, "log_every": 1, "max_tokens": 256, "valid_max_sentences": 4}

@@ -10,9 +10,6 @@ from mt_transformer.config import load_config
 from mt_transformer.decoding.engines import open_translator
 from mt_transformer.errors import UserError
 
-# one worker for the module (make test runs two): its two-way model made once, not on each
-pytestmark = pytest.mark.xdist_group("multilingual")
-
 
 @pytest.fixture(scope="module")
 def two_way_run(corpus, tmp_path_factory):
