@@ -199,9 +199,9 @@ def caught_at_scale(rows, count: int, kept_paths: tuple[str, str]) -> dict[str, 
     def judge(turn: int, pairs: list[tuple[str, str]]) -> None:
         these = rows[: count - turn * len(rows)]
         twice = {pair for pair, n in Counter(pairs).items() if n > 1}
+        rows_of = Counter(kind for kind, _, _ in these)
         for kind, share in caught(these, set(pairs), twice).items():
-            n = sum(k == kind for k, _, _ in these)
-            totals[kind], sizes[kind] = totals[kind] + share * n, sizes[kind] + n
+            totals[kind], sizes[kind] = totals[kind] + share * rows_of[kind], sizes[kind] + rows_of[kind]
 
     def stripped(pair: tuple[str, str], turn: int) -> tuple[str, str] | None:
         suffix = f" {turn}" if turn else ""
