@@ -133,6 +133,7 @@ def tiny_config(corpus: str, output_dir: str, **sections) -> dict:
             "seed": 3,
             "device": "cpu",  # session fixtures are made before the per-test CPU pin applies
             "precision": "fp32",  # auto would time the host, and results would depend on it
+            "curves": False,  # drawing takes ~0.4 s a run; test_curves.py draws them from trained_run
         },
         "decode": {"beam_size": 2, "max_len_b": 10},
     }
@@ -247,9 +248,11 @@ class Payload:
 
 @pytest.fixture(scope="session")
 def trained_run(corpus, tmp_path_factory) -> str:
-    """A tiny model trained for a few dozen steps (shared by the CLI and decoding tests)."""
+    """A tiny model trained for a few dozen steps (shared by the CLI and decoding tests), its
+    curves.png drawn."""
     directory = tmp_path_factory.mktemp("run")
-    config = write_config(directory / "config.yaml", tiny_config(corpus, str(directory / "out")))
+    settings = tiny_config(corpus, str(directory / "out"), train={"curves": True})
+    config = write_config(directory / "config.yaml", settings)
     result = run_cli("mt-train", "--config", config)
     assert result.returncode == 0, result.stderr
     return str(directory / "out")

@@ -26,10 +26,12 @@ pytestmark = pytest.mark.xdist_group("argos_export")
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory) -> str:
     """A tiny model trained long enough to write sentences that end (the shared 40-step run writes
-    one letter; under Noam's schedule 200 steps repeat a syllable to Argos's length limit of 256)."""
+    one letter; under Noam's schedule 200 steps repeat a syllable to Argos's length limit of 256):
+    80 updates of 2,048 tokens at a peak learning rate of 0.02."""
     directory = tmp_path_factory.mktemp("argos_run")
-    schedule = {"schedule": "budget", "peak_lr": 0.01, "warmup_fraction": 0.1, "max_minutes": 0}
-    config = tiny_config(corpus, str(directory / "run"), train={"max_steps": 200, "valid_every": 200, **schedule})
+    schedule = {"schedule": "budget", "peak_lr": 0.02, "warmup_fraction": 0.1, "max_minutes": 0}
+    steps = {"max_steps": 80, "valid_every": 80, "max_tokens": 2048}
+    config = tiny_config(corpus, str(directory / "run"), train={**steps, **schedule})
     config["data"]["test"] = f"{corpus}/test"
     assert run_cli("mt-train", "--config", write_config(directory / "config.yaml", config)).returncode == 0
     return str(directory / "run")

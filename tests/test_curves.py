@@ -69,3 +69,12 @@ def test_run_log_redraws_curves_at_most_once_a_minute_and_at_the_end(tmp_path, m
     log.write(rows[1])
     log.refresh_curves(final=True)
     assert image_size(path) == (1100, 750)
+
+
+def test_a_run_log_with_curves_off_draws_nothing(tmp_path):
+    from mt_transformer.training import run_log
+
+    log = run_log.RunLog(str(tmp_path), step=0, writes=True, tensorboard=False, curves=False)
+    log.write(fake_metrics(1)[0])
+    log.refresh_curves(final=True)
+    assert os.listdir(tmp_path) == ["metrics.jsonl"]

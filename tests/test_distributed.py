@@ -140,22 +140,20 @@ def test_two_nodes_at_a_c10d_rendezvous_make_the_updates_of_one_process_that_see
 
 
 @pytest.mark.slow
-def test_two_processes_resume_like_an_uninterrupted_run(corpus, tmp_path):
-    whole = config_for(corpus, tmp_path, "whole", max_steps=4, valid_every=2)
-    with open(whole) as f:  # dropout on: each rank's random state must come back too
-        text = f.read().replace("dropout: 0.0", "dropout: 0.1")
-    with open(whole, "w") as f:
-        f.write(text)
-    finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config", whole))
-    # the same run stopped after its step-2 checkpoint: the later checkpoint never written
-    shutil.copytree(tmp_path / "whole", tmp_path / "split")
-    shutil.rmtree(tmp_path / "split" / "checkpoints" / "step_00000004")
-    os.remove(tmp_path / "split" / "checkpoints" / "best.json")
-    resume = ("--config", whole, "--set", f"train.output_dir={tmp_path / 'split'}")
+def test_two_processes_resume_like_an_uninterrupted_run(two_processes, tmp_path):
+    """The two-node run above, stopped after its step-2 checkpoint (the later one never written),
+    resumed on one node of 2 processes: the same losses and weights. Each rank taking back its own
+    random state is test_random_state.py's."""
+    directory, _ = two_processes
+    whole, split = directory / "double", tmp_path / "split"
+    shutil.copytree(whole, split)
+    shutil.rmtree(split / "checkpoints" / "step_00000003")
+    os.remove(split / "checkpoints" / "best.json")
+    resume = ("--config", str(directory / "double.yaml"), "--set", f"train.output_dir={split}")
     stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), *resume))
     assert "resuming from" in stderr and "step_00000002" in stderr
-    assert losses(tmp_path / "split") == losses(tmp_path / "whole")
-    split_weights, whole_weights = weights(tmp_path / "split", 4), weights(tmp_path / "whole", 4)
+    assert losses(split) == losses(whole)
+    split_weights, whole_weights = weights(split, 3), weights(whole, 3)
     assert all(np.array_equal(split_weights[name], whole_weights[name]) for name in whole_weights)
 
 

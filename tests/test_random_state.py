@@ -25,3 +25,25 @@ def test_only_the_training_gpu_random_state_is_saved_and_restored(monkeypatch):
     random_state.set_rng_state(every_gpu, torch.device("cuda", 1))
     random_state.set_rng_state(every_gpu, torch.device("cuda", 9))
     assert written[1:] == [(1, torch.device("cuda", 1))]
+
+
+def test_each_rank_takes_back_its_own_draws_and_a_new_world_size_starts_fresh_streams():
+    cpu = torch.device("cpu")
+    saved, next_draws = [], []
+    for rank in range(2):  # what two ranks saved, and what each would have drawn next
+        torch.manual_seed(100 + rank)
+        saved.append(random_state.rng_state(cpu))
+        next_draws.append(torch.rand(4))
+    checkpoint = {"rng": saved[0], "rng_ranks": saved, "step": 7}
+    for rank in (1, 0):
+        torch.manual_seed(0)
+        random_state.restore_rng(checkpoint, cpu, rank, 2, seed=3)
+        assert torch.equal(torch.rand(4), next_draws[rank])
+    # resumed on three processes: rank 0 continues rank 0's stream, the others start anew, apart
+    fresh = []
+    for rank in (1, 2):
+        random_state.restore_rng(checkpoint, cpu, rank, 3, seed=3)
+        fresh.append(torch.rand(4))
+    assert not any(torch.equal(draw, other) for draw in fresh for other in [*next_draws, *fresh] if draw is not other)
+    random_state.restore_rng(checkpoint, cpu, 0, 3, seed=3)
+    assert torch.equal(torch.rand(4), next_draws[0])

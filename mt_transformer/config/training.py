@@ -99,6 +99,7 @@ class TrainConfig:
     # Adam's state over them (FSDP2, a unit per layer: training/sharding.py)
     distributed: Literal["ddp", "fsdp"] = "ddp"
     tensorboard: bool = False  # also log to {output_dir}/tensorboard (needs the tensorboard package)
+    curves: bool = True  # redraw {output_dir}/curves.png after validations and at the end (matplotlib)
     init_from: str | None = None  # fine-tune: start from this run or checkpoint's weights and tokenizer
     init_from_reset: bool = True  # with init_from: a fresh optimizer; false keeps the parent's optimizer state
     lora: LoraConfig = LoraConfig()  # with init_from: train adapters only (docs/exports.md#fine-tuning-nllb)

@@ -63,7 +63,8 @@ class TrainingLoop:
         # corpus_sizes: the training pairs of each corpus, laid end to end in data["train"]
         self.batches = TrainingBatches(config, data["train"], tokenizer.directory, corpus_sizes, processes)
         self.policy = StopPolicy(config.train, self.state, processes)
-        self.log = RunLog(self.run_dir, self.state.step, processes.is_main, config.train.tensorboard)
+        train = config.train
+        self.log = RunLog(self.run_dir, self.state.step, processes.is_main, train.tensorboard, train.curves)
         self.metadata = checkpoint.checkpoint_metadata(config, tokenizer)
 
     def run(self) -> dict:

@@ -1,6 +1,6 @@
 """What a run reports as it goes: metrics.jsonl (one JSON object per logged step or validation),
 TensorBoard when asked for, and curves.png redrawn after validations (at most once a minute, and
-at the end). Only rank 0 writes."""
+at the end) unless train.curves is off. Only rank 0 writes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import time
 
 from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
-from mt_transformer.training.curves import plot_curves
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +48,8 @@ def tensorboard_writer(run_dir: str | None = None):
 
 
 class RunLog:
-    def __init__(self, run_dir: str, step: int, writes: bool, tensorboard: bool):
-        self.run_dir, self.writes = run_dir, writes
+    def __init__(self, run_dir: str, step: int, writes: bool, tensorboard: bool, curves: bool = True):
+        self.run_dir, self.writes, self.curves = run_dir, writes, curves
         # a run that starts afresh drops what an earlier start, stopped before its first checkpoint, logged
         self.rows = metrics_up_to(run_dir, step) if writes and step > 0 else []
         self.tensorboard = tensorboard_writer(run_dir) if tensorboard and writes else None
@@ -73,11 +72,13 @@ class RunLog:
         """Redraw curves.png from the rows so far if a minute has passed since the last drawing, or
         at the end (`final`) if rows came since. A failure to draw is a warning: it must not end a
         long run."""
-        if not self.writes or len(self.rows) == self.drawn_rows:
+        if not (self.writes and self.curves) or len(self.rows) == self.drawn_rows:
             return
         if not final and time.monotonic() - self.drawn_at < CURVES_EVERY_S:
             return
         self.drawn_at, self.drawn_rows = time.monotonic(), len(self.rows)
+        from mt_transformer.training.curves import plot_curves  # matplotlib: a second of imports
+
         try:
             plot_curves([("", self.rows)], os.path.join(self.run_dir, "curves.png"))
         except (OSError, RuntimeError, ValueError) as error:
