@@ -36,7 +36,6 @@ from mt_transformer.training import distributed
 from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for
-from mt_transformer.training.train import wrap_for_processes
 
 # facebook/nllb-200-*: d_model, encoder and decoder layers, FFN width; 16 heads, 256,206 pieces
 SHAPES = {"600M": (1024, 12, 4096), "1.3B": (1024, 24, 8192), "3.3B": (2048, 24, 8192), "tiny": (32, 1, 64)}
@@ -85,7 +84,7 @@ def child(args) -> None:
         to_bf16_matrices(model)
     train = TrainConfig(precision="bf16" if bf16 else "fp32", weights_dtype="bf16" if bf16 else "fp32")
     distributed.init_group(processes, device)
-    forward, ddp = wrap_for_processes(model, device, processes, False, sharded=args.option == "fsdp")
+    forward, ddp = distributed.wrap_for_processes(model, device, processes, False, sharded=args.option == "fsdp")
     optimizer, scheduler, scaler = optimizer_for(model, train, model.output.in_features, device)
     state = TrainerState()
     step = TrainingStep(model, optimizer, scheduler, scaler, train, state, device, forward, ddp, processes)

@@ -1,5 +1,6 @@
-"""Several processes through torchrun: joining the process group, sharing out batches, and the
-few decisions every process must take together.
+"""Several processes through torchrun: joining the process group, sharing out batches, the model
+wrapped for them (DDP, or FSDP2 in training/sharding.py), and the few decisions every process must
+take together.
 
 torchrun starts one process per device and sets RANK, LOCAL_RANK and WORLD_SIZE; `init_group`
 joins the group with NCCL on CUDA and gloo on CPU. A plain `mt-train` has world size 1 and none
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import datetime
 import gc
+import inspect
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from mt_transformer.training import sharding
 
 # Rank 0 validates (minutes on a large valid set) while the others wait at the next collective.
 TIMEOUT = datetime.timedelta(minutes=60)
@@ -111,3 +115,24 @@ def all_gather(value) -> list:
 def barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
+
+
+def wrap_for_processes(model, device: torch.device, processes: Processes, compile: bool, sharded=False):
+    """What runs the forward pass: the model, under torchrun its DistributedDataParallel wrapper
+    (also returned, for no_sync) or, `sharded`, the model itself sharded in place (and its no_sync),
+    and with train.compile all of it under torch.compile."""
+    ddp = None
+    if sharded:
+        ddp = sharding.shard(model, device, processes.world_size)
+    elif processes.enabled:
+        # the only buffers are the sinusoidal position tables, equal everywhere: no syncing at each forward
+        # (torch 2.13 renamed the option; older versions know only broadcast_buffers)
+        parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+        no_sync = {"forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers": False}
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync
+        )
+    forward = model if sharded else ddp or model
+    if compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
+        forward = torch.compile(forward)
+    return forward, ddp

@@ -6,7 +6,6 @@ the state of a resumed run; then loop.TrainingLoop runs the updates.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
 import os
@@ -30,7 +29,7 @@ from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
 from mt_transformer.outputs import claim_dir, written_by
-from mt_transformer.training import distributed, finetune, random_state, sharding, teacher
+from mt_transformer.training import distributed, finetune, random_state, teacher
 from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.loop import TrainingLoop
 from mt_transformer.training.precision import choose_precision, first_batches
@@ -185,7 +184,7 @@ def _train(config: Config, processes: distributed.Processes, device: torch.devic
     sharded = settings.distributed == "fsdp" and processes.enabled
     if sharded and (found or parent):  # whole weights go in before the model is cut into shards
         checkpoint.load_weights(model, found[-1][1] if found else parent)
-    forward, ddp = wrap_for_processes(model, device, processes, settings.compile, sharded)
+    forward, ddp = distributed.wrap_for_processes(model, device, processes, settings.compile, sharded)
     state = TrainerState(world_size=processes.world_size)
     optimizer, scheduler, scaler = optimizer_for(
         model, settings, config.model.d_model, device, elapsed=lambda: state.elapsed
@@ -262,24 +261,3 @@ def resume(step: TrainingStep, directory: str, processes: distributed.Processes,
         state.batch_in_epoch = state.batch_in_epoch * saved_world // processes.world_size
         log.info("resuming %d processes' run with %d", saved_world, processes.world_size)
     log.info("resuming from %s (step %d, epoch %d)", directory, state.step, state.epoch + 1)
-
-
-def wrap_for_processes(model, device: torch.device, processes: distributed.Processes, compile: bool, sharded=False):
-    """What runs the forward pass: the model, under torchrun its DistributedDataParallel wrapper
-    (also returned, for no_sync) or, `sharded`, the model itself sharded in place (and its no_sync),
-    and with train.compile all of it under torch.compile."""
-    ddp = None
-    if sharded:
-        ddp = sharding.shard(model, device, processes.world_size)
-    elif processes.enabled:
-        # the only buffers are the sinusoidal position tables, equal everywhere: no syncing at each forward
-        # (torch 2.13 renamed the option; older versions know only broadcast_buffers)
-        parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
-        no_sync = {"forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers": False}
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync
-        )
-    forward = model if sharded else ddp or model
-    if compile:  # checkpoints hold `model`'s own parameter names, loadable without compile
-        forward = torch.compile(forward)
-    return forward, ddp
