@@ -40,7 +40,7 @@ def bench_ctranslate2(loaded, lines: list[str], device, ours_greedy: list[str], 
     import concurrent.futures
     import multiprocessing
 
-    from mt_transformer.exchange import ctranslate2_export
+    from mt_transformer.decoding import ctranslate2_export
 
     out = os.path.join(workdir, "ct2")
     ctranslate2_export.export(loaded, out)

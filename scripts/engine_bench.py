@@ -174,9 +174,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from mt_transformer import checkpoint
     from mt_transformer.data.text import read_lines
+    from mt_transformer.decoding import ctranslate2_export
+    from mt_transformer.decoding.ctranslate2_cache import cached_conversion
     from mt_transformer.evaluation.scores import score
-    from mt_transformer.exchange import ctranslate2_export
-    from mt_transformer.exchange.ctranslate2_cache import cached_conversion
 
     refs = read_lines(args.ref)[: args.lines] if args.ref else None
     results = {**machine(), "checkpoint": args.checkpoint, "beam": args.beam}

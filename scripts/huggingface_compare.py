@@ -24,9 +24,10 @@ import torch
 from measure import machine, machine_line, markdown_table, texts, timed, write_json
 from mt_transformer import checkpoint
 from mt_transformer.data.text import read_lines
+from mt_transformer.decoding import ctranslate2_export
 from mt_transformer.decoding.engines import open_translator
 from mt_transformer.decoding.search import output_limit
-from mt_transformer.exchange import ctranslate2_export, huggingface_export
+from mt_transformer.exchange import huggingface_export
 
 
 def generate_all(model, tokenizer, lines: list[str], decode, beam: int, batch_size: int) -> list[str]:

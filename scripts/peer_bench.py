@@ -56,7 +56,7 @@ def decode(args, data: str, out: str) -> dict:
             name = str(max_tokens) if precision == "fp32" else f"{max_tokens}-{precision}"
             engines[name] = torch_translator(loaded.model, loaded.tokenizer, settings, torch.device("cpu"))
     if args.ctranslate2:
-        from mt_transformer.exchange import ctranslate2_export
+        from mt_transformer.decoding import ctranslate2_export
 
         ctranslate2_export.export(loaded, os.path.join(out, "ct2"))
         engines["ct2"] = open_translator(

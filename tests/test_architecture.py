@@ -21,9 +21,8 @@ LAYERS = [
     {"model"},
     {"checkpoint"},
     {"evaluation"},
-    {"exchange"},
     {"decoding", "jobs"},
-    {"markup"},
+    {"exchange", "markup"},
     {"training", "serve", "translation_model"},
     {"cli"},
 ]
@@ -117,6 +116,20 @@ def test_the_model_imports_nothing_of_data():
         if target.startswith("mt_transformer.data")
     }
     assert not reached, reached
+
+
+def test_exchange_sits_beside_decoding_not_under_it():
+    """Exports (Argos, transformers) build on the CTranslate2 conversion decoding runs on; decoding
+    imports no exchange format."""
+    found = modules()
+    reached = {
+        f"{module} imports {target}"
+        for module, path in found.items()
+        if module.startswith("mt_transformer.decoding")
+        for target in imports(path, set(found))
+        if target.startswith("mt_transformer.exchange")
+    }
+    assert not reached and layer("mt_transformer.exchange") > layer("mt_transformer.decoding"), reached
 
 
 def test_the_layer_check_sees_an_import_of_the_package_itself(tmp_path):

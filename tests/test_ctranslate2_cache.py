@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from conftest import ROOT, perturbed_model, run_cli, subprocess_env
 from mt_transformer import checkpoint
+from mt_transformer.decoding import ctranslate2_cache, ctranslate2_export
 from mt_transformer.errors import UserError
-from mt_transformer.exchange import ctranslate2_cache, ctranslate2_export
 
 CPU = torch.device("cpu")
 
@@ -106,7 +106,7 @@ def test_a_conversion_that_computes_other_numbers_is_refused_and_nothing_is_writ
 def test_several_processes_asking_at_once_convert_once(own_checkpoint):
     code = (
         "import logging, sys; logging.basicConfig(level=logging.INFO); "
-        "from mt_transformer.exchange.ctranslate2_cache import cached_conversion; "
+        "from mt_transformer.decoding.ctranslate2_cache import cached_conversion; "
         "print(cached_conversion(sys.argv[1]))"
     )
     processes = [

@@ -13,8 +13,7 @@ from mt_transformer.errors import UserError
 from mt_transformer.model.transformer import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from mt_transformer.decoding import ctranslate2_engine  # noqa: E402
-from mt_transformer.exchange import ctranslate2_export  # noqa: E402
+from mt_transformer.decoding import ctranslate2_engine, ctranslate2_export  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -102,7 +102,7 @@ def test_a_model_without_target_tags_ignores_the_flag(trained_run):
 
 def test_ctranslate2_exports_translate_into_the_language_asked_for(two_way_run, tmp_path):
     from mt_transformer import checkpoint
-    from mt_transformer.exchange import ctranslate2_export
+    from mt_transformer.decoding import ctranslate2_export
 
     run, _ = two_way_run
     out = str(tmp_path / "ct2")

@@ -200,7 +200,7 @@ def test_claim_dir_writes_into_a_new_empty_or_own_directory_only(tmp_path, home)
 # refusals the tests show: a new one fails the test below until it is added here with its tests.
 DIRECTORY_WRITERS = {
     "mt_transformer.evaluation.average": "mt-average",
-    "mt_transformer.exchange.ctranslate2_export": "mt-export --format ctranslate2, argos (and --engine auto's cache)",
+    "mt_transformer.decoding.ctranslate2_export": "mt-export --format ctranslate2, argos (and --engine auto's cache)",
     "mt_transformer.exchange.huggingface_export": "mt-export --format huggingface",
     "mt_transformer.exchange.huggingface_import": "mt-import",
     "mt_transformer.checkpoint.saving": "mt-train's checkpoints (train.keep_last removes them through remove_written)",
@@ -219,7 +219,7 @@ OTHER_REMOVALS = {
     ("mt_transformer.jobs.job", "replace"): "mt-translate -o: the finished partial file onto its output file",
     ("mt_transformer.checkpoint.saving", "rmtree"): "atomic_dir's temporary names a killed save left (SAVING_DIR)",
     (
-        "mt_transformer.exchange.ctranslate2_export",
+        "mt_transformer.decoding.ctranslate2_export",
         "rmtree",
     ): "the float32 weights checked inside atomic_dir's directory",
     ("mt_transformer.exchange.huggingface_export", "rmtree"): "a scratch directory inside atomic_dir's directory",

@@ -134,7 +134,7 @@ def test_the_demo_model_through_the_api():
 
 def test_an_export_directory_loads_with_ctranslate2(trained_run, tmp_path):
     from mt_transformer import checkpoint
-    from mt_transformer.exchange import ctranslate2_export
+    from mt_transformer.decoding import ctranslate2_export
 
     ctranslate2_export.export(checkpoint.load(trained_run, torch.device("cpu")), str(tmp_path / "ct2"))
     exported = mt.load(tmp_path / "ct2", device="cpu", beam_size=2)

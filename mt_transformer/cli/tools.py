@@ -73,7 +73,7 @@ def export_main(argv=None):
             f'AutoModelForSeq2SeqLM.from_pretrained("{args.output_dir}") and AutoTokenizer)'
         )
         return
-    from mt_transformer.exchange import ctranslate2_export
+    from mt_transformer.decoding import ctranslate2_export
 
     ctranslate2_export.import_ctranslate2()
     if args.format == "argos":

@@ -1,5 +1,5 @@
 """Translation through CTranslate2 (https://opennmt.net/CTranslate2), from a directory that
-exchange/ctranslate2_export.py wrote.
+decoding/ctranslate2_export.py wrote.
 
 `load` opens it: CTranslate2's model and our tokenizer. `Ct2Search` translates batches of subword
 ids with it and returns our `Hypothesis` objects, so the `Translator` (decoding/translator.py)
@@ -28,9 +28,9 @@ import torch
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE
 from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.constraints import Constraints
+from mt_transformer.decoding.ctranslate2_export import new_translator
 from mt_transformer.decoding.search import Hypothesis, length_penalty, output_limits
 from mt_transformer.errors import UserError
-from mt_transformer.exchange.ctranslate2_export import new_translator
 from mt_transformer.files import read_json
 from mt_transformer.special_tokens import EOS_ID
 

@@ -11,11 +11,11 @@ import torch
 
 from mt_transformer import checkpoint
 from mt_transformer.config import config_from_dict
+from mt_transformer.decoding.ctranslate2_cache import cached_conversion
 from mt_transformer.decoding.runtime import Runtime, fallback, is_export, settle
 from mt_transformer.decoding.translator import Translator, input_limit, torch_translator, with_decode
 from mt_transformer.devices import limit_kernel_cache, slow_precision
 from mt_transformer.errors import UserError
-from mt_transformer.exchange.ctranslate2_cache import cached_conversion
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ settled once where a command or mt.load starts (`settle`) and passed whole as a 
 
 --engine auto, the default of every command that translates or scores and of mt.load: on a
 CPU, CTranslate2 runs a call when it has every setting the call asks for, on the checkpoint's
-CTranslate2 conversion (made once, exchange/ctranslate2_cache.py); our engine runs the rest.
+CTranslate2 conversion (made once, decoding/ctranslate2_cache.py); our engine runs the rest.
 
     CTranslate2   greedy and beam search, n-best lists, prefixes, no repeated n-grams, the length
                   penalty and limits, scores, --avoid, --alignment and <unk> filled from the

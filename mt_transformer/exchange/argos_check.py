@@ -65,7 +65,7 @@ def ours_at_argos_settings(directory: str, tokenizer, lines: list[str]) -> tuple
     tokenizer; and for each line, whether an unknown piece came out (Argos replaces it)."""
     import spacy
 
-    from mt_transformer.exchange.ctranslate2_export import new_translator
+    from mt_transformer.decoding.ctranslate2_export import new_translator
 
     splitter = spacy.load(os.path.join(directory, "spacy"))
     splitter.add_pipe("sentencizer")

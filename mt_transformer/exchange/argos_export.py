@@ -3,7 +3,7 @@ command-line apps, `argospm`) and LibreTranslate install.
 
     OUT.argosmodel      a zip of one directory, translate-SRC_TGT-VERSION/:
         metadata.json         the codes, names and version, the argostranslate it was checked with
-        model/                the CTranslate2 export (exchange/ctranslate2_export.py), int8 by default
+        model/                the CTranslate2 export (decoding/ctranslate2_export.py), int8 by default
         sentencepiece.model   our tokenizer: Argos encodes the source and decodes the output with it,
                               so the pieces it gives the model are the ones we trained on
         spacy/                a blank spaCy pipeline of the source language: with
@@ -131,7 +131,7 @@ def spacy_pipeline(language: str, directory: str) -> None:
 def build(loaded, directory: str, meta: dict, quantization: str | None, prefix: str | None) -> None:
     """The package's directory: CTranslate2 model (only what CTranslate2 reads), tokenizer,
     sentence splitter, metadata, README."""
-    from mt_transformer.exchange import ctranslate2_export
+    from mt_transformer.decoding import ctranslate2_export
 
     os.makedirs(directory)
     model = os.path.join(directory, "model")

@@ -28,8 +28,8 @@ import torch
 
 from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
+from mt_transformer.decoding.ctranslate2_export import export, import_ctranslate2
 from mt_transformer.errors import UserError
-from mt_transformer.exchange.ctranslate2_export import export, import_ctranslate2
 from mt_transformer.files import directory_size, file_digest, read_json, user_cache_dir
 
 log = logging.getLogger(__name__)
