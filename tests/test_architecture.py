@@ -105,30 +105,28 @@ def test_imports_go_down_the_layers():
     assert not upward, upward
 
 
-def test_the_model_imports_nothing_of_data():
-    """The paper's model reads the model config and the special-token ids, never the data pipeline."""
+def imports_between(part: str, other: str) -> set[str]:
+    """Every import of a module of `part` (mt_transformer.model) from a module of `other`."""
     found = modules()
-    reached = {
+    return {
         f"{module} imports {target}"
         for module, path in found.items()
-        if module.startswith("mt_transformer.model")
+        if module.startswith(part)
         for target in imports(path, set(found))
-        if target.startswith("mt_transformer.data")
+        if target.startswith(other)
     }
+
+
+def test_the_model_imports_nothing_of_data():
+    """The paper's model reads the model config and the special-token ids, never the data pipeline."""
+    reached = imports_between("mt_transformer.model", "mt_transformer.data")
     assert not reached, reached
 
 
 def test_exchange_sits_beside_decoding_not_under_it():
     """Exports (Argos, transformers) build on the CTranslate2 conversion decoding runs on; decoding
     imports no exchange format."""
-    found = modules()
-    reached = {
-        f"{module} imports {target}"
-        for module, path in found.items()
-        if module.startswith("mt_transformer.decoding")
-        for target in imports(path, set(found))
-        if target.startswith("mt_transformer.exchange")
-    }
+    reached = imports_between("mt_transformer.decoding", "mt_transformer.exchange")
     assert not reached and layer("mt_transformer.exchange") > layer("mt_transformer.decoding"), reached
 
 
