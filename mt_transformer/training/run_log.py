@@ -77,7 +77,7 @@ class RunLog:
         if not final and time.monotonic() - self.drawn_at < CURVES_EVERY_S:
             return
         self.drawn_at, self.drawn_rows = time.monotonic(), len(self.rows)
-        from mt_transformer.training.curves import plot_curves  # matplotlib: a second of imports
+        from mt_transformer.training.curves import plot_curves  # matplotlib, only in a run that draws
 
         try:
             plot_curves([("", self.rows)], os.path.join(self.run_dir, "curves.png"))
