@@ -79,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 @entry_point
 def serve_main(argv=None):
     args = _parser().parse_args(argv)
+    _check_args(args)
     try:
         import uvicorn
 
@@ -90,7 +91,6 @@ def serve_main(argv=None):
     from mt_transformer.serve.middleware import access_log
     from mt_transformer.serve.models import load_models
 
-    _check_args(args)
     settings = ServerSettings(
         Limits(args.max_lines, args.max_chars, args.char_limit),
         args.batch_wait_ms / 1000,
@@ -158,10 +158,19 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _check_args(args) -> None:
-    """One-line errors for checkpoints that do not exist (the numbers are checked as they are parsed)."""
+    """One-line errors for checkpoints that do not exist or hold none, before the server starts
+    (the numbers are checked as they are parsed)."""
+    from mt_transformer.checkpoint import resolve
+    from mt_transformer.decoding.runtime import is_export
+
     for path in args.checkpoint:
         if not os.path.exists(path):
             raise UserError(f"--checkpoint: {path}: no such file or directory")
+        if not is_export(path):
+            try:
+                resolve(path)
+            except UserError as error:
+                raise UserError(f"--checkpoint: {error}") from None
 
 
 def _api_keys(path: str | None) -> frozenset[str] | None:
