@@ -149,7 +149,7 @@ def test_max_bad_updates_must_not_be_negative(corpus, tmp_path):
 # --- killing the process: the restarted run must end exactly where an uninterrupted one does ---
 
 
-KILL_TRAIN = {"max_steps": 40, "valid_every": 10, "log_every": 1, "max_tokens": 512, "dropout": None}
+KILL_TRAIN = {"max_steps": 20, "valid_every": 5, "log_every": 1, "max_tokens": 512, "dropout": None}
 
 
 def kill_config(corpus, tmp_path, name):
@@ -214,7 +214,7 @@ def uninterrupted(corpus, tmp_path_factory):
 
 @pytest.mark.slow
 def test_sigkill_at_a_random_step_then_restart_matches_an_uninterrupted_run(corpus, tmp_path, uninterrupted):
-    kill_at = random.randint(12, 35)
+    kill_at = random.randint(7, 17)  # after the step-5 checkpoint, before the end
     config, run_dir = kill_config(corpus, tmp_path, "run")
     process = start_training(config)
     metrics = run_dir / "metrics.jsonl"
@@ -232,12 +232,12 @@ def test_sigkill_at_a_random_step_then_restart_matches_an_uninterrupted_run(corp
 @pytest.mark.slow
 def test_kill_inside_a_save_keeps_the_previous_checkpoint(corpus, tmp_path, uninterrupted):
     config, run_dir = kill_config(corpus, tmp_path, "run")
-    process = start_training(config, SLOW_SAVE.format(step=20, seconds=60))
+    process = start_training(config, SLOW_SAVE.format(step=10, seconds=60))
     root = run_dir / "checkpoints"
-    wait_for(lambda: root.exists() and any(n.startswith(".step_00000020") for n in os.listdir(root)), process)
-    process.send_signal(signal.SIGKILL)  # the save of step 20 is half-written
+    wait_for(lambda: root.exists() and any(n.startswith(".step_00000010") for n in os.listdir(root)), process)
+    process.send_signal(signal.SIGKILL)  # the save of step 10 is half-written
     process.wait()
-    assert checkpoint.resolve(str(run_dir)).endswith("step_00000010")
+    assert checkpoint.resolve(str(run_dir)).endswith("step_00000005")
     checkpoint.load(str(run_dir), torch.device("cpu"))  # the previous checkpoint loads
     restarted = run_cli("mt-train", "--config", config)
     assert restarted.returncode == 0, restarted.stderr
