@@ -169,7 +169,7 @@ def readme_commands(marker: str) -> list[str]:
 
 
 TINY = ["data.vocab_size=300", "model.d_model=32", "model.d_ff=64", "train.valid_every=6"]
-TINY += ["train.valid_max_sentences=5", "decode.max_len_b=5"]
+TINY += ["train.valid_max_sentences=5", "decode.max_len_b=5", "train.curves=false"]
 
 
 def test_small_cpu_runs_as_the_readme_gives_it_on_a_copy_of_its_hub_dataset(corpus, tmp_path, monkeypatch):
