@@ -131,13 +131,19 @@ def serve_main(argv=None):
     # the command end normally, with exit code 0, once the requests in flight are answered
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     server.run(sockets=[listening])
-    if app.state.server.batcher.calling:  # a call that does not stop between steps (CTranslate2's)
+    _exit(app.state.server.batcher.calling, failure)
+
+
+def _exit(calling: bool, failure: list[str]) -> None:
+    """After the server stopped: exit code 0, or 2 with the load failure that stopped it. A call
+    still `calling` (CTranslate2's does not stop between steps) would hold a normal exit until it ends."""
+    if calling:
         logging.getLogger("mt_transformer").warning("stopped with a translator call still running")
         if failure:
             print(f"error: {failure[0]}", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(2 if failure else 0)  # the call's thread would hold the exit until it ends
+        os._exit(2 if failure else 0)
     if failure:
         raise UserError(failure[0])
 
