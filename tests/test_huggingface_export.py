@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 
 import pytest
 import torch
@@ -167,23 +168,14 @@ def test_an_export_that_computes_something_else_is_not_written(trained_run, tmp_
     assert not os.path.exists(tmp_path / "hf")
 
 
-def test_without_transformers_the_export_is_a_one_line_error(trained_run, tmp_path):
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "transformers.py").write_text("raise ImportError('no transformers here')\n")
-    result = run_cli(
-        "mt-export",
-        "--checkpoint",
-        trained_run,
-        "--format",
-        "huggingface",
-        str(tmp_path / "hf"),
-        env={"PYTHONPATH": f"{blocker}{os.pathsep}{ROOT}"},
-    )
+def test_without_transformers_the_export_is_a_one_line_error(trained_run, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
+    result = run_cli("mt-export", "--checkpoint", trained_run, "--format", "huggingface", str(tmp_path / "hf"))
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: transformers is not installed: pip install transformers (or pip install 'mt_transformer[huggingface]')"
     )
+    assert not os.path.exists(tmp_path / "hf")
 
 
 def test_the_documented_snippet_translates(trained_run, corpus, tmp_path):
