@@ -392,11 +392,12 @@ def test_an_import_is_refused_in_one_line_writing_nothing(corpus, tmp_path):
     _refused(result, "model_type: 'bart': only Marian, Pegasus and M2M100 (NLLB) models can be imported", out)
 
 
-def test_a_hub_id_offline_is_refused_in_one_line(tmp_path):
+def test_a_hub_id_offline_is_refused_in_one_line(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1, read at import
     out = str(tmp_path / "out")
-    result = run_cli(
-        "mt-import", "--format", "huggingface", "Helsinki-NLP/opus-mt-xx-yy", out, env={"HF_HUB_OFFLINE": "1"}
-    )
+    result = run_cli("mt-import", "--format", "huggingface", "Helsinki-NLP/opus-mt-xx-yy", out)
     message = "no such directory, and the Hugging Face hub cannot be reached to download it (offline?)"
     _refused(result, f"Helsinki-NLP/opus-mt-xx-yy: {message}", out)
 
