@@ -127,10 +127,11 @@ def test_a_config_that_is_no_yaml_text_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"deep\.yaml: (nested deeper than a config can be|not valid YAML)"):
         load_config(str(tmp_path / "deep.yaml"))
     (tmp_path / "c.yaml").write_text("data: {src_lang: en}\n")
-    for depth in (600, 100_000):  # a --set value as deep, through the same guard
-        deep = "[" * depth + "]" * depth
-        with pytest.raises(ConfigError, match=r"^--set data\.src_lang: nested deeper than a config can be$"):
-            load_config(str(tmp_path / "c.yaml"), [f"data.src_lang={deep}"])
+    # a --set value past the stack, through the same guard: deeper adds only time (pyyaml's scanner
+    # is quadratic in the depth it reaches before the stack ends; the file above goes that far)
+    deep = "[" * 600 + "]" * 600
+    with pytest.raises(ConfigError, match=r"^--set data\.src_lang: nested deeper than a config can be$"):
+        load_config(str(tmp_path / "c.yaml"), [f"data.src_lang={deep}"])
 
 
 def test_cli_errors_exit_2_and_write_nothing(corpus, tmp_path):
