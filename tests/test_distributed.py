@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from safetensors.numpy import load_file
 
 from conftest import ROOT, TORCHRUN, failure_excerpt, run_cli, subprocess_env, tiny_config, write_config
@@ -176,6 +177,8 @@ def test_sigterm_to_torchrun_saves_a_checkpoint_and_stops_every_rank(corpus, tmp
     ((step, directory),) = list_checkpoints(str(run_dir))  # one complete checkpoint, written by rank 0
     state = load_trainer_state(directory)
     assert state["step"] == step > 0 and len(state["rng_ranks"]) == 2
+    first, second = (saved["torch"] for saved in state["rng_ranks"])
+    assert not torch.equal(first, second)  # each rank's own (seeded train.seed + rank), not rank 0's twice
 
 
 @pytest.mark.slow
