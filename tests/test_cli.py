@@ -269,3 +269,34 @@ def test_train_help_lists_every_config_key_with_its_default():
             assert re.search(rf"(^|\s){key.name}=\S", listing), key.name
     for setting in ("spm_alpha=0.0", "target_tags=false", "init_from=null", "init_from_reset=true", "accumulate=1"):
         assert setting in listing
+
+
+def test_sigterm_where_a_command_does_not_handle_it_ends_it_as_ctrl_c_does(tmp_path, capsys):
+    """Exit code 143 after the command's `finally` and context managers ran: a temporary directory
+    it held is gone (a killed mt-clean used to leave its spool)."""
+    import signal
+    import tempfile
+    import threading
+    import time
+
+    from mt_transformer.cli.common import entry_point
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are handled in the main thread only")
+    held = []
+
+    @entry_point
+    def command(argv):
+        with tempfile.TemporaryDirectory(dir=tmp_path) as directory:
+            held.append(directory)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the signal's handler ends this at once
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as exit:
+            command([])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exit.value.code == 143 and held and not os.path.exists(held[0])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "terminated"

@@ -12,6 +12,7 @@ import signal
 import sys
 
 from mt_transformer.errors import UserError
+from mt_transformer.signals import Terminated, terminate_by_exception
 
 log = logging.getLogger("mt_transformer")
 # every command logs to stderr as "12:34:56 | message"
@@ -33,14 +34,19 @@ USER_ERRNOS = (
 
 def entry_point(function):
     """Logging to stderr; user errors and a full or unwritable disk become `error: ...` and exit code 2, Ctrl-C 130,
-    a job stopped by a signal 128 + the signal, a reader that closed the pipe early (`| head`) 141, as SIGPIPE."""
+    a job stopped by a signal 128 + the signal, a reader that closed the pipe early (`| head`) 141, as SIGPIPE.
+    SIGTERM where the command does not handle it ends it as Ctrl-C does, its temporary files removed: 143."""
     from mt_transformer.jobs.job import JobStopped
 
     @functools.wraps(function)
     def main(argv=None) -> int:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT, stream=sys.stderr)
+        terminate_by_exception()
         try:
             return function(argv) or 0
+        except Terminated:
+            print("terminated", file=sys.stderr)
+            return 128 + signal.SIGTERM
         except JobStopped as stopped:
             print(stopped, file=sys.stderr)
             return 128 + stopped.signum
