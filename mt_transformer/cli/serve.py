@@ -131,10 +131,10 @@ def serve_main(argv=None):
     # the command end normally, with exit code 0, once the requests in flight are answered
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     server.run(sockets=[listening])
-    _exit(app.state.server.batcher.calling, failure)
+    _exit_after_serving(app.state.server.batcher.calling, failure)
 
 
-def _exit(calling: bool, failure: list[str]) -> None:
+def _exit_after_serving(calling: bool, failure: list[str]) -> None:
     """After the server stopped: exit code 0, or 2 with the load failure that stopped it. A call
     still `calling` (CTranslate2's does not stop between steps) would hold a normal exit until it ends."""
     if calling:
