@@ -230,8 +230,11 @@ def test_a_real_server_bounds_every_request_and_its_shutdown(trained_run):
                     break
                 if select.select([connection], [], [], 0.2)[0]:
                     break
-            while chunk := connection.recv(4096):
-                answer += chunk
+            try:
+                while chunk := connection.recv(4096):
+                    answer += chunk
+            except ConnectionResetError:  # a byte of ours reached the closed socket after its answer: keep what came
+                pass
         assert answer.startswith(b"HTTP/1.1 408") and b"took more than 1 s to arrive" in answer, answer
         assert time.monotonic() - began < 4
         for path, body, kind in hostile_bodies():  # every one a 4xx with LibreTranslate's body
