@@ -3,10 +3,13 @@ the same global batches, one writer, resume, and two "nodes" meeting at a c10d r
 
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -140,43 +143,48 @@ def test_two_nodes_at_a_c10d_rendezvous_make_the_updates_of_one_process_that_see
     ]
 
 
-@pytest.mark.slow
-def test_two_processes_resume_like_an_uninterrupted_run(two_processes, tmp_path):
+@pytest.fixture(scope="module")
+def resumed_then_stopped(two_processes, tmp_path_factory) -> tuple[str, str]:
     """The two-node run above, stopped after its step-2 checkpoint (the later one never written),
-    resumed on one node of 2 processes: the same losses and weights. Each rank taking back its own
-    random state is test_random_state.py's."""
+    resumed on one node of 2 processes for 200 updates, and sent SIGTERM once its step-3
+    checkpoint is written (every checkpoint kept): the run directory and torchrun's stderr."""
     directory, _ = two_processes
-    whole, split = directory / "double", tmp_path / "split"
-    shutil.copytree(whole, split)
+    split = tmp_path_factory.mktemp("resumed") / "split"
+    shutil.copytree(directory / "double", split)
     shutil.rmtree(split / "checkpoints" / "step_00000003")
     os.remove(split / "checkpoints" / "best.json")
-    resume = ("--config", str(directory / "double.yaml"), "--set", f"train.output_dir={split}")
-    stderr = finish(torchrun("--standalone", "--nproc-per-node", "2", mt_train(), *resume))
+    settings = [f"train.output_dir={split}", "train.max_steps=200", "train.keep_last=0"]
+    command = [mt_train(), "--config", str(directory / "double.yaml"), "--set", *settings]
+    process = torchrun("--standalone", "--nproc-per-node", "2", *command)
+    deadline = time.monotonic() + 120
+    while not (split / "checkpoints" / "step_00000003").is_dir() and process.poll() is None:
+        assert time.monotonic() < deadline, "no step-3 checkpoint in 120 s"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    return split, stderr
+
+
+@pytest.mark.slow
+def test_two_processes_resume_like_an_uninterrupted_run(two_processes, resumed_then_stopped):
+    """The same losses and weights as the two-node run that never stopped. Each rank taking back
+    its own random state is test_random_state.py's."""
+    whole, (split, stderr) = two_processes[0] / "double", resumed_then_stopped
     assert "resuming from" in stderr and "step_00000002" in stderr
-    assert losses(split) == losses(whole)
+    assert losses(split)[:3] == losses(whole)
     split_weights, whole_weights = weights(split, 3), weights(whole, 3)
     assert all(np.array_equal(split_weights[name], whole_weights[name]) for name in whole_weights)
 
 
 @pytest.mark.slow
-def test_sigterm_to_torchrun_saves_a_checkpoint_and_stops_every_rank(corpus, tmp_path):
-    import signal
-    import time
-
+def test_sigterm_to_torchrun_saves_a_checkpoint_and_stops_every_rank(resumed_then_stopped):
     from mt_transformer.checkpoint import list_checkpoints, load_trainer_state
 
-    run_dir = tmp_path / "stopped"
-    config = config_for(corpus, tmp_path, "stopped", max_steps=100_000, valid_every=100_000, log_every=1)
-    process = torchrun("--standalone", "--nproc-per-node", "2", mt_train(), "--config", config)
-    deadline = time.monotonic() + 120
-    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:  # training has begun
-        time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert "stopped by SIGTERM at step" in stderr
-    ((step, directory),) = list_checkpoints(str(run_dir))  # one complete checkpoint, written by rank 0
+    run_dir, stderr = resumed_then_stopped
+    (step,) = set(map(int, re.findall(r"stopped by SIGTERM at step (\d+)", stderr)))  # every rank at one step
+    last_step, directory = list_checkpoints(str(run_dir))[-1]  # complete, written by rank 0
     state = load_trainer_state(directory)
-    assert state["step"] == step > 0 and len(state["rng_ranks"]) == 2
+    assert last_step == state["step"] == step >= 3 and len(state["rng_ranks"]) == 2
     first, second = (saved["torch"] for saved in state["rng_ranks"])
     assert not torch.equal(first, second)  # each rank's own (seeded train.seed + rank), not rank 0's twice
 
