@@ -102,7 +102,7 @@ def test_a_conversion_that_computes_other_numbers_is_refused_and_nothing_is_writ
     assert all(name.endswith(".lock") for name in os.listdir(cache))  # no conversion, finished or temporary
 
 
-@pytest.mark.slow  # about 10 s: three processes
+@pytest.mark.slow  # about 6 s: two processes
 def test_several_processes_asking_at_once_convert_once(own_checkpoint):
     code = (
         "import logging, sys; logging.basicConfig(level=logging.INFO); "
@@ -118,12 +118,12 @@ def test_several_processes_asking_at_once_convert_once(own_checkpoint):
             cwd=ROOT,
             env=subprocess_env(),
         )
-        for _ in range(3)
+        for _ in range(2)
     ]
     outputs = [p.communicate(timeout=300) for p in processes]
-    assert [p.returncode for p in processes] == [0, 0, 0], outputs
+    assert [p.returncode for p in processes] == [0, 0], outputs
     assert len({out.strip() for out, _ in outputs}) == 1 and outputs[0][0].startswith(os.environ["MT_CACHE_DIR"])
-    assert sum("converted" in err for _, err in outputs) == 1  # one made it, the others waited and reused it
+    assert sum("converted" in err for _, err in outputs) == 1  # one made it, the other waited and reused it
 
 
 def test_converting_leaves_torchs_thread_count_as_it_was(own_checkpoint):
