@@ -16,7 +16,7 @@ from mt_transformer.decoding.translator import Translation
 from mt_transformer.outputs import OUTPUT_MARKER
 from mt_transformer.training import teacher
 
-LINES = 300  # sources of the small corpus the stage translates here
+LINES = 150  # sources of the small corpus the stage translates here
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def test_a_changed_teacher_or_changed_sources_translate_again_and_the_same_reuse
 
 
 def test_a_stage_killed_mid_way_continues_to_the_same_bytes(sources, trained_run, tmp_path, monkeypatch):
-    monkeypatch.setattr(teacher, "TEACHER_WINDOW", 64)  # five windows of the 300 lines
+    monkeypatch.setattr(teacher, "TEACHER_WINDOW", 32)  # five windows of the 150 lines
     whole = distil(data_config(sources, [trained_run]), tmp_path / "whole")
     selected, calls = teacher._selected, []
 
@@ -154,7 +154,7 @@ def test_a_stage_killed_mid_way_continues_to_the_same_bytes(sources, trained_run
         distil(data_config(sources, [trained_run]), tmp_path / "killed")
     partial = [p for p in os.listdir(tmp_path / "killed" / "cache") if p.startswith("teacher-")]
     (name,) = partial
-    assert len(read(tmp_path / "killed" / "cache" / name / "translations.tsv.partial")) == 128
+    assert len(read(tmp_path / "killed" / "cache" / name / "translations.tsv.partial")) == 2 * 32
     monkeypatch.setattr(teacher, "_selected", selected)
     calls.clear()
     resumed = distil(data_config(sources, [trained_run]), tmp_path / "killed")
