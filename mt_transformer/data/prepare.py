@@ -116,7 +116,8 @@ def encode_split(
     if training:
         encoded = _cleaned(encoded, max_len, max_ratio, stats)
     if training and align is not None:
-        found = align(encoded["src"], encoded["tgt"])
+        text = encoded.select_columns(["src", "tgt"])[:]  # lists: a Column read row by row is slow
+        found = align(text["src"], text["tgt"])
         stats["aligned"] = sum(1 for pairs in found if pairs)
         encoded = encoded.add_column("alignment", [flat(pairs) for pairs in found])
         encoded = encoded.cast_column("alignment", datasets.Sequence(datasets.Value("int16")))
