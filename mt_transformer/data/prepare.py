@@ -14,6 +14,8 @@ import os
 
 import datasets
 import numpy as np
+import pyarrow as pa
+from datasets.table import InMemoryTable
 
 from mt_transformer.config import CorpusConfig, DataConfig, corpus_keys
 from mt_transformer.data.batching import corpus_shares
@@ -119,8 +121,10 @@ def encode_split(
         text = encoded.select_columns(["src", "tgt"])[:]  # lists: a Column read row by row is slow
         found = align(text["src"], text["tgt"])
         stats["aligned"] = sum(1 for pairs in found if pairs)
-        encoded = encoded.add_column("alignment", [flat(pairs) for pairs in found])
-        encoded = encoded.cast_column("alignment", datasets.Sequence(datasets.Value("int16")))
+        links = pa.array([flat(pairs) for pairs in found], type=pa.list_(pa.int16()))
+        # the kept rows as one table, the links beside them: Dataset.add_column would hash the
+        # column and copy the rows a select left indexed
+        encoded = datasets.Dataset(InMemoryTable(encoded.with_format("arrow")[:].append_column("alignment", links)))
         if not keep_text:
             encoded = encoded.remove_columns(list(pairs.column_names))
     stats["kept"] = len(encoded)
