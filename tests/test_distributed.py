@@ -160,6 +160,8 @@ def resumed_then_stopped(two_processes, tmp_path_factory) -> tuple[str, str]:
     while not (split / "checkpoints" / "step_00000003").is_dir() and process.poll() is None:
         assert time.monotonic() < deadline, "no step-3 checkpoint in 120 s"
         time.sleep(0.1)
+    if process.poll() is not None:
+        pytest.fail(failure_excerpt(process.communicate()[1]))
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     return split, stderr
