@@ -10,7 +10,7 @@ import time
 import numpy as np
 import torch
 
-from measure import peak_memory_mb, reset_peak_memory, synchronize
+from measure import peak_memory_mb, reset_peak_memory, synchronize, timed_updates
 from mt_transformer.config import TrainConfig, load_config
 from mt_transformer.data.batching import Batch, batch_loader, token_batches
 from mt_transformer.model.flops import training_flops
@@ -111,14 +111,8 @@ def random_batch(vocab: int, sentences: int, length: int, generator, device):
 
 
 def seconds_per_update(step, batch, device, warmups: int, updates: int) -> float:
-    for _ in range(warmups):
-        step([batch])
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(updates):
-        step([batch])
-    synchronize(device)
-    return (time.perf_counter() - start) / updates
+    timed_updates(step, [[batch]] * warmups, device)
+    return timed_updates(step, [[batch]] * updates, device)[0] / updates
 
 
 def bench_lengths(model, device, precision: str, vocab: int, budget: int = 4096, updates: int = 3):

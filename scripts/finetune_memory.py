@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
-import time
 
 import torch
 
-from measure import machine_line, markdown_table, run_process, write_json
+from measure import machine_line, markdown_table, peak_memory_mb, run_process, timed_updates, write_json
 from mt_transformer.config import ModelConfig, TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.model import lora
@@ -97,15 +95,9 @@ def child(args) -> None:
         tgt_in = torch.cat([torch.full((args.sentences, 1), BOS_ID), tgt[:, :-1]], 1)
         return Batch(src, tgt_in, torch.cat([tgt[:, :-1], torch.full((args.sentences, 1), EOS_ID)], 1))
 
-    step([batch()])
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step([batch()])
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = (time.perf_counter() - start) / args.steps
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB; on a GPU, its memory
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else peak
+    timed_updates(step, [[batch()]], device)  # the warm-up
+    seconds = timed_updates(step, [[batch()] for _ in range(args.steps)], device)[0] / args.steps
+    peak = peak_memory_mb(device)  # MiB: the process's peak RSS; on a GPU, its memory
     result = {
         "option": args.option,
         "parameters": sum(p.numel() for p in model.parameters()),

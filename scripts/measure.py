@@ -80,6 +80,18 @@ def timed(function: Callable, *args, **kwargs) -> tuple[object, float]:
     return result, time.perf_counter() - start
 
 
+def timed_updates(step: Callable, groups, device: torch.device) -> tuple[float, int]:
+    """(seconds, target tokens) of one update of mt-train's step (training/step.py) per group of
+    batches, the device's queued work waited for before and after."""
+    synchronize(device)
+    start, tokens = time.perf_counter(), 0
+    for group in groups:
+        step([batch.to(device) for batch in group])
+        tokens += sum(batch.target_tokens for batch in group)
+    synchronize(device)
+    return time.perf_counter() - start, tokens
+
+
 def per_second(count: int, function: Callable, *args, **kwargs) -> float:
     """`count` items (lines, tokens) divided by the seconds function(*args, **kwargs) took."""
     return count / timed(function, *args, **kwargs)[1]

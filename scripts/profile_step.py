@@ -27,11 +27,10 @@ import contextlib
 import copy
 import dataclasses
 import os
-import time
 
 import torch
 
-from measure import synchronize
+from measure import timed_updates
 from mt_transformer.config import load_config
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.data.prepare import prepare_data
@@ -116,15 +115,9 @@ def matmul_precision(precision: str):
 
 
 def run_updates(step: TrainingStep, groups, device: torch.device, precision: str) -> tuple[float, int]:
-    """(seconds, target tokens) of one update per group of batches."""
-    synchronize(device)
-    start, tokens = time.perf_counter(), 0
+    """(seconds, target tokens) of one update per group of batches, in `precision`'s products."""
     with matmul_precision(precision):
-        for group in groups:
-            step([batch.to(device) for batch in group])
-            tokens += sum(batch.target_tokens for batch in group)
-    synchronize(device)
-    return time.perf_counter() - start, tokens
+        return timed_updates(step, groups, device)
 
 
 def run_interleaved(steps: dict[str, TrainingStep], groups, device: torch.device) -> dict[str, float]:
@@ -179,8 +172,8 @@ def main() -> None:
     tokenizer, encoded, _ = prepare_data(config.data, workdir, train_config.seed)
     train = encoded["train"]
     src_lens, tgt_lens = lengths(train)
-    timed_updates = args.updates * (args.rounds if args.interleave else 1)
-    needed = (args.warmup + timed_updates + args.updates * args.profile) * train_config.accumulate
+    updates_timed = args.updates * (args.rounds if args.interleave else 1)
+    needed = (args.warmup + updates_timed + args.updates * args.profile) * train_config.accumulate
     batches = epochs_of_batches(src_lens, tgt_lens, train_config.max_tokens, train_config.seed, needed)
     loader = batch_loader(train.select_columns(["src_ids", "tgt_ids"]), batches)
     groups = update_groups(list(loader), train_config.accumulate, args.same_batch)
@@ -205,7 +198,7 @@ def main() -> None:
     )
     timed_rounds(args, steps, groups[args.warmup :], device)
     if args.profile:
-        profiled = groups[args.warmup + timed_updates : args.warmup + timed_updates + args.updates]
+        profiled = groups[args.warmup + updates_timed : args.warmup + updates_timed + args.updates]
         for precision in args.precisions:
             print(f"\n{precision}, {len(profiled)} updates:")
             print(profile_table(steps[precision], profiled, device, precision, args.top))
