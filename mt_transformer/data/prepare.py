@@ -118,13 +118,12 @@ def encode_split(
     if training:
         encoded = _cleaned(encoded, max_len, max_ratio, stats)
     if training and align is not None:
-        text = encoded.select_columns(["src", "tgt"])[:]  # lists: a Column read row by row is slow
-        found = align(text["src"], text["tgt"])
+        kept = encoded.with_format("arrow")[:]  # the kept rows as one table, taken once
+        found = align(kept["src"].to_pylist(), kept["tgt"].to_pylist())  # lists: a Column read row by row is slow
         stats["aligned"] = sum(1 for pairs in found if pairs)
         links = pa.array([flat(pairs) for pairs in found], type=pa.list_(pa.int16()))
-        # the kept rows as one table, the links beside them: Dataset.add_column would hash the
-        # column and copy the rows a select left indexed
-        encoded = datasets.Dataset(InMemoryTable(encoded.with_format("arrow")[:].append_column("alignment", links)))
+        # the links beside the rows: Dataset.add_column would hash the column and copy the rows again
+        encoded = datasets.Dataset(InMemoryTable(kept.append_column("alignment", links)))
         if not keep_text:
             encoded = encoded.remove_columns(list(pairs.column_names))
     stats["kept"] = len(encoded)
