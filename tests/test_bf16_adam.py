@@ -45,6 +45,7 @@ def test_updates_below_bf16s_resolution_still_add_up():
     assert weight.float().mean().item() == pytest.approx(1 - 50e-4, abs=5e-4)
 
 
+@pytest.mark.slow
 def test_a_bf16_weights_run_keeps_bf16_matrices_and_resumes_exactly(corpus, tmp_path):
     from safetensors.torch import load_file
     from test_faults import assert_same_run

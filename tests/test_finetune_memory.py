@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 import finetune_memory
 
 
+@pytest.mark.slow
 def test_each_option_states_what_it_keeps(tmp_path, capsys):
     out = tmp_path / "memory.json"
     options = ["bf16", "lora+checkpoint"]  # full is each flag off: fp32 would be 4 bytes a weight

@@ -319,6 +319,7 @@ def test_an_opus_mt_import_exported_again_computes_the_original(corpus, tmp_path
     assert generated[0] == generated[1]
 
 
+@pytest.mark.slow
 def test_fine_tuning_an_import_first_scores_it_then_trains_and_resumes_exactly(imported_run, corpus, tmp_path):
     import yaml
 

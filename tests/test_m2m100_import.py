@@ -432,6 +432,7 @@ def test_a_server_serves_every_pair_of_an_import_by_two_letter_codes(imported):
         assert answer.status_code == 200 and answer.json() == {"translatedText": expected}
 
 
+@pytest.mark.slow
 def test_the_readme_imports_trims_fine_tunes_and_teaches_with_nllb(corpus, tmp_path, monkeypatch):
     """The README's four NLLB lines in a fresh directory on 200 lines of each demo file's shape,
     the hub id replaced by an NLLB-shaped model made here (no network) and saved again by

@@ -12,6 +12,7 @@ from conftest import tiny_config, write_config
 from mt_transformer.data.batching import token_batches
 
 
+@pytest.mark.slow
 def test_profile_step_times_and_profiles_each_precision(corpus, tmp_path, monkeypatch, capsys):
     config = write_config(tmp_path / "tiny.yaml", tiny_config(corpus, str(tmp_path / "run")))
     args = ["--config", config, "--workdir", str(tmp_path / "work"), "--precisions", "fp32", "bf16", "fp32-bf16mm"]

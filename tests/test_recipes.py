@@ -198,6 +198,7 @@ def test_small_cpu_runs_as_the_readme_gives_it_on_a_copy_of_its_hub_dataset(corp
         assert yaml.safe_load(f)["data"]["hub_name"] == "bentrevett/multi30k"
 
 
+@pytest.mark.slow
 def test_a_student_runs_as_the_readme_gives_it_teacher_student_and_int8_export(corpus, tmp_path, monkeypatch):
     """The README's three commands in a fresh directory on a copy of the hub dataset, only the
     models' size and length changed: the student learns from the teacher's translations."""

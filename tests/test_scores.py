@@ -124,6 +124,7 @@ def sacrebleu_p_values(ref, baseline, system, test) -> list[float]:
     return [float(p) for p in re.findall(r"\(p = ([0-9.]+)\)", out.stdout)]
 
 
+@pytest.mark.slow
 def test_paired_tests_agree_with_the_sacrebleu_command(tmp_path):
     paths = systems(tmp_path)
     result = run_cli(

@@ -61,6 +61,7 @@ def test_a_run_started_again_before_its_first_checkpoint_logs_its_step_0_once(tm
     assert [row["step"] for row in read_metrics(str(tmp_path))] == [0, 6]
 
 
+@pytest.mark.slow
 def test_tokens_per_second_leaves_out_the_time_spent_validating(corpus, tmp_path, monkeypatch):
     import time
 
