@@ -2,14 +2,13 @@
 """The default engine (mt.load of a checkpoint: --engine auto), CTranslate2 given an export,
 and our engine alone, each in a process of its own, on one checkpoint.
 
-Two OpenMP pools in one process slow each other (CTranslate2's and torch's), so every engine
-runs in a process of its own, loaded once; the engines take turns at every measurement (in
-reversed order every other round), so that the host's drift reaches them alike, and the best
-round of each counts. Per precision (fp32 against CTranslate2's float32, int8 against its int8): one sentence
-at a time (median ms), calls of 32 lines and all lines in one call (sentences/s), the share of
-lines equal to CTranslate2's, and with --ref BLEU. CTranslate2 runs as N workers of one thread
-for each N of --threads (as mt-translate runs it) and as one worker on the most threads (as it
-is usually run); the ratios are against the fastest of these per column.
+Every engine runs in a process of its own, loaded once, the engines taking turns at every
+measurement and the best round of each counting (engine_turns.py). Per precision (fp32 against
+CTranslate2's float32, int8 against its int8): one sentence at a time (median ms), calls of 32
+lines and all lines in one call (sentences/s), the share of lines equal to CTranslate2's, and
+with --ref BLEU. CTranslate2 runs as N workers of one thread for each N of --threads (as
+mt-translate runs it) and as one worker on the most threads (as it is usually run); the ratios
+are against the fastest of these per column.
 
     python3 scripts/engine_bench.py --checkpoint runs/demo --src data/demo/test.en --ref data/demo/test.de
 """
@@ -17,115 +16,13 @@ is usually run); the ratios are against the fastest of these per column.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
-import sys
 import tempfile
 
-from measure import calls_per_s, machine, machine_line, markdown_table, timed, write_json
+from engine_turns import CALL, TASKS, paired, take_turns
+from measure import machine, machine_line, markdown_table, write_json
 
 PAIRS = {"fp32": "float32", "int8": "int8"}  # our --precision: CTranslate2's compute type
-CALL = 32  # lines per call in the middle column
-
-
-def single_ms(translate, lines: list[str]) -> float:
-    """Median milliseconds of one line per call."""
-    return 1000 * statistics.median(timed(translate, [line])[1] for line in lines)
-
-
-def worker(spec: dict) -> None:
-    """One engine, loaded once in this process, measuring what the parent asks on stdin (a JSON
-    line each: single, calls or whole) and answering on stdout. spec names the model, how mt.load
-    opens it, the lines and where to write the whole call's translations."""
-    import torch
-
-    import mt_transformer as mt
-    from mt_transformer.data.text import read_lines
-    from mt_transformer.decoding.engines import describe
-
-    torch.set_num_threads(spec["torch_threads"])
-    lines = read_lines(spec["src"])[: spec["lines"]]
-    model = mt.load(spec["path"], device="cpu", beam_size=spec["beam"], **spec["load"])
-    engine = describe(model.translator)
-    translate = model.translate
-    translate(lines[:8])  # warm-up
-    print(json.dumps({"engine": engine}), flush=True)
-    for task in map(json.loads, sys.stdin):
-        if task == "single":
-            value = single_ms(translate, lines[: spec["single"]])
-        elif task == "calls":
-            value = calls_per_s(translate, lines[: max(4 * CALL, min(len(lines), 256))], CALL)
-        else:
-            texts, seconds = timed(translate, lines)
-            value = len(lines) / seconds
-            with open(spec["out"], "w", encoding="utf-8") as f:
-                f.write("".join(t + "\n" for t in texts))
-        print(json.dumps(value), flush=True)
-
-
-class Worker:
-    """A worker process of one engine spec: started once, asked for one measurement at a time."""
-
-    def __init__(self, spec: dict):
-        self.spec = spec
-        command = [sys.executable, __file__, "--worker", json.dumps(spec)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.engine = self._answer()["engine"]
-
-    def measure(self, task: str) -> float:
-        self.process.stdin.write(json.dumps(task) + "\n")
-        self.process.stdin.flush()
-        return self._answer()
-
-    def _answer(self):
-        line = self.process.stdout.readline()
-        if not line:
-            raise SystemExit(f"engine_bench worker failed: {self.spec['name']} (its stderr is above)")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait()
-
-
-TASKS = {"single": "single_ms", "calls": f"calls_{CALL}", "whole": "whole"}
-
-
-def measure_all(specs: list[dict], rounds: int, tasks: dict[str, str] = TASKS) -> dict[str, dict]:
-    """Each measurement of `tasks` of each engine `rounds` times, the engines taking turns at
-    every measurement (in reversed order every other round), all of them loaded in their
-    processes meanwhile: the host's drift reaches every engine alike. The best of the rounds counts."""
-    workers = [Worker(spec) for spec in specs]
-    try:
-        found = {w.spec["name"]: {column: [] for column in tasks.values()} for w in workers}
-        for r in range(rounds):
-            for task, column in tasks.items():
-                for w in workers if r % 2 == 0 else workers[::-1]:
-                    found[w.spec["name"]][column].append(w.measure(task))
-    finally:
-        for w in workers:
-            w.close()
-    rows = {}
-    for w in workers:
-        values = found[w.spec["name"]]
-        rows[w.spec["name"]] = {c: (min if c == "single_ms" else max)(v) for c, v in values.items()}
-        rows[w.spec["name"]].update(engine=w.engine, rounds=values)
-    return rows
-
-
-def paired(default: dict, reference: dict) -> list[float]:
-    """Per column, the median over rounds of the default's speed over the reference's in the same
-    round (measured one after the other, so that the host's drift divides out)."""
-    found = []
-    for column in TASKS.values():
-        ratios = [
-            (b / a if column == "single_ms" else a / b)
-            for a, b in zip(default["rounds"][column], reference["rounds"][column])
-        ]
-        found.append(statistics.median(ratios))
-    return found
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -141,7 +38,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="CTranslate2's thread counts")
     parser.add_argument("--no-ours", action="store_true", help="leave out our engine alone (--engine torch)")
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -166,8 +62,6 @@ def engines(args, exported: str, precision: str, workdir: str) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.worker:
-        return worker(json.loads(args.worker))
     if not (args.checkpoint and args.src):
         raise SystemExit("engine_bench.py: --checkpoint and --src are required")
     import torch
@@ -187,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         ctranslate2_export.export(checkpoint.load(args.checkpoint, torch.device("cpu")), exported)
         for precision in args.precisions:
             specs = engines(args, exported, precision, workdir)
-            rows = measure_all(specs, args.rounds)
+            rows = take_turns(specs, args.rounds)
             texts = {spec["name"]: read_lines(spec["out"]) for spec in specs}
             reference = texts[f"ct2 {args.threads[0]}"]
             for spec in specs:
@@ -218,7 +112,7 @@ def layout(results: dict, args) -> dict[str, int]:
 
 
 def table(results: dict, args) -> str:
-    columns = ("single_ms", f"calls_{CALL}", "whole")
+    columns = tuple(TASKS.values())
     header = ["engine", "1 line, ms", f"calls of {CALL}, sent/s", "all in one call, sent/s"]
     header += ["equal to CTranslate2", "BLEU"]
     rows = []

@@ -2,8 +2,8 @@
 """Teachers and students side by side: BLEU and chrF on a test set, size on disk, and speed one
 line at a time and all lines in one call with the default engine (--engine auto), ours in fp32
 and int8 (--engine torch) and a CTranslate2 int8 export. Every engine of every model runs in a
-process of its own, loaded once, and they take turns at every measurement (engine_bench.py's
-workers); each model decodes with its own config's settings (beam, length penalty).
+process of its own, loaded once, and they take turns at every measurement (engine_turns.py);
+each model decodes with its own config's settings (beam, length penalty).
 
     python3 scripts/student_bench.py --model teacher=runs/small_cpu/avg3 \\
         --model student=runs/student_cpu/avg3 --src test.de --ref test.en
@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from engine_bench import measure_all  # noqa: E402
+from engine_turns import take_turns  # noqa: E402
 from measure import machine, machine_line, markdown_table, write_json  # noqa: E402
 
 # the engines timed, as mt.load opens each (the int8 export is made here, as mt-export makes it)
@@ -26,7 +26,7 @@ ENGINES = {
     "ours fp32": dict(engine="torch", precision="fp32"),
     "CTranslate2 int8": dict(engine="ctranslate2", compute_type="int8"),
 }
-TASKS = {"single": "single_ms", "whole": "whole"}
+TASKS = ("single", "whole")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
                         **common,
                     )
                 )
-        rows = measure_all(specs, args.rounds, TASKS)
+        rows = take_turns(specs, args.rounds, TASKS)
         for spec in specs:
             row = rows[spec["name"]]
             row.update(score(read_lines(spec["out"]), refs, ("bleu", "chrf")))

@@ -5,7 +5,14 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # imported by the scripts, not run on their own
-SHARED = {"measure.py", "benchmark_report.py", "benchmark_training.py", "benchmark_translation.py", "serve_process.py"}
+SHARED = {
+    "measure.py",
+    "engine_turns.py",
+    "benchmark_report.py",
+    "benchmark_training.py",
+    "benchmark_translation.py",
+    "serve_process.py",
+}
 
 
 def test_every_script_has_a_make_target_and_a_line_in_the_docs():

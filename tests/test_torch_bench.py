@@ -7,10 +7,6 @@ import pytest
 import torch_bench
 
 
-def test_the_constrained_phrase_is_the_references_longest_word():
-    assert torch_bench.included_words(["a red house.", ""]) == [["house"], []]
-
-
 @pytest.mark.slow  # about 10 s: two processes
 def test_each_task_is_timed_in_a_process_and_its_outputs_compared(trained_run, corpus, tmp_path, capsys):
     out = tmp_path / "bench.json"
