@@ -9,7 +9,7 @@ import memory_scaling
 # size runs the same code and costs two more processes)
 def test_a_size_is_prepared_and_trained_and_tabled(tmp_path, capsys):
     small = ["model.d_model=32", "model.d_ff=64", "model.encoder_layers=1", "model.decoder_layers=1"]
-    small += ["train.valid_max_sentences=5", "train.max_tokens=1024"]
+    small += ["train.valid_max_sentences=5", "train.max_tokens=1024", "train.curves=false", "data.clean={}"]
     args = ["--sizes", "3000", "--steps", "2", "--workdir", str(tmp_path), "--set", *small]
     rows = memory_scaling.main(args)
     assert [r[0] for r in rows] == [3000]

@@ -23,7 +23,7 @@ def test_a_run_on_the_peers_data_writes_its_result(corpus, tmp_path):
             shutil.copy(f"{corpus}/{split}.{lang}", raw / f"{split}.{lang}")
     small = ["data.vocab_size=200", "model.d_model=32", "model.d_ff=64", "train.log_every=1", "decode.max_len_b=10"]
     small += ["model.encoder_layers=1", "model.decoder_layers=1", "train.max_tokens=1024"]
-    small += ["train.valid_max_sentences=5"]
+    small += ["train.valid_max_sentences=5", "train.curves=false", "data.clean={}"]
     result = peer_bench.main(["--peers-dir", str(tmp_path), "--steps", "3", "--set", *small])
     assert result["train_wall_s"] > 0 and result["train_peak_rss_mb"] > 0 and result["train_tok_per_s"] > 0
     for batch in ("2048", "8192"):
