@@ -92,11 +92,6 @@ def timed_updates(step: Callable, groups, device: torch.device) -> tuple[float, 
     return time.perf_counter() - start, tokens
 
 
-def per_second(count: int, function: Callable, *args, **kwargs) -> float:
-    """`count` items (lines, tokens) divided by the seconds function(*args, **kwargs) took."""
-    return count / timed(function, *args, **kwargs)[1]
-
-
 def texts(translate: Callable, lines: list[str], **options) -> list[str]:
     """The best translation of each line, as text (translate: a translator, as mt.load's)."""
     return [results[0].text for results in translate(lines, **options)]
@@ -104,7 +99,7 @@ def texts(translate: Callable, lines: list[str], **options) -> list[str]:
 
 def calls_per_s(translate: Callable, lines: list[str], size: int) -> float:
     """Sentences/s of translate() on `lines` in consecutive calls of `size` lines."""
-    return per_second(len(lines), lambda: [translate(lines[i : i + size]) for i in range(0, len(lines), size)])
+    return len(lines) / timed(lambda: [translate(lines[i : i + size]) for i in range(0, len(lines), size)])[1]
 
 
 def run_process(
