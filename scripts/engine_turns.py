@@ -1,5 +1,5 @@
-"""Engines timed in turns, the one engine comparison every translation benchmark uses
-(engine_bench.py, student_bench.py, torch_bench.py, huggingface_compare.py).
+"""Engines timed in turns: the engine comparison of engine_bench.py, student_bench.py and
+torch_bench.py.
 
 Each engine is loaded once in a process of its own: two OpenMP pools in one process slow each
 other (CTranslate2's and torch's). The engines take turns at every measurement, in reversed order
@@ -7,8 +7,7 @@ every other round, so that the host's drift reaches them alike; the best round o
 
 An engine is a spec, a dict sent to its process as JSON:
     name           the row it measures
-    path           what mt.load opens (a list: an ensemble), or an mt-export --format huggingface
-                   directory when `transformers` is given
+    path           what mt.load opens (a list: an ensemble)
     load           mt.load's settings (engine, precision, compute_type, threads, worker_threads)
     beam           the beam size
     src, lines     the source file and how many of its lines are translated
@@ -16,9 +15,7 @@ An engine is a spec, a dict sent to its process as JSON:
     torch_threads  torch's threads in the process
     out            where a measurement writes the translations of the lines it translated
     tasks          the measurements it takes part in (default: all that are asked)
-    ref            with `constraints`: each translation must contain its reference's longest word
-    transformers   {"checkpoint": the run exported (its output length limits), "batch_size": N,
-                    "prefix": put before each line, as ">>de<< " for a target tag}
+    constraints    each translation must contain its reference's longest word (from `ref`)
     env            more environment variables (torch_bench.py --trees: a checkout's PYTHONPATH)
 """
 
@@ -61,38 +58,6 @@ def _mt_engine(spec: dict, lines: list[str]):
     return translate, describe(translator)
 
 
-def _transformers_engine(spec: dict, lines: list[str]):
-    """(translate(start, stop) -> texts, description) of transformers' generate() on an export, in
-    batches; each batch's output limit is the largest of its sentences' limits under the run's
-    decode settings (ours: max_len_a * source length + max_len_b per sentence)."""
-    import torch
-    import transformers
-
-    from mt_transformer import checkpoint
-    from mt_transformer.decoding.search import output_limit
-
-    transformers.logging.set_verbosity_error()  # not a warning per call that max_new_tokens overrides max_length
-    settings = spec["transformers"]
-    decode = checkpoint.read_config(checkpoint.resolve(settings["checkpoint"])).decode
-    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(spec["path"]).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(spec["path"])
-    prefixed = [settings.get("prefix", "") + line for line in lines]
-    size = settings["batch_size"]
-
-    def translate(start: int, stop: int) -> list[str]:
-        outputs = []
-        for first in range(start, stop, size):
-            batch = tokenizer(prefixed[first : min(first + size, stop)], return_tensors="pt", padding=True)
-            lengths = batch.attention_mask.sum(1) - 1  # without EOS
-            limit = max(output_limit(int(n), decode, model.config.max_position_embeddings) for n in lengths)
-            with torch.inference_mode():
-                ids = model.generate(**batch, num_beams=spec["beam"], max_new_tokens=limit + 1)
-            outputs += tokenizer.batch_decode(ids, skip_special_tokens=True)
-        return outputs
-
-    return translate, f"transformers {transformers.__version__}, generate() in batches of {size}"
-
-
 def worker(spec: dict) -> None:
     """One engine, loaded once in this process, measuring what the parent asks on stdin (a JSON
     task name a line) and answering on stdout."""
@@ -104,7 +69,7 @@ def worker(spec: dict) -> None:
 
     torch.set_num_threads(spec["torch_threads"])
     lines = read_lines(spec["src"])[: spec["lines"]]
-    translate, engine = (_transformers_engine if spec.get("transformers") else _mt_engine)(spec, lines)
+    translate, engine = _mt_engine(spec, lines)
     translate(0, min(8, len(lines)))  # warm-up: the first call builds what later calls reuse
     print(json.dumps({"engine": engine, "package": mt_transformer.__file__}), flush=True)
     for task in map(json.loads, sys.stdin):

@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """A checkpoint translated three ways: our translator, its `mt-export --format huggingface`
 export through transformers' generate(), and its CTranslate2 export. For greedy search and beam 4:
-how many lines equal ours, BLEU, and sentences/s of all lines (each engine in a process of its
-own, loaded and warmed up first, the engines taking turns: engine_turns.py; batches as each
-engine is usually run).
+how many lines equal ours, BLEU, and sentences/s (the search only: models loaded and warmed up
+first; batches as each engine is usually run).
 
     python3 scripts/huggingface_compare.py --checkpoint runs/demo --src data/demo/test.en \
         --ref data/demo/test.de [--tgt-lang de] [--threads 2]
@@ -22,14 +21,25 @@ import tempfile
 import sacrebleu
 import torch
 
-from engine_turns import take_turns
-from measure import machine, machine_line, markdown_table, write_json
+from measure import machine, machine_line, markdown_table, texts, timed, write_json
 from mt_transformer import checkpoint
 from mt_transformer.data.text import read_lines
 from mt_transformer.decoding import ctranslate2_export
+from mt_transformer.decoding.engines import open_translator
+from mt_transformer.decoding.search import output_limit
 from mt_transformer.exchange import huggingface_export
 
-ENGINES = ("mt_transformer", "transformers", "ctranslate2")
+
+def generate_all(model, tokenizer, lines: list[str], decode, beam: int, batch_size: int) -> list[str]:
+    outputs = []
+    for start in range(0, len(lines), batch_size):
+        batch = tokenizer(lines[start : start + batch_size], return_tensors="pt", padding=True)
+        lengths = batch.attention_mask.sum(1) - 1  # without EOS
+        limit = max(output_limit(int(n), decode, model.config.max_position_embeddings) for n in lengths)
+        with torch.inference_mode():
+            ids = model.generate(**batch, num_beams=beam, max_new_tokens=limit + 1)
+        outputs += tokenizer.batch_decode(ids, skip_special_tokens=True)
+    return outputs
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -40,31 +50,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tgt-lang", help="for a model trained with target tags")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per generate() call")
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     import transformers
 
-    refs = read_lines(args.ref)
+    transformers.logging.set_verbosity_error()  # not a warning per call that max_new_tokens overrides max_length
+    lines, refs = read_lines(args.src), read_lines(args.ref)
     loaded = checkpoint.load(args.checkpoint, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as work:
-        hf_dir, ct2_dir = os.path.join(work, "hf"), os.path.join(work, "ct2")
-        settings = huggingface_export.export(loaded, hf_dir)
-        ctranslate2_export.export(loaded, ct2_dir)
-        print(f"{machine_line()}, transformers {transformers.__version__}")
-        gap = settings["largest_log_prob_difference"]
-        print(f"{args.checkpoint}: {settings['architecture']}, {len(refs)} lines, export check {gap:.1e}")
-        rows = []
-        for beam in (1, 4):
-            specs = engines(args, hf_dir, ct2_dir, beam, work, len(refs))
-            measured = take_turns(specs, args.rounds, ("whole",))
-            outputs = {spec["name"]: read_lines(spec["out"]) for spec in specs}
-            for name, output in outputs.items():
-                same = sum(a == b for a, b in zip(output, outputs["mt_transformer"])) / len(refs)
-                bleu = sacrebleu.corpus_bleu(output, [refs]).score
-                search = "greedy" if beam == 1 else f"beam {beam}"
-                rows.append(dict(search=search, engine=name, bleu=bleu, equal_to_ours=same,
-                                 sentences_per_s=measured[name]["whole"]))  # fmt: skip
+        rows = compare(args, loaded, lines, refs, work, transformers)
     header = ["search", "engine", "sent/s", "BLEU", "lines equal to ours"]
     cells = [[r["search"], r["engine"], f"{r['sentences_per_s']:.1f}", f"{r['bleu']:.2f}", f"{r['equal_to_ours']:.1%}"]
              for r in rows]  # fmt: skip
@@ -74,20 +69,40 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
-def engines(args, hf_dir: str, ct2_dir: str, beam: int, work: str, lines: int) -> list[dict]:
-    """The three engines at one beam size, each to run all lines in one call (generate() in
-    batches of --batch-size)."""
-    common = dict(src=args.src, lines=lines, single=0, beam=beam, torch_threads=args.threads)
-    tagged = dict(tgt_lang=args.tgt_lang) if args.tgt_lang else {}
-    prefix = f">>{args.tgt_lang}<< " if args.tgt_lang else ""
-    loads = {
-        "mt_transformer": dict(path=args.checkpoint, load=dict(engine="torch", **tagged)),
-        "transformers": dict(
-            path=hf_dir, transformers=dict(checkpoint=args.checkpoint, batch_size=args.batch_size, prefix=prefix)
-        ),
-        "ctranslate2": dict(path=ct2_dir, load=dict(engine="ctranslate2", threads=args.threads, **tagged)),
-    }
-    return [dict(name=name, out=os.path.join(work, f"{name}-{beam}.txt"), **common, **loads[name]) for name in ENGINES]
+def compare(args, loaded, lines: list[str], refs: list[str], work: str, transformers) -> list[dict]:
+    """Greedy and beam 4 in each of the three engines: a row each."""
+    hf_dir, ct2_dir = os.path.join(work, "hf"), os.path.join(work, "ct2")
+    settings = huggingface_export.export(loaded, hf_dir)
+    ctranslate2_export.export(loaded, ct2_dir)
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    hf_lines = [f">>{args.tgt_lang}<< {line}" for line in lines] if args.tgt_lang else lines
+    print(f"{machine_line()}, transformers {transformers.__version__}")
+    gap = settings["largest_log_prob_difference"]
+    print(f"{args.checkpoint}: {settings['architecture']}, {len(lines)} lines, export check {gap:.1e}")
+    rows = []
+    for beam in (1, 4):
+        ours_translate = open_translator(args.checkpoint, "torch", "cpu", tgt_lang=args.tgt_lang, beam_size=beam)
+        ct2_translate = open_translator(
+            ct2_dir, "ctranslate2", "cpu", threads=args.threads, tgt_lang=args.tgt_lang, beam_size=beam
+        )
+        decode = ours_translate.config.decode
+        for warm in (ours_translate, ct2_translate):
+            warm(lines[:8])
+        generate_all(hf_model, hf_tokenizer, hf_lines[:8], decode, beam, args.batch_size)
+        ours, ours_s = timed(texts, ours_translate, lines)
+        hf, hf_s = timed(generate_all, hf_model, hf_tokenizer, hf_lines, decode, beam, args.batch_size)
+        ct2, ct2_s = timed(texts, ct2_translate, lines)
+        for name, output, seconds in (
+            ("mt_transformer", ours, ours_s),
+            ("transformers", hf, hf_s),
+            ("ctranslate2", ct2, ct2_s),
+        ):
+            same = sum(a == b for a, b in zip(output, ours)) / len(lines)
+            bleu = sacrebleu.corpus_bleu(output, [refs]).score
+            row = dict(search="greedy" if beam == 1 else f"beam {beam}", engine=name, bleu=bleu, equal_to_ours=same)
+            rows.append({**row, "sentences_per_s": len(lines) / seconds})
+    return rows
 
 
 if __name__ == "__main__":

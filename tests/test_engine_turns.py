@@ -1,6 +1,5 @@
 """scripts/engine_turns.py: engines in processes of their own, taking turns (run through the
-benchmarks that use it: test_engine_bench.py, test_torch_bench.py, test_student_bench.py,
-test_huggingface_compare.py)."""
+benchmarks that use it: test_engine_bench.py, test_torch_bench.py, test_student_bench.py)."""
 
 import engine_turns
 
