@@ -26,7 +26,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+from measure import timed
 
 CALL = 32  # lines per call of the "calls" measurement
 TASKS = {"single": "single_ms", "calls": f"calls_{CALL}", "whole": "whole"}  # measurement: its column
@@ -58,6 +59,11 @@ def _mt_engine(spec: dict, lines: list[str]):
     return translate, describe(translator)
 
 
+def _in_calls(translate, count: int, size: int) -> list[str]:
+    """The first `count` lines' translations, translate(start, stop) called on `size` at a time."""
+    return [text for first in range(0, count, size) for text in translate(first, min(first + size, count))]
+
+
 def worker(spec: dict) -> None:
     """One engine, loaded once in this process, measuring what the parent asks on stdin (a JSON
     task name a line) and answering on stdout."""
@@ -73,20 +79,15 @@ def worker(spec: dict) -> None:
     translate(0, min(8, len(lines)))  # warm-up: the first call builds what later calls reuse
     print(json.dumps({"engine": engine, "package": mt_transformer.__file__}), flush=True)
     for task in map(json.loads, sys.stdin):
-        texts, start = [], time.perf_counter()
         if task == "single":
-            times = []
-            for i in range(min(spec["single"], len(lines))):
-                start = time.perf_counter()
-                texts += translate(i, i + 1)
-                times.append(time.perf_counter() - start)
-            value = 1000 * statistics.median(times)
+            found = [timed(translate, i, i + 1) for i in range(min(spec["single"], len(lines)))]
+            texts = [text for chunk, _ in found for text in chunk]
+            value = 1000 * statistics.median(seconds for _, seconds in found)
         else:
             count = len(lines) if task == "whole" else min(len(lines), 8 * CALL)
             step = count if task == "whole" else CALL
-            for first in range(0, count, step):
-                texts += translate(first, min(first + step, count))
-            value = len(texts) / (time.perf_counter() - start)
+            texts, seconds = timed(_in_calls, translate, count, step)
+            value = len(texts) / seconds
         write_text(spec["out"], "".join(t + "\n" for t in texts))
         print(json.dumps(value), flush=True)
 

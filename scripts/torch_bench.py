@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory() as workdir:
         specs = specs_of(args, workdir)
-        found = take_turns(specs, args.rounds, tuple({KINDS[t][0]: None for t in args.tasks}))
+        found = take_turns(specs, args.rounds, tuple(dict.fromkeys(KINDS[t][0] for t in args.tasks)))
         outputs = {spec["name"]: open(spec["out"], encoding="utf-8").read().splitlines() for spec in specs}
     print(machine_line())
     trees = [t or "installed" for t in args.trees]
