@@ -13,6 +13,7 @@ import os
 import torch
 
 from mt_transformer.errors import UserError
+from mt_transformer.host import cpu_info
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -119,52 +120,6 @@ def use_fast_matmul(device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-
-
-SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # what decides fp32 and bf16 matrix speed on x86
-
-
-def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str] | None:
-    """Each field of /proc/cpuinfo at its first occurrence (the first processor's), stripped;
-    None where the file cannot be read."""
-    try:
-        with open(cpuinfo) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    fields: dict[str, str] = {}
-    for key, value in (line.split(":", 1) for line in lines if ":" in line):
-        fields.setdefault(key.strip(), value.strip())
-    return fields
-
-
-def cpu_info() -> tuple[str, list[str]]:
-    """The CPU's model name and flags from /proc/cpuinfo (no flags where it has none)."""
-    import platform
-
-    fields = cpu_fields()
-    if fields is None:
-        return platform.processor() or platform.machine(), []
-    return fields.get("model name", platform.machine()), fields.get("flags", "").split()
-
-
-def cpu_generation(cpuinfo: str = "/proc/cpuinfo") -> str | None:
-    """x86 CPU family and model numbers ("family 23, model 1": a Zen 1 core), which tell apart
-    hosts whose model name a hypervisor reduces to "AMD EPYC"; None where `cpuinfo` lacks them."""
-    fields = cpu_fields(cpuinfo) or {}
-    if "cpu family" not in fields or "model" not in fields:
-        return None
-    return f"family {fields['cpu family']}, model {fields['model']}"
-
-
-def cpu_model() -> str:
-    """The CPU's model name, family and model numbers, and vector extensions ("AMD EPYC (family
-    23, model 1) [avx2]"): speeds are comparable only between runs on the same kind of host."""
-    name, flags = cpu_info()
-    generation = cpu_generation()
-    present = [flag for flag in SIMD_FLAGS if flag in flags]
-    name = f"{name} ({generation})" if generation else name
-    return f"{name} [{', '.join(present)}]" if present else name
 
 
 # the x86 flags of matrix units for each half precision

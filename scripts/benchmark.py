@@ -44,7 +44,8 @@ from mt_transformer.config import Config, DataConfig, load_config
 from mt_transformer.data.demo_data import generate
 from mt_transformer.data.prepare import prepare_data
 from mt_transformer.decoding.translator import with_decode
-from mt_transformer.devices import PRECISIONS, cpu_model, use_fast_matmul
+from mt_transformer.devices import PRECISIONS, use_fast_matmul
+from mt_transformer.host import cpu_model
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.precision import choose_precision, first_batches
 

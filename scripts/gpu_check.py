@@ -278,7 +278,7 @@ def precision_lines(precisions: dict, verdict) -> list[str]:
 
 
 def environment() -> str:
-    from mt_transformer.devices import cpu_model
+    from mt_transformer.host import cpu_model
 
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     memory = torch.cuda.get_device_properties(0).total_memory / 2**30

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from mt_transformer.devices import cpu_model
 from mt_transformer.files import write_text
+from mt_transformer.host import cpu_model
 
 
 def machine(device: torch.device | str = "cpu") -> dict:

@@ -34,7 +34,8 @@ from measure import timed_updates
 from mt_transformer.config import load_config
 from mt_transformer.data.batching import batch_loader, lengths, token_batches
 from mt_transformer.data.prepare import prepare_data
-from mt_transformer.devices import PRECISIONS, cpu_model, select_device, slow_precision, use_fast_matmul
+from mt_transformer.devices import PRECISIONS, select_device, slow_precision, use_fast_matmul
+from mt_transformer.host import cpu_model
 from mt_transformer.model.transformer import Transformer
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.step import TrainingStep, optimizer_for

@@ -84,18 +84,6 @@ def test_bf16_without_bf16_units_is_named_slow(two_gpus, monkeypatch):
     assert slow_precision(cpu, "bf16") is None and slow_precision(cpu, "fp16") is None
 
 
-def test_the_cpu_is_named_with_its_family_model_and_vector_extensions(monkeypatch, tmp_path):
-    info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n")
-    assert devices.cpu_generation(str(info)) == "family 23, model 1"
-    info.write_text("processor\t: 0\nmodel name\t: Apple M2\n")
-    assert devices.cpu_generation(str(info)) is None
-    assert devices.cpu_generation(str(tmp_path / "absent")) is None
-    monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC", ["fma", "avx2", "avx512f"]))
-    monkeypatch.setattr(devices, "cpu_generation", lambda: "family 25, model 17")
-    assert devices.cpu_model() == "AMD EPYC (family 25, model 17) [avx2, avx512f]"
-
-
 def test_decode_precision_auto_is_bf16_only_on_a_cpu_with_bf16_units(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.setattr(devices, "cpu_info", lambda: ("AMD EPYC", ["avx2", "fma", "avx512f"]))

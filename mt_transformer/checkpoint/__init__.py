@@ -15,6 +15,8 @@ A directory is written under a temporary name and renamed into place, so a crash
 previous checkpoints intact.
 """
 
+import importlib
+
 from mt_transformer.checkpoint.layout import (
     BEST_FILE,
     CONFIG_FILE,
@@ -29,37 +31,46 @@ from mt_transformer.checkpoint.layout import (
     list_checkpoints,
     prune,
     read_best,
+    read_config,
+    read_metadata,
     resolve,
     step_dir,
     step_name,
     write_best,
 )
-from mt_transformer.checkpoint.loading import (
-    ADAPTERS,
-    Adapters,
-    LoadedModel,
-    adapted_base,
-    adapter_record,
-    load,
-    load_trainer_state,
-    load_weights,
-    merged_metadata,
-    merged_weights,
-    read_adapters,
-    read_config,
-    read_metadata,
-    read_weights,
-)
-from mt_transformer.checkpoint.saving import (
-    SaveError,
-    checkpoint_metadata,
-    model_tensors,
-    save_checkpoint,
-    tied_names,
-    weights_of,
-    write_export_settings,
-    write_model_dir,
-)
+
+# loading and saving import torch (about 2 s): they are imported when one of their names is first
+# asked for, so that a command that only reads a checkpoint's files (mt-translate on CTranslate2)
+# starts without torch
+_IN_MODULE = {
+    "ADAPTERS": "loading",
+    "Adapters": "loading",
+    "LoadedModel": "loading",
+    "adapted_base": "loading",
+    "adapter_record": "loading",
+    "load": "loading",
+    "load_trainer_state": "loading",
+    "load_weights": "loading",
+    "merged_metadata": "loading",
+    "merged_weights": "loading",
+    "read_adapters": "loading",
+    "read_weights": "loading",
+    "SaveError": "saving",
+    "checkpoint_metadata": "saving",
+    "model_tensors": "saving",
+    "save_checkpoint": "saving",
+    "tied_names": "saving",
+    "weights_of": "saving",
+    "write_export_settings": "saving",
+    "write_model_dir": "saving",
+}
+
+
+def __getattr__(name: str):
+    if name not in _IN_MODULE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_IN_MODULE[name]}"), name)
+
 
 __all__ = [
     "ADAPTERS",

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 
+from mt_transformer.config import Config, ConfigError, config_from_dict
 from mt_transformer.errors import UserError
 from mt_transformer.files import read_json, write_text
 from mt_transformer.outputs import remove_written
@@ -108,3 +109,19 @@ def identity(path: str) -> str:
                 files.append(f"{entry.name} {stat.st_size} {stat.st_mtime_ns}")
     digest = hashlib.blake2b("\n".join(files).encode(), digest_size=8).hexdigest()
     return f"{os.path.abspath(directory)} ({digest})"
+
+
+def read_metadata(directory: str) -> dict:
+    return read_json(os.path.join(directory, CONFIG_FILE), "the checkpoint's settings", dict)
+
+
+def read_config(directory: str, metadata: dict | None = None) -> Config:
+    """The config a checkpoint directory's model was trained with (from its `metadata` when the
+    caller has read them already)."""
+    where = os.path.join(directory, CONFIG_FILE)
+    try:
+        return config_from_dict((metadata if metadata is not None else read_metadata(directory))["config"])
+    except (KeyError, TypeError):
+        raise UserError(f"{where}: not an mt_transformer checkpoint config") from None
+    except ConfigError as error:
+        raise UserError(f"{where}: {error}") from None

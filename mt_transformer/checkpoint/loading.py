@@ -12,20 +12,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from mt_transformer.checkpoint.layout import CONFIG_FILE, MODEL_FILE, TRAINER_FILE, resolve
+from mt_transformer.checkpoint.layout import CONFIG_FILE, MODEL_FILE, TRAINER_FILE, read_config, read_metadata, resolve
 from mt_transformer.checkpoint.saving import model_tensors
-from mt_transformer.config import Config, ConfigError, config_from_dict
+from mt_transformer.config import Config
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
-from mt_transformer.files import file_digest, read_json
+from mt_transformer.files import file_digest
 from mt_transformer.model import lora
 from mt_transformer.model.transformer import Transformer
 
 ADAPTERS = "adapters"  # the metadata key of an adapter checkpoint's record
-
-
-def read_metadata(directory: str) -> dict:
-    return read_json(os.path.join(directory, CONFIG_FILE), "the checkpoint's settings", dict)
 
 
 @dataclass(frozen=True)
@@ -134,18 +130,6 @@ class LoadedModel:
     config: Config  # the config the model was trained with
     directory: str  # the checkpoint directory it came from
     step: int | None  # the update it was saved at (None for an average)
-
-
-def read_config(directory: str, metadata: dict | None = None) -> Config:
-    """The config a checkpoint directory's model was trained with (from its `metadata` when the
-    caller has read them already)."""
-    where = os.path.join(directory, CONFIG_FILE)
-    try:
-        return config_from_dict((metadata if metadata is not None else read_metadata(directory))["config"])
-    except (KeyError, TypeError):
-        raise UserError(f"{where}: not an mt_transformer checkpoint config") from None
-    except ConfigError as error:
-        raise UserError(f"{where}: {error}") from None
 
 
 def load(path: str, device: torch.device) -> LoadedModel:
