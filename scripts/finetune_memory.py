@@ -29,6 +29,7 @@ from mt_transformer.config import ModelConfig, TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.model import lora
 from mt_transformer.model.transformer import Transformer
+from mt_transformer.processes import from_environment
 from mt_transformer.special_tokens import BOS_ID, EOS_ID
 from mt_transformer.training import distributed
 from mt_transformer.training.bf16_adam import to_bf16_matrices
@@ -69,7 +70,7 @@ def child(args) -> None:
     write the measurements to args.out."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    processes = distributed.from_environment()
+    processes = from_environment()
     device = torch.device("cpu" if args.device == "cpu" else f"cuda:{processes.local_rank}")
     with device:  # made where it trains: a 3.3B model's 13 GB never pass through the CPU
         model = nllb_model(args.shape, args.vocab)

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from conftest import ROOT, subprocess_env
+from conftest import ROOT, run_cli, subprocess_env
 
 PACKAGE = os.path.join(ROOT, "mt_transformer")
 
 # The package's parts by layer, lowest first (docs/architecture.md): a module imports from its own
 # part, from parts of lower layers, and from nothing above.
 LAYERS = [
-    {"errors", "files", "outputs", "signals", "special_tokens"},
+    {"errors", "files", "host", "outputs", "processes", "signals", "special_tokens"},
     {"config", "devices"},
     {"data"},
     {"model"},
@@ -174,11 +174,23 @@ def test_a_module_does_not_pull_in_what_it_does_not_use(module, absent):
 
 def imported_in_a_fresh_process(code: str, modules: tuple[str, ...], *args: str) -> list[str]:
     """Which of `modules` running `code` in a fresh Python process imports."""
-    code = f"import sys; {code}; print(' '.join(m for m in {modules!r} if m in sys.modules))"
+    code = f"import sys\n{code}\nprint(' '.join(m for m in {modules!r} if m in sys.modules))"
     result = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, check=True, env=subprocess_env()
     )
     return result.stdout.split()
+
+
+def test_mt_translate_on_a_ctranslate2_conversion_runs_without_torch(trained_run, tmp_path):
+    """torch is imported only where our engine runs, a model is converted, or a GPU may be used: a
+    translation on CTranslate2 starts in a fraction of torch's import time."""
+    (tmp_path / "in.txt").write_text("a red apple\n", encoding="utf-8")
+    args = ["--checkpoint", trained_run, "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt")]
+    assert run_cli("mt-translate", *args).returncode == 0  # converted (with torch), into the suite's cache
+    os.remove(tmp_path / "out.txt")
+    translate = "from mt_transformer.cli import translate_main\ntry: translate_main(sys.argv[1:])\nexcept SystemExit: 0"
+    assert imported_in_a_fresh_process(translate, ("torch", "ctranslate2"), *args) == ["ctranslate2"]
+    assert len(open(tmp_path / "out.txt", encoding="utf-8").read().splitlines()) == 1
 
 
 def test_reading_the_lines_to_translate_does_not_import_sacrebleu(tmp_path):

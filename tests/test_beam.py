@@ -9,7 +9,8 @@ import torch
 from conftest import tiny_model, translator
 from mt_transformer.decoding.beam import beam_search
 from mt_transformer.decoding.greedy import greedy_search
-from mt_transformer.decoding.search import length_penalty, repeated_ngrams
+from mt_transformer.decoding.next_token import repeated_ngrams
+from mt_transformer.decoding.search import length_penalty
 from mt_transformer.model.masks import padding_mask
 from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 

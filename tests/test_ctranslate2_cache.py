@@ -49,7 +49,7 @@ def test_made_once_in_the_users_cache_checked_and_reused(own_checkpoint, tmp_pat
     def fail(*args, **kwargs):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(ctranslate2_cache, "export", fail)
+    monkeypatch.setattr(ctranslate2_export, "export", fail)
     assert ctranslate2_cache.cached_conversion(own_checkpoint) == converted  # reused: not converted again
     weights = os.path.join(own_checkpoint, checkpoint.MODEL_FILE)
     status = os.stat(weights)

@@ -17,7 +17,8 @@ import torch
 from safetensors.numpy import load_file
 
 from conftest import ROOT, TORCHRUN, failure_excerpt, run_cli, subprocess_env, tiny_config, write_config
-from mt_transformer.training.distributed import Processes, shard
+from mt_transformer.processes import Processes
+from mt_transformer.training.distributed import shard
 
 # Two ranks sum their halves of the batch and then all-reduce; one process sums the whole batch
 # in one order. The gradients of the first update, from identical weights, therefore agree to

@@ -1,5 +1,5 @@
 from mt_transformer.config import TrainConfig
-from mt_transformer.training.distributed import Processes
+from mt_transformer.processes import Processes
 from mt_transformer.training.state import TrainerState
 from mt_transformer.training.stop_policy import StopPolicy
 

@@ -267,7 +267,7 @@ def test_under_torchrun_each_rank_translates_its_windows_and_rank_0_merges_them(
 
 def test_a_rank_whose_share_was_finished_before_a_stop_does_not_translate_it_again(sources, tmp_path, monkeypatch):
     from mt_transformer.jobs.windows import Shard
-    from mt_transformer.training import distributed
+    from mt_transformer.processes import Processes
 
     output = str(tmp_path / "translations.tsv")
     share = Shard(1, 2).path(output)
@@ -275,7 +275,7 @@ def test_a_rank_whose_share_was_finished_before_a_stop_does_not_translate_it_aga
         f.write("-0.5000\tfinished\n")
     with open(f"{share}.progress.json", "w", encoding="utf-8") as f:
         json.dump({"format": 1, "done": True, "windows": []}, f)
-    monkeypatch.setattr(distributed, "from_environment", lambda: distributed.Processes(1, 2, 1))
+    monkeypatch.setattr(teacher, "from_environment", lambda: Processes(1, 2, 1))
     monkeypatch.setattr(teacher, "_teacher_translator", lambda *a: pytest.fail("the finished share was begun again"))
     teacher._translate(data_config(sources, ["unused"]), None, "data", None, output, {}, torch.device("cpu"), 1)
     assert read(share) == ["-0.5000\tfinished"]

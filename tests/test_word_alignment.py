@@ -10,15 +10,9 @@ import pytest
 import torch
 
 from conftest import run_cli, tiny_config, write_config
+from mt_transformer.data.attention_targets import GuidedTargets, attention_targets, word_positions, word_starts
 from mt_transformer.data.batching import collate
-from mt_transformer.data.word_alignment import (
-    GuidedTargets,
-    align_words,
-    attention_targets,
-    grow_diag_final_and,
-    word_positions,
-    word_starts,
-)
+from mt_transformer.data.word_alignment import align_words, grow_diag_final_and
 from mt_transformer.special_tokens import EOS_ID, PAD_ID
 from mt_transformer.training.loss import alignment_loss
 

@@ -86,14 +86,13 @@ def run_corpus_job(
     torchrun as rank K of N (on GPU K of the node with --device auto), where rank 0 merges the
     shards into args.output when all are done. streams(): the input line streams and their names;
     make_work(): the function from (window, advance) to its output lines, loaded once."""
-    import torch
-
+    from mt_transformer.decoding.runtime import device_name
     from mt_transformer.jobs.job import CorpusJob
     from mt_transformer.jobs.windows import Shard, read_windows
-    from mt_transformer.training import distributed
+    from mt_transformer.processes import from_environment
 
     settings = settings_of(args)
-    processes = distributed.from_environment()
+    processes = from_environment()
     shard = Shard.parse(args.shard) if args.shard else Shard()
     output = args.output
     if processes.enabled:
@@ -101,7 +100,7 @@ def run_corpus_job(
             raise UserError("under torchrun: needs -o FILE and no --shard (each rank takes its own)")
         shard = Shard(processes.rank, processes.world_size)
         output = shard.path(args.output)
-        if args.device == "auto" and torch.cuda.is_available():
+        if args.device == "auto" and device_name("auto") != "cpu":
             args.device = f"cuda:{processes.local_rank}"
     job = CorpusJob(output, settings, args.buffer_lines, shard, args.restart)
     work = make_work()

@@ -65,6 +65,7 @@ def prepare_main(argv=None):
     from mt_transformer.devices import select_device
     from mt_transformer.files import directory_size
     from mt_transformer.jobs.job import JobStopped
+    from mt_transformer.processes import from_environment
     from mt_transformer.training import distributed, teacher
     from mt_transformer.training.train import claim_outputs, prepare_for_all_ranks
 
@@ -75,7 +76,7 @@ def prepare_main(argv=None):
         raise UserError("--show-augmented: data.augment changes no pair in this config")
     run_dir = config.train.output_dir
     device = select_device(config.train.device)
-    processes = distributed.from_environment()
+    processes = from_environment()
     distributed.init_group(processes, device)  # under torchrun: every rank waits for the others' shares
     try:
         if processes.is_main:  # one rank claims the run and cache directories, before any rank writes there

@@ -7,13 +7,13 @@ with a generator seeded by (seed, epoch): the same seed gives the same epochs on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from mt_transformer.data.word_alignment import GuidedTargets
+from mt_transformer.data.attention_targets import GuidedTargets
+from mt_transformer.data.budgets import budget_batches
 from mt_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -52,21 +52,6 @@ def token_batches(
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
-
-
-def budget_batches(order: Sequence, sizes: Sequence[int], max_tokens: int) -> list:
-    """`order` (indices) cut, as it is ordered, into consecutive batches of at most `max_tokens`
-    padded tokens: count * the largest of their `sizes` (each index's padded length). An index
-    over the budget on its own gets a batch of its own. Training and translation batch with it."""
-    bounds, start, longest = [0], 0, 0
-    for position, size in enumerate(sizes):
-        longest_with = max(longest, size)
-        if position > start and longest_with * (position - start + 1) > max_tokens:
-            bounds.append(position)
-            start, longest_with = position, size
-        longest = longest_with
-    bounds.append(len(order))
-    return [order[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def corpus_shares(sizes: list[int], temperature: float) -> np.ndarray:

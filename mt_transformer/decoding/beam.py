@@ -19,7 +19,8 @@ import torch
 
 from mt_transformer.decoding import stopping
 from mt_transformer.decoding.lexical_beam import LexicalBeam
-from mt_transformer.decoding.search import Hypothesis, length_penalty, next_token_log_probs
+from mt_transformer.decoding.next_token import next_token_log_probs
+from mt_transformer.decoding.search import Hypothesis, length_penalty
 
 
 @torch.inference_mode()

@@ -24,11 +24,9 @@ import logging
 import os
 import time
 
-import torch
-
 from mt_transformer import checkpoint
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.decoding.ctranslate2_export import export, import_ctranslate2
+from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2
 from mt_transformer.errors import UserError
 from mt_transformer.files import directory_size, file_digest, read_json, user_cache_dir
 
@@ -94,8 +92,10 @@ def cached_conversion(path: str) -> str:
     with _exclusive(os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.lock")):
         if _is_current(target, signature):  # another process made it while this one waited
             return target
+        from mt_transformer.decoding.ctranslate2_export import export  # torch: only to convert
+
         start = time.perf_counter()
-        gap = export(checkpoint.load(directory, torch.device("cpu")), target, extra={"source": signature})
+        gap = export(checkpoint.load(directory, "cpu"), target, extra={"source": signature})
         log.info(
             "converted %s for CTranslate2 in %.1f s (%.1f MB, log-probabilities within %.1g of ours): %s",
             directory,

@@ -21,18 +21,42 @@ measures both against one worker of all the threads).
 from __future__ import annotations
 
 import os
+import sys
+from typing import TYPE_CHECKING
 
 import numpy
-import torch
 
+from mt_transformer import host
 from mt_transformer.checkpoint import EXPORT_SETTINGS_FILE
 from mt_transformer.data.tokenizer import WORD_START, Tokenizer
 from mt_transformer.decoding.constraints import Constraints
-from mt_transformer.decoding.ctranslate2_export import new_translator
 from mt_transformer.decoding.search import Hypothesis, length_penalty, output_limits
 from mt_transformer.errors import UserError
 from mt_transformer.files import read_json
 from mt_transformer.special_tokens import EOS_ID
+
+if TYPE_CHECKING:
+    import torch
+
+
+def import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError("ctranslate2 is not installed: pip install ctranslate2") from None
+    return ctranslate2
+
+
+def new_translator(directory: str, **options):
+    """ctranslate2.Translator(directory, **options), leaving torch's thread count as it was where
+    torch runs beside it: it sets the OpenMP thread count the two share, and our engine keeps its own."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else 0
+    try:
+        return import_ctranslate2().Translator(directory, **options)
+    finally:
+        if torch:
+            torch.set_num_threads(threads)
 
 
 def read_settings(directory: str) -> dict:
@@ -48,20 +72,21 @@ def read_settings(directory: str) -> dict:
 
 
 def load(
-    directory: str, device: torch.device, compute_type: str = "default", threads: int = 0, worker_threads: int = 1
+    directory: str, device: str | torch.device, compute_type: str = "default", threads: int = 0, worker_threads: int = 1
 ):
-    """The CTranslate2 translator of an exported directory on `device` (cpu, or cuda with its
-    index), our tokenizer, and the threads of each of its workers: on a CPU `threads` (0: as many
-    as torch uses) in workers of `worker_threads` each."""
-    total = threads or torch.get_num_threads()
-    intra = min(worker_threads, total) if device.type == "cpu" else 1
+    """The CTranslate2 translator of an exported directory on `device` (cpu, cuda or cuda:N), our
+    tokenizer, and the threads of each of its workers: on a CPU `threads` (0: as many as torch
+    uses by default, host.default_threads) in workers of `worker_threads` each."""
+    kind, _, index = str(device).partition(":")
+    total = threads or (sys.modules["torch"].get_num_threads() if "torch" in sys.modules else host.default_threads())
+    intra = min(worker_threads, total) if kind == "cpu" else 1
     try:
         translator = new_translator(
             directory,
-            device=device.type,
-            device_index=device.index or 0,
+            device=kind,
+            device_index=int(index or 0),
             compute_type=compute_type,
-            inter_threads=max(1, total // intra) if device.type == "cpu" else 1,
+            inter_threads=max(1, total // intra) if kind == "cpu" else 1,
             intra_threads=intra,
         )
     except (RuntimeError, ValueError) as error:
@@ -241,4 +266,6 @@ class Ct2Search:
 def _matrix(rows: list[list[float]], width: int | None = None) -> torch.Tensor:
     """CTranslate2's attention rows (lists of floats) as a (rows, width) tensor, read through numpy
     (faster than torch.tensor at nested lists)."""
+    import torch
+
     return torch.from_numpy(numpy.array(rows, dtype=numpy.float32)[:, :width])

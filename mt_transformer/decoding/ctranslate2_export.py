@@ -22,6 +22,7 @@ import torch
 
 from mt_transformer.checkpoint import write_export_settings
 from mt_transformer.data.word_alignment import alignment_heads
+from mt_transformer.decoding.ctranslate2_engine import import_ctranslate2, new_translator
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.teacher_forcing import teacher_forced_log_probs
 from mt_transformer.files import WRITE_ERRORS, write_error_reason
@@ -29,24 +30,6 @@ from mt_transformer.outputs import atomic_dir
 from mt_transformer.special_tokens import BOS_ID, EOS_ID, UNK_ID
 
 CHECK_TOLERANCE = 1e-4  # the largest log-probability difference an export may have from ours
-
-
-def import_ctranslate2():
-    try:
-        import ctranslate2
-    except ImportError:
-        raise UserError("ctranslate2 is not installed: pip install ctranslate2") from None
-    return ctranslate2
-
-
-def new_translator(directory: str, **options):
-    """ctranslate2.Translator(directory, **options), leaving torch's thread count as it was: it sets
-    the OpenMP thread count the two share, and our engine, loaded beside it, keeps its own."""
-    threads = torch.get_num_threads()
-    try:
-        return import_ctranslate2().Translator(directory, **options)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:

@@ -6,16 +6,17 @@ engine runs is said once, on stderr, when the translator is opened.
 from __future__ import annotations
 
 import logging
-
-import torch
+from typing import TYPE_CHECKING
 
 from mt_transformer import checkpoint
 from mt_transformer.config import config_from_dict
 from mt_transformer.decoding.ctranslate2_cache import cached_conversion
 from mt_transformer.decoding.runtime import Runtime, fallback, is_export, settle
 from mt_transformer.decoding.translator import Translator, input_limit, torch_translator, with_decode
-from mt_transformer.devices import limit_kernel_cache, slow_precision
 from mt_transformer.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +95,16 @@ def _ctranslate2(directory: str, runtime: Runtime, decode: dict) -> Translator:
 
 
 def _torch(paths: list[str], runtime: Runtime, decode: dict) -> Translator:
-    limit_kernel_cache(runtime.device)
-    members = [checkpoint.load(p, runtime.device) for p in paths]
+    import torch
+
+    from mt_transformer.devices import limit_kernel_cache, slow_precision
+
+    device = torch.device(runtime.device)
+    limit_kernel_cache(device)
+    members = [checkpoint.load(p, device) for p in paths]
     first = members[0]
     config = with_decode(first.config, **decode)
-    slow = slow_precision(runtime.device, runtime.precision)
+    slow = slow_precision(device, runtime.precision)
     if slow:
         log.warning("decode.precision: %s", slow)
     if len(members) == 1:
@@ -119,7 +125,9 @@ def describe(translator: Translator) -> str:
     """The engine a translator runs, its precision and threads, for the one line that says so."""
     runtime = translator.runtime
     if runtime.engine == "torch":
-        threads = f", {torch.get_num_threads()} threads" if runtime.device.type == "cpu" else ""
+        import torch
+
+        threads = f", {torch.get_num_threads()} threads" if runtime.device == "cpu" else ""
         return f"ours (PyTorch) on {runtime.device}, {runtime.precision}{threads}"
     ct2, each = translator.search.translator, translator.search.worker_threads
     threads = f", {ct2.num_translators} worker(s) of {each} thread(s)" if ct2.device == "cpu" else ""

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from mt_transformer.decoding import stopping
-from mt_transformer.decoding.search import Hypothesis, next_token_log_probs
+from mt_transformer.decoding.next_token import next_token_log_probs
+from mt_transformer.decoding.search import Hypothesis
 
 
 @torch.inference_mode()

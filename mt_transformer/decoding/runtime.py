@@ -24,12 +24,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from mt_transformer import checkpoint
-from mt_transformer.devices import decode_precision, select_device
+from mt_transformer import checkpoint, host
 from mt_transformer.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 ENGINES = ("auto", "torch", "ctranslate2")
 # what a call may ask for that only our engine does, and the flag that asks for it
@@ -44,9 +45,9 @@ TORCH_ONLY = {
 @dataclass(frozen=True)
 class Runtime:
     engine: str  # "torch" (ours) or "ctranslate2"
-    device: torch.device
+    device: str  # "cpu", "cuda", "cuda:N": torch.device(device) for ours
     precision: str  # ours: fp32, bf16 or fp16 ("" on CTranslate2, whose setting is compute_type)
-    threads: int = 0  # 0: as many as torch uses
+    threads: int = 0  # 0: as many as torch uses by default (host.default_threads)
     ensemble_mode: str = "logprob"  # how an ensemble's members combine (decoding/ensemble.py)
     why: str = ""  # why this engine and precision, for the line that says which engine runs
     worker_threads: int = 1  # CTranslate2 on a CPU: each worker's threads, threads // this workers
@@ -82,7 +83,7 @@ def settle(
     caller takes `fallback`'s runtime."""
     if engine not in ENGINES:
         raise UserError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
-    selected = select_device(device, key="--device") if isinstance(device, str) else device
+    selected = device_name(device)
     settings = (threads, ensemble_mode)
 
     def on_ctranslate2(why: str) -> Runtime:
@@ -105,21 +106,42 @@ def settle(
     return fallback(paths, selected, asked, *settings, "--engine torch")
 
 
-def fallback(paths: list[str], device: torch.device, decode: dict, threads: int, mode: str, why: str) -> Runtime:
+def device_name(device: str | torch.device) -> str:
+    """The device a --device setting (auto, cpu, cuda, cuda:N) names. cpu, and auto where no GPU can
+    be used (host.may_have_gpu), are settled without torch: CTranslate2 on a CPU runs without it."""
+    if not isinstance(device, str):
+        return str(device)
+    if device == "cpu" or (device == "auto" and not host.may_have_gpu()):
+        return "cpu"
+    from mt_transformer.devices import select_device
+
+    return str(select_device(device, key="--device"))
+
+
+def device_kind(device: str | torch.device) -> str:
+    """cpu or cuda."""
+    return str(device).split(":")[0]
+
+
+def fallback(paths: list[str], device: str, decode: dict, threads: int, mode: str, why: str) -> Runtime:
     """Our engine's runtime for `paths`, at decode.precision (given, else the checkpoint's)."""
     setting = decode.get("precision") or _checkpoint_precision(paths[0])
     precision = ours(device, setting)
     if setting in ("auto", "int8"):
-        why += f"; decode.precision {setting}: {precision} on this {device.type}"
+        why += f"; decode.precision {setting}: {precision} on this {device_kind(device)}"
     return Runtime("torch", device, precision, threads, mode, why)
 
 
-def ours(device: torch.device, setting: str) -> str:
+def ours(device: str | torch.device, setting: str) -> str:
     """The precision our engine computes a decode.precision setting in: int8 is CTranslate2's
     (ours computes those calls in fp32, on the CPU only); auto as devices.decode_precision says."""
     if setting != "int8":
-        return decode_precision(device, setting)
-    if device.type != "cpu":
+        import torch
+
+        from mt_transformer.devices import decode_precision
+
+        return decode_precision(torch.device(device), setting)
+    if device_kind(device) != "cpu":
         raise UserError("--precision int8: for the CPU; on a GPU use bf16 or fp16")
     return "fp32"
 
@@ -136,7 +158,7 @@ def _compute_type(compute_type: str, decode: dict, paths: list[str]) -> str:
     return compute_type
 
 
-def torch_reason(paths: list[str], device: torch.device, decode: dict, needs=()) -> str | None:
+def torch_reason(paths: list[str], device: str | torch.device, decode: dict, needs=()) -> str | None:
     """Why our engine runs a call of these settings (None: CTranslate2 can run it)."""
     if len(paths) > 1:
         return "an ensemble"
@@ -146,10 +168,10 @@ def torch_reason(paths: list[str], device: torch.device, decode: dict, needs=())
     return settings_reason(device, {**decode, "precision": decode.get("precision") or _checkpoint_precision(paths[0])})
 
 
-def settings_reason(device: torch.device, decode: dict) -> str | None:
+def settings_reason(device: str | torch.device, decode: dict) -> str | None:
     """Why our engine runs a call of these decode settings (precision given) on one model."""
-    if device.type != "cpu":
-        return f"{device.type}: CTranslate2 is chosen on CPUs"
+    if device_kind(device) != "cpu":
+        return f"{device_kind(device)}: CTranslate2 is chosen on CPUs"
     if decode.get("sampling"):
         return "--sampling"
     precision = decode["precision"]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from mt_transformer import checkpoint
-from mt_transformer.data.batching import budget_batches
+from mt_transformer.data.budgets import budget_batches
 from mt_transformer.devices import autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
 from mt_transformer.evaluation.teacher_forcing import teacher_forced_log_probs

@@ -58,7 +58,7 @@ class TorchSearch:
 
     @property
     def device(self) -> torch.device:
-        return self.runtime.device
+        return torch.device(self.runtime.device)
 
     def runnable(self) -> torch.nn.Module:
         """The model as the searches run it at the runtime's precision: itself in fp32, else a copy

@@ -14,26 +14,27 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
 from tqdm import tqdm
 
 from mt_transformer.config import Config, DecodeConfig, validate
-from mt_transformer.data.batching import budget_batches
+from mt_transformer.data.budgets import budget_batches
 from mt_transformer.data.language_codes import public_code
 from mt_transformer.data.languages import LanguageScheme, Leads, language_scheme
 from mt_transformer.data.text import normalize, with_case_of
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.data.word_alignment import alignment_heads, alignment_step, leaves_unaligned
 from mt_transformer.decoding import stopping
-from mt_transformer.decoding.alignment import cross_attention, select
 from mt_transformer.decoding.constraints import Constraints, encode_constraints
 from mt_transformer.decoding.long_inputs import join_hypotheses, segments_of
 from mt_transformer.decoding.runtime import Runtime, ours
 from mt_transformer.decoding.search import Hypothesis
-from mt_transformer.decoding.torch_search import TorchSearch
 from mt_transformer.decoding.unknowns import unknown_fills
 from mt_transformer.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,10 @@ class Translator:
 
     @property
     def device(self) -> torch.device:
-        return self.runtime.device
+        """The device our engine runs on (importing torch)."""
+        import torch
+
+        return torch.device(self.runtime.device)
 
     @property
     def max_positions(self) -> int | None:
@@ -116,6 +120,8 @@ class Translator:
             if layer is not None or head is not None:
                 raise UserError("attention of one layer or head: needs --engine torch or auto")
             return self.search.cross_attention(src_ids, outputs)
+        from mt_transformer.decoding.alignment import cross_attention, select
+
         model = getattr(self.model, "members", [self.model])[0]
         aligning, first = alignment_heads(self.config) if self.config else (-1, None)
         chosen = (
@@ -280,8 +286,10 @@ def with_decode(config: Config, **changes) -> Config:
 def torch_translator(model, tokenizer: Tokenizer, config: Config, runtime: Runtime | torch.device) -> Translator:
     """A translator for a PyTorch model in memory (validation, the benchmark: on a device, at
     config.decode.precision), or loaded (decoding/engines.py: on its runtime)."""
-    if isinstance(runtime, torch.device):
-        runtime = Runtime("torch", runtime, ours(runtime, config.decode.precision), why="a model in memory")
+    from mt_transformer.decoding.torch_search import TorchSearch
+
+    if not isinstance(runtime, Runtime):  # a torch.device
+        runtime = Runtime("torch", str(runtime), ours(runtime, config.decode.precision), why="a model in memory")
     learned = config.model.positions == "learned"
     max_positions = config.model.max_positions if learned else None  # sinusoids extend to any length
     model.eval()

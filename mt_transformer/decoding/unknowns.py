@@ -11,8 +11,6 @@ take is left out.
 
 from __future__ import annotations
 
-import torch
-
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.special_tokens import UNK_ID
 
@@ -32,6 +30,8 @@ def unknown_fills(
         return [[] for _ in outputs]
     if attend is None or src_ids is None:
         return [[span for _, span in spans[: len(h)]] for h in holes]
+    import torch  # the attention matrices are tensors
+
     with_holes = [k for k, h in enumerate(holes) if h]
     fills: list[list[str]] = [[] for _ in outputs]
     positions = torch.tensor([head + p for p, _ in spans])  # src_ids begin with `head` ids the text lacks

@@ -12,38 +12,15 @@ from __future__ import annotations
 import datetime
 import gc
 import inspect
-import os
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from mt_transformer.processes import Processes
 from mt_transformer.training import sharding
 
 # Rank 0 validates (minutes on a large valid set) while the others wait at the next collective.
 TIMEOUT = datetime.timedelta(minutes=60)
-
-
-@dataclass(frozen=True)
-class Processes:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def from_environment() -> Processes:
-    """This process's place in the group, from the variables torchrun sets (one process without them)."""
-    return Processes(
-        int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-    )
 
 
 def init_group(processes: Processes, device: torch.device) -> None:

@@ -10,13 +10,14 @@ import logging
 import numpy as np
 
 from mt_transformer.config import Config
+from mt_transformer.data.attention_targets import GuidedTargets, tokenizer_word_starts
 from mt_transformer.data.augment import PairAugmenter
 from mt_transformer.data.batching import batch_loader, corpus_rows, lengths, token_batches
 from mt_transformer.data.epoch_draw import draw_epoch
 from mt_transformer.data.prepare import SubwordEncoder
 from mt_transformer.data.tokenizer import Tokenizer
-from mt_transformer.data.word_alignment import GuidedTargets, tokenizer_word_starts
 from mt_transformer.errors import UserError
+from mt_transformer.processes import Processes
 from mt_transformer.training import distributed
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class TrainingBatches:
         dataset,
         tokenizer_dir: str,
         corpus_sizes: list[int],
-        processes: distributed.Processes,
+        processes: Processes,
     ):
         """`dataset`: the encoded training pairs, the corpora laid end to end with `corpus_sizes`
         pairs each; `tokenizer_dir`: where the run's tokenizer is, for drawing segmentations."""

@@ -22,6 +22,7 @@ from mt_transformer import checkpoint
 from mt_transformer.config import Config
 from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
+from mt_transformer.processes import Processes
 from mt_transformer.training import distributed, random_state
 from mt_transformer.training.dropout_fit import DropoutFit
 from mt_transformer.training.epochs import TrainingBatches
@@ -55,7 +56,7 @@ class TrainingLoop:
         step: TrainingStep,
         tokenizer: Tokenizer,
         data: dict,
-        processes: distributed.Processes = distributed.Processes(),
+        processes: Processes = Processes(),
         corpus_sizes: list[int] = (),
     ):
         self.config, self.step, self.tokenizer, self.data, self.processes = config, step, tokenizer, data, processes

@@ -21,7 +21,8 @@ from mt_transformer.config import GuidedAlignmentConfig, TrainConfig
 from mt_transformer.data.batching import Batch
 from mt_transformer.devices import PRECISIONS, autocast, is_out_of_memory, release_memory
 from mt_transformer.errors import UserError
-from mt_transformer.training import distributed, sharding
+from mt_transformer.processes import Processes
+from mt_transformer.training import sharding
 from mt_transformer.training.bf16_adam import StochasticRoundingAdam
 from mt_transformer.training.loss import LogitBuffers, alignment_loss, linear_cross_entropy
 from mt_transformer.training.schedule import base_lr, scheduler_for
@@ -127,7 +128,7 @@ class TrainingStep:
         device: torch.device,
         forward=None,
         ddp=None,
-        processes: distributed.Processes = distributed.Processes(),
+        processes: Processes = Processes(),
     ):
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.train, self.state, self.device = train, state, device

@@ -12,8 +12,8 @@ import time
 
 from mt_transformer.config import TrainConfig
 from mt_transformer.errors import UserError
+from mt_transformer.processes import Processes
 from mt_transformer.signals import stopping_signals
-from mt_transformer.training import distributed
 from mt_transformer.training.state import TrainerState
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class TrainingStopped(Exception):
 
 
 class StopPolicy:
-    def __init__(self, train: TrainConfig, state: TrainerState, processes: distributed.Processes):
+    def __init__(self, train: TrainConfig, state: TrainerState, processes: Processes):
         self.train, self.state, self.processes = train, state, processes
         self.received = None  # the signal this process received, set by the handler at any moment
         self.agreed = None  # under torchrun: the signal all ranks agreed on at the last update

@@ -42,6 +42,7 @@ from mt_transformer.jobs.job import CorpusJob
 from mt_transformer.jobs.records import finished_record, merge_rank_shards
 from mt_transformer.jobs.windows import Shard, Window, read_windows
 from mt_transformer.outputs import claim_dir
+from mt_transformer.processes import from_environment
 from mt_transformer.training import distributed
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def _translated(
     source = split_source(corpus, "train")
     directory = os.path.join(cache_dir, "teacher-" + cache_key(source, corpus.files("train"), [], settings))
     output = os.path.join(directory, TRANSLATIONS)
-    if distributed.from_environment().is_main:  # one process claims it, before any writes there
+    if from_environment().is_main:  # one process claims it, before any writes there
         claim_dir(directory, CACHE_WRITER)
     distributed.barrier()
     pairs = load_pairs(corpus, "train", f"{key}.train")
@@ -112,14 +113,14 @@ def _translated(
         log.info("%s: the teacher's translations of %d training sources (cache)", key, len(pairs))
     else:
         _translate(data, corpus, key, pairs, output, settings, device, threads)
-    if distributed.from_environment().is_main:
+    if from_environment().is_main:
         _write_pairs(directory, corpus, pairs, data.teacher_min_log_prob, key)
     distributed.barrier()
     return directory
 
 
 def _translate(data, corpus, key, pairs, output: str, settings: dict, device, threads: int) -> None:
-    processes = distributed.from_environment()
+    processes = from_environment()
     shard = Shard(processes.rank, processes.world_size) if processes.enabled else Shard()
     path = shard.path(output) if processes.enabled else output
     if finished_record(path):  # this rank's share was finished before a stop

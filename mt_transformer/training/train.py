@@ -29,6 +29,7 @@ from mt_transformer.errors import UserError
 from mt_transformer.files import write_text
 from mt_transformer.model.transformer import Transformer, count_parameters
 from mt_transformer.outputs import claim_dir, written_by
+from mt_transformer.processes import Processes, from_environment
 from mt_transformer.training import distributed, finetune, random_state, teacher
 from mt_transformer.training.bf16_adam import to_bf16_matrices
 from mt_transformer.training.loop import TrainingLoop
@@ -96,7 +97,7 @@ def train(config: Config) -> dict:
     parent = finetune.parent_checkpoint(config)
     if config.train.tensorboard:
         tensorboard_writer()  # before any work
-    processes = distributed.from_environment()
+    processes = from_environment()
     device = select_device(config.train.device, processes.local_rank if processes.enabled else None)
     if not processes.is_main:  # one copy of the progress messages; warnings still come from every rank
         logging.getLogger("mt_transformer").setLevel(logging.WARNING)
@@ -109,7 +110,7 @@ def train(config: Config) -> dict:
         distributed.destroy_group()
 
 
-def prepare_for_all_ranks(config: Config, run_dir: str, processes: distributed.Processes, device):
+def prepare_for_all_ranks(config: Config, run_dir: str, processes: Processes, device):
     """The training pairs cleaned (data.clean), then the teacher's translations of their sources
     where a corpus has a teacher (each rank translates its share); then rank 0 trains the tokenizer
     and encodes the data (with word alignments for train.guided_alignment and data.augment's
@@ -139,7 +140,7 @@ def prepare_for_all_ranks(config: Config, run_dir: str, processes: distributed.P
     return prepared
 
 
-def _train(config: Config, processes: distributed.Processes, device: torch.device, parent: str | None) -> dict:
+def _train(config: Config, processes: Processes, device: torch.device, parent: str | None) -> dict:
     settings, run_dir = config.train, config.train.output_dir
     if processes.is_main:
         claim_outputs(config)
@@ -222,7 +223,7 @@ def with_precision(config: Config, model, device: torch.device, train_set) -> Co
     return dataclasses.replace(config, train=dataclasses.replace(config.train, precision=precision))
 
 
-def log_setup(model, settings: TrainConfig, device: torch.device, processes: distributed.Processes) -> None:
+def log_setup(model, settings: TrainConfig, device: torch.device, processes: Processes) -> None:
     log.info(
         "model: %d parameters, %s on %s%s",
         count_parameters(model),
@@ -239,7 +240,7 @@ def log_setup(model, settings: TrainConfig, device: torch.device, processes: dis
     )
 
 
-def resume(step: TrainingStep, directory: str, processes: distributed.Processes, seed: int) -> None:
+def resume(step: TrainingStep, directory: str, processes: Processes, seed: int) -> None:
     """Take back a checkpoint's weights (a sharded model has them already), optimizer, schedule,
     scaler, counters and random state."""
     if not step.sharded:
