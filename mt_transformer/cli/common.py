@@ -230,7 +230,7 @@ def runtime_options(parser: argparse.ArgumentParser) -> None:
         help="for CTranslate2: float32, int8, int8_float32, ... (default: --precision's, else as exported)",
     )
     parser.add_argument(
-        "--threads", type=whole(0), default=0, help="for CTranslate2: CPU threads (default: as many as torch uses)"
+        "--threads", type=whole(0), default=0, help="for CTranslate2: CPU threads (default: one per physical core)"
     )
     parser.add_argument(
         "--worker-threads",
