@@ -23,6 +23,7 @@ resumed run and any number of loader workers change the same pairs the same way.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import random
 import string
 
@@ -182,6 +183,18 @@ class PairAugmenter:
     def __init__(self, encoder, settings: list[AugmentConfig], corpus_sizes: list[int], tags=()):
         self.encoder, self.settings, self.tags = encoder, list(settings), frozenset(tags)
         self.ends = [sum(corpus_sizes[: k + 1]) for k in range(len(corpus_sizes))]
+
+    def scaled(self, scale: float) -> PairAugmenter | None:
+        """The same changes at each share times `scale` (0 < scale < 1), without sampled
+        segmentations (train.augment_full_epochs); None where no change is left."""
+        settings = [
+            dataclasses.replace(s, **{name: share * scale for name, share in s.shares.items()}) for s in self.settings
+        ]
+        if not any(s.active for s in settings):
+            return None
+        plain = PairAugmenter(type(self.encoder)(self.encoder.directory, 0.0, self.encoder.leads), settings, [])
+        plain.ends, plain.tags = self.ends, self.tags
+        return plain
 
     def change(self, src: list[str], tgt: list[str], indices, rng: random.Random, alignments=None):
         """Change the pairs (their row `indices`; their word `alignments`, if any) in place;

@@ -46,6 +46,12 @@ class TrainingBatches:
             self.guided = GuidedTargets(starts, guided.step == "reads", guided.unaligned_to_eos)
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
         self._last_epoch = (None, [], self.pairs)  # (epoch, its batches, the pairs they index)
+        self.scale_of = lambda epoch: 1.0  # the scale of an epoch's data.augment shares (training/augment_fit.py)
+
+    def plain_epoch_updates(self) -> int:
+        """The updates in one epoch of the unchanged pairs, on this rank."""
+        batches = token_batches(self.src_lens, self.tgt_lens, self.train.max_tokens, self.train.seed, 0)
+        return len(batches) // self.processes.world_size // self.train.accumulate
 
     def _segmentation(self, dataset, tokenizer_dir: str):
         """The columns the loader reads, and what changes and encodes the pairs of each epoch anew
@@ -72,10 +78,13 @@ class TrainingBatches:
         train = self.train
         seed = train.seed
         rows = corpus_rows(self.corpus_sizes, self.data.sampling_temperature, seed, epoch)
-        if self.resample is not None:
+        resample = self.resample
+        if resample is not None and self.scale_of(epoch) < 1:
+            resample = resample.scaled(self.scale_of(epoch)) if self.scale_of(epoch) > 0 else None
+        if resample is not None:
             rows = np.arange(len(self.src_lens)) if rows is None else rows
             longest = min(self.data.max_len or train.max_tokens, train.max_tokens - 1)
-            pairs, seconds = draw_epoch(self.pairs, rows, self.resample, longest, (seed, epoch), train.num_workers)
+            pairs, seconds = draw_epoch(self.pairs, rows, resample, longest, (seed, epoch), train.num_workers)
             if self.processes.is_main:
                 log.info("epoch %d: %d pairs drawn anew in %.1f s", epoch, len(pairs), seconds)
             batches = token_batches(pairs.src_lens, pairs.tgt_lens, train.max_tokens, seed, epoch)
