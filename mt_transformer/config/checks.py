@@ -161,8 +161,8 @@ def _check_train(train: TrainConfig, data: DataConfig) -> None:
     )
     _check(0 <= train.dropout_from < 1, f"train.dropout_from: must be in [0, 1), got {train.dropout_from}")
     _check(
-        train.augment_full_epochs >= 0,
-        f"train.augment_full_epochs: must be at least 0, got {train.augment_full_epochs}",
+        train.sampling_min_epochs >= 0,
+        f"train.sampling_min_epochs: must be at least 0, got {train.sampling_min_epochs}",
     )
     _check(0 <= train.warmup_fraction < 1, f"train.warmup_fraction: must be in [0, 1), got {train.warmup_fraction}")
     _check(

@@ -69,9 +69,9 @@ class TrainConfig:
     # dropout (where the settings above keep it) starts only once this part of the run is spent
     # (training/dropout_fit.py); 0: from the first update
     dropout_from: float = 0.0
-    # data.augment and data.spm_alpha fitted to the run's length (training/augment_fit.py): a run
-    # expected to read E < N epochs draws each modifier at share x E / N, without sampling; 0: as given
-    augment_full_epochs: float = 0.0
+    # data.spm_alpha's sampled segmentations only where the run is expected to read its training
+    # data at least this many times (training/sampling_fit.py); 0: always
+    sampling_min_epochs: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     # adam: weight_decay is an L2 term added to the gradient (torch's Adam); adamw: decoupled,

@@ -23,7 +23,6 @@ resumed run and any number of loader workers change the same pairs the same way.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import random
 import string
 
@@ -184,15 +183,12 @@ class PairAugmenter:
         self.encoder, self.settings, self.tags = encoder, list(settings), frozenset(tags)
         self.ends = [sum(corpus_sizes[: k + 1]) for k in range(len(corpus_sizes))]
 
-    def scaled(self, scale: float) -> PairAugmenter | None:
-        """The same changes at each share times `scale` (0 < scale < 1), without sampled
-        segmentations (train.augment_full_epochs); None where no change is left."""
-        settings = [
-            dataclasses.replace(s, **{name: share * scale for name, share in s.shares.items()}) for s in self.settings
-        ]
-        if not any(s.active for s in settings):
+    def without_sampling(self) -> PairAugmenter | None:
+        """The same changes, each changed pair encoded without a sampled segmentation
+        (train.sampling_min_epochs); None where nothing is left to change."""
+        if not any(s.active for s in self.settings):
             return None
-        plain = PairAugmenter(type(self.encoder)(self.encoder.directory, 0.0, self.encoder.leads), settings, [])
+        plain = PairAugmenter(type(self.encoder)(self.encoder.directory, 0.0, self.encoder.leads), self.settings, [])
         plain.ends, plain.tags = self.ends, self.tags
         return plain
 

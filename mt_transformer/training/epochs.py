@@ -46,7 +46,7 @@ class TrainingBatches:
             self.guided = GuidedTargets(starts, guided.step == "reads", guided.unaligned_to_eos)
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
         self._last_epoch = (None, [], self.pairs)  # (epoch, its batches, the pairs they index)
-        self.scale_of = lambda epoch: 1.0  # the scale of an epoch's data.augment shares (training/augment_fit.py)
+        self.sampled_in = lambda epoch: True  # whether an epoch samples segmentations (training/sampling_fit.py)
 
     def plain_epoch_updates(self) -> int:
         """The updates in one epoch of the unchanged pairs, on this rank."""
@@ -79,8 +79,8 @@ class TrainingBatches:
         seed = train.seed
         rows = corpus_rows(self.corpus_sizes, self.data.sampling_temperature, seed, epoch)
         resample = self.resample
-        if resample is not None and self.scale_of(epoch) < 1:
-            resample = resample.scaled(self.scale_of(epoch)) if self.scale_of(epoch) > 0 else None
+        if resample is not None and self.data.spm_alpha and not self.sampled_in(epoch):
+            resample = resample.without_sampling()
         if resample is not None:
             rows = np.arange(len(self.src_lens)) if rows is None else rows
             longest = min(self.data.max_len or train.max_tokens, train.max_tokens - 1)

@@ -24,10 +24,10 @@ from mt_transformer.data.tokenizer import Tokenizer
 from mt_transformer.errors import UserError
 from mt_transformer.processes import Processes
 from mt_transformer.training import distributed, random_state
-from mt_transformer.training.augment_fit import AugmentFit
 from mt_transformer.training.dropout_fit import DropoutFit
 from mt_transformer.training.epochs import TrainingBatches
 from mt_transformer.training.run_log import RunLog
+from mt_transformer.training.sampling_fit import SamplingFit
 from mt_transformer.training.step import TrainingStep, Update
 from mt_transformer.training.stop_policy import StopPolicy, TrainingStopped
 from mt_transformer.training.validation import log_validation, validate
@@ -87,8 +87,8 @@ class TrainingLoop:
         group = []  # the micro-batches of the next update, on the host (carried across an epoch's end)
         batches_since_update = 0  # a whole epoch of them means the run cannot make progress
         self.step.model.train()
-        fit = AugmentFit(train, state, self.batches.plain_epoch_updates, self.processes.is_main)
-        self.batches.scale_of = fit.scale
+        sampling = SamplingFit(self.config, state, self.batches.plain_epoch_updates, self.processes.is_main)
+        self.batches.sampled_in = sampling.sampled
         dropout = DropoutFit(
             self.step.model,
             self.config,

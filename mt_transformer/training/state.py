@@ -21,7 +21,7 @@ class TrainerState:
     world_size: int = 1  # processes that trained it
     dropout_on: bool | None = None  # train.dropout_min_epochs's decision; None: not (yet) made
     dropout_rate: float | None = None  # the residual dropout it chose (train.long_run_dropout)
-    augment_scales: list[float] = field(default_factory=list)  # each epoch's, from 0 (train.augment_full_epochs)
+    sampled_epochs: list[bool] = field(default_factory=list)  # whether each epoch, from 0, sampled (sampling_fit.py)
 
     def record_validation(self, bleu: float | None) -> bool:
         """Count a validation's BLEU (None: the run has no valid set) against the best so far;
