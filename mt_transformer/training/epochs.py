@@ -45,6 +45,8 @@ class TrainingBatches:
             starts = tokenizer_word_starts(Tokenizer(tokenizer_dir))
             self.guided = GuidedTargets(starts, guided.step == "reads", guided.unaligned_to_eos)
         self.pairs, self.resample = self._segmentation(dataset, tokenizer_dir)
+        # what an epoch drawn without changes reads: the encoded columns, not the text
+        self.encoded = self.pairs.select_columns([c for c in self.pairs.column_names if c not in ("src", "tgt")])
         self._last_epoch = (None, [], self.pairs)  # (epoch, its batches, the pairs they index)
         self.sampled_in = lambda epoch: True  # whether an epoch samples segmentations (training/sampling_fit.py)
 
@@ -89,10 +91,10 @@ class TrainingBatches:
                 log.info("epoch %d: %d pairs drawn anew in %.1f s", epoch, len(pairs), seconds)
             batches = token_batches(pairs.src_lens, pairs.tgt_lens, train.max_tokens, seed, epoch)
         elif rows is None:
-            pairs, batches = self.pairs, token_batches(self.src_lens, self.tgt_lens, train.max_tokens, seed, epoch)
+            pairs, batches = self.encoded, token_batches(self.src_lens, self.tgt_lens, train.max_tokens, seed, epoch)
         else:
             found = token_batches(self.src_lens[rows], self.tgt_lens[rows], train.max_tokens, seed, epoch)
-            pairs, batches = self.pairs, [rows[b] for b in found]
+            pairs, batches = self.encoded, [rows[b] for b in found]
         if len(batches) < self.processes.world_size:
             raise UserError(
                 f"train.max_tokens: the training data makes {len(batches)} batches, fewer than the "
