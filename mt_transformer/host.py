@@ -1,11 +1,12 @@
 """The host, read without torch (whose import takes about 2 s): its CPU's name and vector
-extensions, the cores this process may use, and whether it may have a GPU. mt-translate and
-mt-serve on CTranslate2 start from these alone.
+extensions, the cores this process may use, and whether it may have a GPU. mt-translate on
+CTranslate2 starts from these alone.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")  # NVIDIA's driver, ROCm's, WSL's
 
@@ -34,6 +35,12 @@ def default_threads() -> int:
         count = os.cpu_count() or 1
     asked = os.environ.get("OMP_NUM_THREADS", "")
     return max(1, min(count, int(asked) if asked.isdigit() and int(asked) > 0 else count))
+
+
+def torch_threads() -> int:
+    """The threads torch computes with: where torch is loaded, its setting now; else its default."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch else default_threads()
 
 
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # what decides fp32 and bf16 matrix speed on x86

@@ -48,3 +48,13 @@ def test_a_gpu_is_ruled_out_only_where_none_can_be_used(monkeypatch):
     assert host.may_have_gpu()
     monkeypatch.setattr(host, "GPU_DEVICE_FILES", ("/nonexistent/nvidiactl",))
     assert not host.may_have_gpu()
+
+
+def test_where_torch_is_loaded_its_threads_now_are_the_threads_in_use():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # conftest's fixture puts the count back
+    assert host.torch_threads() == 1
+    torch.set_num_threads(threads)
+    assert host.torch_threads() == threads

@@ -76,9 +76,9 @@ def load(
 ):
     """The CTranslate2 translator of an exported directory on `device` (cpu, cuda or cuda:N), our
     tokenizer, and the threads of each of its workers: on a CPU `threads` (0: as many as torch
-    uses by default, host.default_threads) in workers of `worker_threads` each."""
+    uses, host.torch_threads) in workers of `worker_threads` each."""
     kind, _, index = str(device).partition(":")
-    total = threads or (sys.modules["torch"].get_num_threads() if "torch" in sys.modules else host.default_threads())
+    total = threads or host.torch_threads()
     intra = min(worker_threads, total) if kind == "cpu" else 1
     try:
         translator = new_translator(

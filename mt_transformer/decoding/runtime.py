@@ -47,7 +47,7 @@ class Runtime:
     engine: str  # "torch" (ours) or "ctranslate2"
     device: str  # "cpu", "cuda", "cuda:N": torch.device(device) for ours
     precision: str  # ours: fp32, bf16 or fp16 ("" on CTranslate2, whose setting is compute_type)
-    threads: int = 0  # 0: as many as torch uses by default (host.default_threads)
+    threads: int = 0  # 0: as many as torch uses (host.torch_threads)
     ensemble_mode: str = "logprob"  # how an ensemble's members combine (decoding/ensemble.py)
     why: str = ""  # why this engine and precision, for the line that says which engine runs
     worker_threads: int = 1  # CTranslate2 on a CPU: each worker's threads, threads // this workers
